@@ -1,0 +1,3 @@
+from niah.cli import main
+
+main()

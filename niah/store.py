@@ -1,0 +1,205 @@
+"""The run folder: `manifest.json` + `trials.jsonl`, crash-safe and resumable.
+
+A run folder holds one sweep (one or many configurations):
+
+    RUN/manifest.json   what was asked and who answered (schema_version, args, configs, ...)
+    RUN/trials.jsonl    one JSON object per *finished* trial, appended, flushed and fsynced
+    RUN/logs/           server logs of launched engines (serving/)
+    RUN/report/         figures and summary.md (niah report)
+
+A trial is identified by (config, length, depth, trial): `trial_key()`. Resume reads the
+keys already present and runs only the rest; a truncated last line (kill -9 mid-write) is
+reported and skipped. Records carry `schema_version`; readers refuse a newer major one.
+The full record layout is documented in docs/run-format.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from niah.errors import BadInput
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+TRIALS = "trials.jsonl"
+
+# Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
+# outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
+OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
+
+
+def trial_key(config: str, length: int, depth: float, trial: int) -> str:
+    """Stable identity of one trial inside a run."""
+    return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}"
+
+
+def record_key(rec: dict[str, Any]) -> str:
+    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"])
+
+
+@dataclass
+class LoadResult:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped_lines: list[int] = field(default_factory=list)  # 1-based line numbers
+
+
+def read_trials(path: Path | str) -> LoadResult:
+    """Read trials.jsonl, skipping (and listing) lines that do not parse.
+
+    Only a truncated *last* line is expected (a kill mid-write); any other bad line is
+    skipped too and listed, so one corrupt record never costs the rest of the run.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / TRIALS
+    out = LoadResult()
+    if not path.exists():
+        return out
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                out.skipped_lines.append(lineno)
+                continue
+            if not isinstance(rec, dict):
+                out.skipped_lines.append(lineno)
+                continue
+            check_schema(rec.get("schema_version"), f"{path}:{lineno}")
+            out.records.append(rec)
+    return out
+
+
+def check_schema(version: Any, where: str) -> None:
+    if version is None:
+        raise BadInput(f"{where}: record has no schema_version; not a niah run file")
+    if int(version) > SCHEMA_VERSION:
+        raise BadInput(
+            f"{where}: schema_version {version} is newer than this niah understands "
+            f"({SCHEMA_VERSION}); upgrade niah"
+        )
+
+
+class RunStore:
+    """Appends finished trials to RUN/trials.jsonl; knows which trials are done."""
+
+    def __init__(self, run_dir: Path | str):
+        self.dir = Path(run_dir)
+        self._fh = None
+        self.done: set[str] = set()
+        self.skipped_lines: list[int] = []
+
+    # -- opening -----------------------------------------------------------------------
+    def open(self, resume: bool) -> "RunStore":
+        """Create (or, with resume, reopen) the folder. Refuses to mix runs silently."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".niah-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise BadInput(f"cannot write to run folder {self.dir}: {e.strerror or e}") from None
+        trials = self.dir / TRIALS
+        if trials.exists() and trials.stat().st_size > 0 and not resume:
+            raise BadInput(
+                f"{self.dir} already holds trials; pass --resume to fill its gaps, "
+                "or choose another --out"
+            )
+        if resume:
+            loaded = read_trials(trials)
+            self.skipped_lines = loaded.skipped_lines
+            self.done = {record_key(r) for r in loaded.records}
+            if loaded.skipped_lines:
+                self._drop_bad_lines(trials, loaded)
+        self._fh = open(trials, "a", encoding="utf-8")
+        return self
+
+    def _drop_bad_lines(self, trials: Path, loaded: LoadResult) -> None:
+        """Rewrite trials.jsonl without the unparsable lines (atomically), so appends
+        after a resume never glue onto a half-written line."""
+        tmp = trials.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in loaded.records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, trials)
+
+    # -- writing -----------------------------------------------------------------------
+    def append(self, rec: dict[str, Any]) -> None:
+        """Write one finished trial durably (flush + fsync). Never writes a key twice."""
+        assert self._fh is not None, "RunStore.open() first"
+        key = record_key(rec)
+        if key in self.done:
+            return
+        rec = {"schema_version": SCHEMA_VERSION, **rec}
+        self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done.add(key)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- manifest ---------------------------------------------------------------------------
+def write_manifest(run_dir: Path | str, manifest: dict[str, Any]) -> None:
+    """Write RUN/manifest.json atomically (schema_version added)."""
+    run_dir = Path(run_dir)
+    data = {"schema_version": SCHEMA_VERSION, **manifest}
+    tmp = run_dir / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    os.replace(tmp, run_dir / MANIFEST)
+
+
+def read_manifest(run_dir: Path | str) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        raise BadInput(f"{run_dir} is not a niah run folder (no {MANIFEST})")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise BadInput(f"{path}: not valid JSON ({e})") from None
+    check_schema(data.get("schema_version"), str(path))
+    return data
+
+
+def load_run(run_dir: Path | str, warn: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(manifest, records) of a run folder; warns about skipped lines."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"no run folder at {run_dir}")
+    manifest = read_manifest(run_dir)
+    loaded = read_trials(run_dir / TRIALS)
+    if warn and loaded.skipped_lines:
+        warnings.warn(
+            f"{run_dir / TRIALS}: skipped unreadable line(s) {loaded.skipped_lines}",
+            stacklevel=2,
+        )
+    return manifest, loaded.records
+
+
+def trials_frame(records: Iterable[dict[str, Any]]):
+    """Records as a pandas DataFrame (pandas imported lazily)."""
+    import pandas as pd
+
+    return pd.DataFrame(list(records))
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    yield from read_trials(path).records
