@@ -1,4 +1,40 @@
 """niah.kernels: the DeepSeek indexer kernels (Triton), with a torch reference beside each.
 
-Import the submodules you need; nothing heavy happens at import time of this package.
+Public functions (DeepGEMM's argument order where DeepGEMM has one):
+    fp8_paged_mqa_logits, bf16_paged_mqa_logits, get_paged_mqa_logits_metadata   (decode)
+    fp8_mqa_logits, bf16_mqa_logits                                             (prefill)
+    store_index_keys                                                            (key store)
+    topk_indices                                                                (top-k)
+They are resolved lazily: importing this package imports neither triton nor CUDA.
+On CPU tensors the kernels run under TRITON_INTERPRET=1 (set it before triton is imported).
 """
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "fp8_paged_mqa_logits": "niah.kernels.paged_logits.wrapper",
+    "bf16_paged_mqa_logits": "niah.kernels.paged_logits.wrapper",
+    "get_paged_mqa_logits_metadata": "niah.kernels.paged_logits.wrapper",
+    "fp8_mqa_logits": "niah.kernels.mqa_logits.wrapper",
+    "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
+    "store_index_keys": "niah.kernels.store.wrapper",
+    "topk_indices": "niah.kernels.topk.wrapper",
+    "calc_diff": "niah.kernels._common",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'niah.kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

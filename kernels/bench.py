@@ -1,0 +1,403 @@
+"""Benchmark + full-size correctness for the bundled indexer kernels, in ONE process.
+
+    python -m niah.kernels.bench [--out results.json] [--tiny] [--quick]
+    niah kernels bench [--out ...]
+
+For each case it times the project's kernel (a few launch configurations; the best is
+the headline), the naive gather-then-bmm and a chunked torch implementation with
+triton.testing.do_bench (median, L2 flushed between runs), prints the ratios and the
+roofline floor beside them, reports peak extra memory (max_memory_allocated delta over
+the call, output included), and checks the kernel against the fp32 torch reference at
+full size (calc_diff, identical -inf masks; top-k by value). --tiny runs small shapes on
+CPU under TRITON_INTERPRET=1 (wiring check only: no timings worth reading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+
+GiB = 1 << 30
+
+
+# ----------------------------------------------------------------------------- timing
+def _cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def timeit(fn, rep_ms: int = 200) -> float:
+    """Median ms per call."""
+    if _cuda():
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def peak_extra(fn) -> int | None:
+    """Bytes allocated above the starting point while fn runs (its output included)."""
+    if not _cuda():
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return int(peak)
+
+
+def ceilings(dev) -> dict:
+    if not _cuda():
+        return {"copy_GBps": None, "bf16_TFLOPs": None, "fp8_TFLOPs": None}
+    n = 2 * GiB // 4
+    a = torch.empty(n, dtype=torch.float32, device=dev).uniform_()
+    b = torch.empty_like(a)
+    t = timeit(lambda: b.copy_(a))
+    copy = 2 * a.numel() * 4 / (t * 1e-3) / 1e9
+    del a, b
+    m = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    t = timeit(lambda: m @ m)
+    bf16 = 2 * 8192**3 / (t * 1e-3) / 1e12
+    fp8 = None
+    try:
+        m8 = m.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=dev)
+        t = timeit(lambda: torch._scaled_mm(m8, m8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        fp8 = 2 * 8192**3 / (t * 1e-3) / 1e12
+    except Exception as e:  # noqa: BLE001
+        print(f"fp8 matmul ceiling not measured: {e!r}")
+    return {"copy_GBps": copy, "bf16_TFLOPs": bf16, "fp8_TFLOPs": fp8}
+
+
+# ----------------------------------------------------------------------------- inputs
+def fp8_pages(k: torch.Tensor) -> torch.Tensor:
+    """k [pages, 64, D] -> uint8 [pages, 64, 1, D+4] (SGLang/DeepGEMM page), chunked."""
+    from niah.kernels.quant import quantize_fp8
+
+    pages, bkv, d = k.shape
+    out = torch.empty(pages, bkv * (d + 4), dtype=torch.uint8, device=k.device)
+    step = 4096
+    for p0 in range(0, pages, step):
+        k8, sf = quantize_fp8(k[p0 : p0 + step])
+        out[p0 : p0 + step, : bkv * d] = k8.view(torch.uint8).reshape(-1, bkv * d)
+        out[p0 : p0 + step, bkv * d :] = sf.contiguous().view(torch.uint8).reshape(-1, bkv * 4)
+    return out.reshape(pages, bkv, 1, d + 4)
+
+
+def chunked_paged(q, kv_cache, weights, context_lens, block_table, max_len, group=8):
+    """Chunked torch decode: gather `group` requests' pages at a time, bf16 bmm."""
+    from niah.kernels.paged_logits.reference import naive_paged_mqa_logits
+
+    outs = []
+    for b0 in range(0, q.shape[0], group):
+        sl = slice(b0, b0 + group)
+        outs.append(naive_paged_mqa_logits(q[sl], kv_cache, weights[sl], context_lens[sl], block_table[sl], max_len))
+    return torch.cat(outs)
+
+
+# ----------------------------------------------------------------------------- cases
+def record(results, case, impl, ms, floor_ms, work, peak, extra=None):
+    row = {"case": case, "impl": impl, "ms": ms, "floor_ms": floor_ms, "peak_extra_bytes": peak}
+    row.update(work)
+    if extra:
+        row.update(extra)
+    results.append(row)
+    return row
+
+
+def sweep(fn, configs):
+    """Time fn(**cfg) for each config; returns (best_cfg, best_ms, table)."""
+    table = []
+    for cfg in configs:
+        try:
+            fn(**cfg)
+            ms = timeit(lambda: fn(**cfg))
+            table.append({"config": cfg, "ms": ms})
+        except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported, not fatal
+            table.append({"config": cfg, "error": repr(e)[:300]})
+    ok = [t for t in table if "ms" in t]
+    if not ok:
+        raise RuntimeError(f"every config failed: {table}")
+    best = min(ok, key=lambda t: t["ms"])
+    return best["config"], best["ms"], table
+
+
+def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, next_n=1, tiny=False):
+    from niah.kernels import bf16_paged_mqa_logits, calc_diff, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+    from niah.kernels._common import zero_masked
+    from niah.kernels.paged_logits.reference import naive_paged_mqa_logits, ref_paged_mqa_logits
+    from niah.kernels.quant import quantize_fp8
+
+    case = f"decode {kind} B={batch}x{ctx_len} next_n={next_n}"
+    print(f"\n== {case}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(0)
+    pages_per = (ctx_len + 63) // 64
+    n_pages = batch * pages_per
+    block_table = torch.randperm(n_pages, device=dev, generator=g).reshape(batch, pages_per).int()
+    k = torch.randn(n_pages, 64, dim, device=dev, generator=g, dtype=torch.bfloat16)
+    q = torch.randn(batch, next_n, heads, dim, device=dev, generator=g)
+    w = torch.randn(batch * next_n, heads, device=dev, generator=g) * heads**-0.5
+    if kind == "fp8":
+        kv = fp8_pages(k)
+        del k
+        q = quantize_fp8(q)[0]
+        fn = fp8_paged_mqa_logits
+        key_bytes = 132
+    else:
+        kv = k.reshape(n_pages, 64, 1, dim)
+        q = q.bfloat16()
+        fn = bf16_paged_mqa_logits
+        key_bytes = 256
+    ctx = torch.full((batch,), ctx_len, dtype=torch.int32, device=dev)
+    meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
+    bytes_moved = batch * ctx_len * key_bytes + batch * next_n * ctx_len * 4
+    floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
+    work = {"bytes": bytes_moved}
+
+    configs = [{}] if tiny else [
+        {}, {"pages_per_split": 8}, {"pages_per_split": 16}, {"pages_per_split": 32},
+        {"pages_per_split": 16, "num_stages": 4}, {"pages_per_split": 16, "num_warps": 8},
+    ]
+    call = lambda **cfg: fn(q, kv, w, ctx, block_table, meta, ctx_len, clean_logits=True, **cfg)  # noqa: E731
+    best_cfg, ms, table = sweep(call, configs)
+    out = call(**best_cfg)
+    ref = ref_paged_mqa_logits(q, kv, w, ctx, block_table, ctx_len)
+    diff = calc_diff(zero_masked(out), zero_masked(ref))
+    mask_ok = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    rerun_ok = bool(torch.equal(out, call(**best_cfg)))
+    del out, ref
+    gbps = bytes_moved / (ms * 1e-3) / 1e9
+    kern = record(results, case, "triton (niah)", ms, floor, work, peak_extra(lambda: call(**best_cfg)),
+                  {"GBps": gbps, "config": best_cfg, "sweep": table, "calc_diff": diff, "mask_ok": mask_ok,
+                   "rerun_bitwise": rerun_ok})
+    print(f"  niah     {ms:8.4f} ms  {gbps:7.0f} GB/s  floor {floor if floor is None else round(floor, 4)} ms  "
+          f"calc_diff {diff:.2e} masks {'ok' if mask_ok else 'DIFFER'}  config {best_cfg}", flush=True)
+    if next_n == 1:
+        for impl, f in (("naive gather+bmm", naive_paged_mqa_logits), ("chunked torch (8 requests)", chunked_paged)):
+            try:
+                t = timeit(lambda: f(q, kv, w, ctx, block_table, ctx_len), rep_ms=100)
+                p = peak_extra(lambda: f(q, kv, w, ctx, block_table, ctx_len))
+                record(results, case, impl, t, floor, work, p, {"speedup_of_niah": t / ms})
+                print(f"  {impl:26s} {t:8.4f} ms  niah is {t / ms:6.1f}x faster  peak {p / GiB if p else 0:.2f} GiB")
+            except torch.OutOfMemoryError:
+                record(results, case, impl, None, floor, work, None, {"error": "OOM"})
+                print(f"  {impl}: OOM")
+                torch.cuda.empty_cache()
+    return kern
+
+
+def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=False):
+    from niah.kernels import bf16_mqa_logits, calc_diff, fp8_mqa_logits
+    from niah.kernels._common import zero_masked
+    from niah.kernels.mqa_logits.reference import chunked_mqa_logits, ref_mqa_logits
+    from niah.kernels.quant import quantize_fp8
+
+    case = f"prefill {kind} {seq}x{skv}"
+    print(f"\n== {case}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(1)
+    q = torch.randn(seq, heads, dim, device=dev, generator=g)
+    k = torch.randn(skv, dim, device=dev, generator=g)
+    w = torch.randn(seq, heads, device=dev, generator=g) * heads**-0.5
+    prefix = skv - seq
+    ks = torch.zeros(seq, dtype=torch.int32, device=dev)
+    ke = (prefix + torch.arange(seq, device=dev) + 1).int()
+    if kind == "fp8":
+        q, _ = quantize_fp8(q)
+        k, sf = quantize_fp8(k)
+        call = lambda **cfg: fp8_mqa_logits(q, (k, sf), w, ks, ke, clean_logits=True, **cfg)  # noqa: E731
+        peak_rate = ceil["fp8_TFLOPs"] or (2 * ceil["bf16_TFLOPs"] if ceil["bf16_TFLOPs"] else None)
+    else:
+        q, k, sf = q.bfloat16(), k.bfloat16(), None
+        call = lambda **cfg: bf16_mqa_logits(q, k, w, ks, ke, clean_logits=True, **cfg)  # noqa: E731
+        peak_rate = ceil["bf16_TFLOPs"]
+    flops = 2 * seq * skv * heads * dim  # the full rectangle (the causal part is ~60% of it here)
+    logits_bytes = seq * skv * 4
+    floor = None
+    if peak_rate:
+        floor = max(flops / (peak_rate * 1e12), logits_bytes / (ceil["copy_GBps"] * 1e9)) * 1e3
+    work = {"flops": flops, "logits_bytes": logits_bytes}
+    configs = [{}] if tiny else [
+        {}, {"block_n": 128, "block_q": 64}, {"block_n": 64, "block_q": 32, "num_warps": 4},
+        {"block_n": 128, "block_q": 32, "num_warps": 4}, {"block_n": 256, "block_q": 32, "num_warps": 8},
+        {"block_n": 128, "block_q": 32, "num_stages": 2},
+    ]
+    best_cfg, ms, table = sweep(call, configs)
+    out = call(**best_cfg)
+    ref = ref_mqa_logits(q, k, w, ks, ke, sf=sf, chunk=64)
+    diff = calc_diff(zero_masked(out), zero_masked(ref))
+    mask_ok = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    del out, ref
+    peak = peak_extra(lambda: call(**best_cfg))
+    tflops = flops / (ms * 1e-3) / 1e12
+    record(results, case, "triton (niah)", ms, floor, work, peak,
+           {"TFLOPs": tflops, "config": best_cfg, "sweep": table, "calc_diff": diff, "mask_ok": mask_ok,
+            "peak_over_logits": (peak / logits_bytes) if peak else None})
+    print(f"  niah     {ms:8.3f} ms  {tflops:6.0f} TFLOP/s  floor {floor if floor is None else round(floor, 3)} ms  "
+          f"calc_diff {diff:.2e} masks {'ok' if mask_ok else 'DIFFER'}  peak/logits "
+          f"{(peak / logits_bytes) if peak else float('nan'):.3f}  config {best_cfg}", flush=True)
+    try:
+        t = timeit(lambda: chunked_mqa_logits(q, k, w, ks, ke, sf=sf), rep_ms=100)
+        p = peak_extra(lambda: chunked_mqa_logits(q, k, w, ks, ke, sf=sf))
+        record(results, case, "chunked torch (256 queries)", t, floor, work, p, {"speedup_of_niah": t / ms})
+        print(f"  chunked torch (256 q)      {t:8.3f} ms  niah is {t / ms:6.1f}x faster  peak {p / GiB if p else 0:.2f} GiB")
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        record(results, case, "chunked torch (256 queries)", None, floor, work, None, {"error": "OOM"})
+    per_query = seq * skv * dim * 2  # the naive per-query gather: [S, Skv, D] bf16
+    record(results, case, "naive per-query gather (not run)", None, floor, work, per_query,
+           {"note": "would allocate the per-query gather alone; the seed run died at 75 GiB peak"})
+    print(f"  naive per-query gather: not run (the gather alone is {per_query / GiB:.1f} GiB)")
+
+
+def bench_topk(results, ceil, dev, rows, width, k, tiny=False):
+    from niah.kernels import topk_indices
+    from niah.kernels.topk.reference import check_topk_fast
+
+    case = f"topk [{rows}, {width}] k={k}"
+    print(f"\n== {case}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(2)
+    x = torch.randn(rows, width, device=dev, generator=g)
+    lens = torch.full((rows,), width, dtype=torch.int32, device=dev)
+    bytes_moved = rows * width * 4
+    floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
+    configs = [{}] if tiny else [{}, {"num_warps": 16}, {"block": 16384}, {"block": 8192}, {"block": 16384, "num_warps": 32}]
+    call = lambda **cfg: topk_indices(x, k, lens, **cfg)  # noqa: E731
+    best_cfg, ms, table = sweep(call, configs)
+    idx = call(**best_cfg)
+    problem = check_topk_fast(x, idx, k, lens)
+    record(results, case, "triton (niah)", ms, floor, {"bytes": bytes_moved}, peak_extra(lambda: call(**best_cfg)),
+           {"config": best_cfg, "sweep": table, "correct": problem is None, "problem": problem})
+    print(f"  niah     {ms * 1e3:9.1f} us  floor {floor * 1e3 if floor else float('nan'):.1f} us  "
+          f"correct {problem is None} {problem or ''}  config {best_cfg}", flush=True)
+    t = timeit(lambda: torch.topk(x, k, dim=1))
+    record(results, case, "torch.topk", t, floor, {"bytes": bytes_moved}, None, {"speedup_of_niah": t / ms})
+    print(f"  torch.topk {t * 1e3:9.1f} us  niah is {t / ms:5.2f}x faster")
+
+
+def bench_store(results, ceil, dev, kind, n_tokens, dim=128):
+    from niah.kernels import store_index_keys
+    from niah.kernels.store.reference import ref_store_index_keys
+
+    case = f"store {kind} {n_tokens} tokens"
+    print(f"\n== {case}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(3)
+    k = torch.randn(n_tokens, dim, device=dev, generator=g, dtype=torch.bfloat16)
+    pages = (n_tokens + 63) // 64 + 8
+    slots = torch.randperm(pages * 64, device=dev, generator=g)[:n_tokens]
+    if kind == "fp8":
+        cache = torch.zeros(pages, 64, 1, dim + 4, dtype=torch.uint8, device=dev)
+        per = dim * 2 + dim + 4
+    else:
+        cache = torch.zeros(pages, 64, 1, dim, dtype=torch.bfloat16, device=dev)
+        per = dim * 4
+    want = ref_store_index_keys(k, cache.clone(), slots)
+    got = store_index_keys(k, cache.clone(), slots)
+    ok = bool(torch.equal(got, want))
+    ms = timeit(lambda: store_index_keys(k, cache, slots))
+    ref_ms = timeit(lambda: ref_store_index_keys(k, cache, slots))
+    bytes_moved = n_tokens * per
+    floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
+    record(results, case, "triton (niah)", ms, floor, {"bytes": bytes_moved}, None, {"bitwise_equal": ok})
+    record(results, case, "torch (quant.py + index_put)", ref_ms, floor, {"bytes": bytes_moved}, None,
+           {"speedup_of_niah": ref_ms / ms})
+    print(f"  niah {ms * 1e3:8.1f} us  torch {ref_ms * 1e3:8.1f} us ({ref_ms / ms:.1f}x)  bitwise equal {ok}")
+
+
+# ----------------------------------------------------------------------------- main
+def run(out_path: str | None, tiny: bool = False, quick: bool = False) -> dict:
+    dev = "cuda" if _cuda() else "cpu"
+    if dev == "cpu" and not tiny:
+        raise SystemExit("no CUDA device: use --tiny (interpreter wiring check) or run on a GPU")
+    import triton
+
+    info = {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name() if dev == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "interpreter": os.environ.get("TRITON_INTERPRET", "0"),
+    }
+    print(info, flush=True)
+    ceil = ceilings(dev)
+    print({k: (round(v, 1) if v else v) for k, v in ceil.items()}, flush=True)
+    results: list[dict] = []
+    if tiny:
+        bench_decode(results, ceil, dev, "bf16", 2, 200, heads=16, tiny=True)
+        bench_decode(results, ceil, dev, "fp8", 2, 200, heads=16, tiny=True)
+        bench_prefill(results, ceil, dev, "bf16", 8, 100, heads=16, tiny=True)
+        bench_prefill(results, ceil, dev, "fp8", 8, 100, heads=16, tiny=True)
+        bench_topk(results, ceil, dev, 2, 3000, 512, tiny=True)
+        bench_store(results, ceil, dev, "fp8", 100)
+    else:
+        bench_decode(results, ceil, dev, "bf16", 64, 65536)
+        bench_decode(results, ceil, dev, "fp8", 64, 65536)
+        bench_decode(results, ceil, dev, "bf16", 1, 131072)
+        bench_decode(results, ceil, dev, "fp8", 1, 131072)
+        if not quick:
+            bench_decode(results, ceil, dev, "bf16", 32, 32768, next_n=2)
+        bench_prefill(results, ceil, dev, "bf16", 4096, 22016)
+        bench_prefill(results, ceil, dev, "fp8", 4096, 22016)
+        bench_topk(results, ceil, dev, 4096, 22016, 1024)
+        bench_topk(results, ceil, dev, 1, 131072, 2048)
+        bench_topk(results, ceil, dev, 64, 65536, 2048)
+        if not quick:
+            bench_topk(results, ceil, dev, 4096, 22016, 512)
+            bench_topk(results, ceil, dev, 4096, 22016, 2048)
+        bench_store(results, ceil, dev, "fp8", 22016)
+        bench_store(results, ceil, dev, "bf16", 22016)
+    report = {"info": info, "ceilings": ceil, "results": results}
+    summary(results)
+    if out_path:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        with open(out_path, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        print(f"\nwrote {out_path}")
+    return report
+
+
+def summary(results):
+    print("\n| case | impl | time | floor | vs niah | peak extra | check |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        ms = r.get("ms")
+        t = "-" if ms is None else (f"{ms * 1e3:.1f} us" if ms < 0.1 else f"{ms:.3f} ms")
+        fl = r.get("floor_ms")
+        fl = "-" if fl is None else (f"{fl * 1e3:.1f} us" if fl < 0.1 else f"{fl:.3f} ms")
+        sp = r.get("speedup_of_niah")
+        sp = "1.0x" if r["impl"].startswith("triton") else ("-" if sp is None else f"{sp:.1f}x slower")
+        pk = r.get("peak_extra_bytes")
+        pk = "-" if pk is None else f"{pk / GiB:.2f} GiB"
+        chk = ""
+        if "calc_diff" in r:
+            chk = f"diff {r['calc_diff']:.1e}, masks {'ok' if r['mask_ok'] else 'DIFFER'}"
+        elif "correct" in r:
+            chk = "ok" if r["correct"] else f"WRONG: {r['problem']}"
+        elif "bitwise_equal" in r:
+            chk = "bitwise ok" if r["bitwise_equal"] else "DIFFER"
+        print(f"| {r['case']} | {r['impl']} | {t} | {fl} | {sp} | {pk} | {chk} |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the JSON report here")
+    ap.add_argument("--tiny", action="store_true", help="small shapes on CPU under TRITON_INTERPRET=1")
+    ap.add_argument("--quick", action="store_true", help="skip the secondary cases")
+    args = ap.parse_args(argv)
+    if args.tiny and not _cuda():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    run(args.out, tiny=args.tiny, quick=args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One device call: the kernel tests on CUDA, then the full-size benchmark.
+# Usage (repo root, on the GPU machine): bash kernels/gpu_check.sh OUTDIR
+# Works without installing the package: niah.kernels is mapped by a symlink if needed.
+set -u
+OUT_DIR=${1:-/tmp/niah-kernels}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! python3 -c "import niah.kernels" 2>/dev/null; then ln -sfn ../kernels niah/kernels; fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT_DIR/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT_DIR/gpu.txt"
+timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 \
+  tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py \
+  2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
+timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
+  | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60

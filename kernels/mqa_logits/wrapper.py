@@ -1,0 +1,98 @@
+"""Wrappers with DeepGEMM's argument order for the ragged (prefill) index logits.
+
+    fp8_mqa_logits(q [S,H,D] e4m3, (k8 [Skv,D] e4m3, sf [Skv] f32), weights [S,H] f32,
+                   cu_seq_len_k_start [S] i32, cu_seq_len_k_end [S] i32,
+                   clean_logits=True, max_seqlen_k=0) -> [S, Skv] f32
+    bf16_mqa_logits(q [S,H,D] bf16, k [Skv,D] bf16, weights, ks, ke, clean_logits=True,
+                    max_seqlen_k=0) -> [S, Skv] f32
+
+Row i scores keys ks[i] <= n < ke[i]; every other position of a tile the kernel visits
+reads -inf, and with clean_logits=True the whole row is written. max_seqlen_k > 0 is
+DeepGEMM's compressed mode: [S, max_seqlen_k], column c = key ks[i] + c (clean_logits
+must then be False). The only allocation is the logits (row stride rounded up to 256
+floats, DeepGEMM's 1 KiB alignment).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from niah.kernels._common import check_device, interpreting, next_pow2
+
+_ALIGN = 256
+
+
+def _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8):
+    if q.dim() != 3:
+        raise ValueError(f"{name}: q must be [S, H, D], got {tuple(q.shape)}")
+    seq, heads, dim = q.shape
+    if dim < 16 or dim & (dim - 1):
+        raise ValueError(f"{name}: head dim must be a power of two >= 16, got {dim}")
+    want = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    if q.dtype != want:
+        raise ValueError(f"{name}: q must be {want}, got {q.dtype}")
+    if k.dim() != 2 or k.shape[1] != dim or k.dtype != want:
+        raise ValueError(f"{name}: keys must be {want} [Skv, {dim}], got {k.dtype} {tuple(k.shape)}")
+    if fp8 and (sf.dim() != 1 or sf.shape[0] != k.shape[0] or sf.dtype != torch.float32):
+        raise ValueError(f"{name}: key scales must be float32 [{k.shape[0]}], got {sf.dtype} {tuple(sf.shape)}")
+    if weights.shape != (seq, heads) or weights.dtype != torch.float32:
+        raise ValueError(f"{name}: weights must be float32 [{seq}, {heads}], got {weights.dtype} {tuple(weights.shape)}")
+    for label, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
+        if t.shape != (seq,) or t.dtype != torch.int32:
+            raise ValueError(f"{name}: {label} must be int32 [{seq}], got {t.dtype} {tuple(t.shape)}")
+    if max_seqlen_k < 0:
+        raise ValueError(f"{name}: max_seqlen_k must be >= 0, got {max_seqlen_k}")
+    if max_seqlen_k > 0 and clean_logits:
+        raise ValueError(f"{name}: clean_logits must be False when max_seqlen_k > 0 (compressed logits)")
+    check_device(q, k, sf, weights, ks, ke)
+
+
+def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
+            block_n=None, block_q=None, num_warps=None, num_stages=None):
+    from niah.kernels.mqa_logits.kernel import mqa_logits_kernel
+
+    max_seqlen_k = int(max_seqlen_k)
+    _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8)
+    seq, heads, dim = q.shape
+    skv = k.shape[0]
+    n_cols = max_seqlen_k if max_seqlen_k > 0 else skv
+    stride = (n_cols + _ALIGN - 1) // _ALIGN * _ALIGN
+    out = torch.empty((seq, stride), dtype=torch.float32, device=q.device)[:, :n_cols]
+    if seq == 0 or n_cols == 0:
+        return out
+    q = q if q.stride(2) == 1 else q.contiguous()
+    k = k if k.stride(1) == 1 else k.contiguous()
+    weights = weights.contiguous()
+    ks, ke = ks.contiguous(), ke.contiguous()
+    interp = interpreting()
+    block_n = block_n or (64 if interp else 128)
+    block_q = block_q or (4 if interp else 32)
+    grid = ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q)
+    mqa_logits_kernel[grid](
+        q, k, sf if fp8 else k, weights, ks, ke, out,
+        seq, skv, heads, n_cols,
+        q.stride(0), q.stride(1), k.stride(0), weights.stride(0), out.stride(0),
+        D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_N=block_n, BLOCK_Q=block_q,
+        IS_FP8=fp8, CLEAN=bool(clean_logits), COMPRESSED=max_seqlen_k > 0, UPCAST=interp,
+        num_warps=num_warps or 8, num_stages=num_stages or (1 if interp else 3),
+    )
+    return out
+
+
+def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                   **tuning):
+    """DeepGEMM's fp8_mqa_logits: kv = (k8 [Skv, D] e4m3, sf [Skv] f32)."""
+    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+        raise ValueError("fp8_mqa_logits: kv must be a pair (k8 [Skv, D] float8_e4m3fn, sf [Skv] float32)")
+    k8, sf = kv
+    if sf.dim() == 2 and sf.shape[1] == 1:
+        sf = sf[:, 0]
+    return _launch("fp8_mqa_logits", q, k8, sf.contiguous(), weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                   clean_logits, max_seqlen_k, True, **tuning)
+
+
+def bf16_mqa_logits(q, k, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                    **tuning):
+    """The bf16-key twin: k [Skv, D] bf16, q bf16."""
+    return _launch("bf16_mqa_logits", q, k, None, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                   clean_logits, max_seqlen_k, False, **tuning)

@@ -1,0 +1,176 @@
+"""Wrappers with DeepGEMM's argument order: check shapes, allocate, launch.
+
+    fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                         max_context_len, clean_logits=False) -> [B*next_n, max_context_len] f32
+    bf16_paged_mqa_logits(...same...)     kv_cache bf16 [pages, 64, 1, D]
+
+q [B, next_n, H, D] (e4m3 for fp8, bf16 for bf16), weights [B*next_n, H] f32,
+context_lens int32 [B] (row j of next_n sees context_lens[b] - next_n + j + 1 tokens) or
+[B, next_n] (row j sees context_lens[b, j]), block_table int32 [B, max_pages].
+Positions at or past a row's visible length read -inf inside the pages the kernel visits;
+with clean_logits=True every position of the output is written (-inf where masked), as in
+DeepGEMM; with clean_logits=False whole pages past the length are left unwritten.
+schedule_meta is accepted for signature compatibility and not needed: the grid depends on
+shapes only (CUDA-graph safe, no host sync).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from niah.kernels._common import check_device, interpreting, next_pow2
+
+SPLIT_KV = 256  # DeepGEMM's schedule granularity (tokens)
+
+
+@functools.lru_cache(maxsize=8)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    return 4
+
+
+def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
+    """DeepGEMM-compatible schedule: int32 [num_sms + 1, 2] of (request, 256-token split) starts,
+    balancing the splits of all requests over num_sms. Computed with torch ops (no host sync).
+    Our kernels do not need it; SGLang computes and passes it, so the helper keeps that path."""
+    if context_lens.dim() not in (1, 2):
+        raise ValueError(f"context_lens must be [B] or [B, next_n], got {tuple(context_lens.shape)}")
+    if context_lens.dtype != torch.int32:
+        raise ValueError(f"context_lens must be int32, got {context_lens.dtype}")
+    if block_kv <= 0 or SPLIT_KV % block_kv:
+        raise ValueError(f"block_kv must divide {SPLIT_KV}, got {block_kv}")
+    lens = context_lens[:, -1] if context_lens.dim() == 2 else context_lens
+    segs = (lens.to(torch.int64).clamp_min(0) + SPLIT_KV - 1) // SPLIT_KV
+    prefix = torch.cumsum(segs, 0)
+    total = prefix[-1:] if prefix.numel() else torch.zeros(1, dtype=torch.int64, device=lens.device)
+    sm = torch.arange(num_sms + 1, device=lens.device, dtype=torch.int64)
+    q_per, rem = total // num_sms, total % num_sms
+    seg_start = sm * q_per + torch.minimum(sm, rem)
+    q_idx = torch.searchsorted(prefix, seg_start, right=True)
+    before = torch.where(q_idx > 0, prefix[(q_idx - 1).clamp_min(0)] if prefix.numel() else seg_start * 0, 0)
+    meta = torch.stack([q_idx, seg_start - before], dim=1)
+    return meta.to(torch.int32)
+
+
+def _pages_per_split(batch_rows: int, n_pages: int, sms: int, override: int | None) -> int:
+    if override is not None:
+        return max(1, int(override))
+    # enough programs to fill the chip about 8 deep; long splits keep q reuse high
+    want = max(1, sms * 8)
+    pps = (batch_rows * n_pages + want - 1) // want
+    return int(min(max(pps, 2), 64))
+
+
+def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8: bool):
+    name = "fp8_paged_mqa_logits" if fp8 else "bf16_paged_mqa_logits"
+    if q.dim() != 4:
+        raise ValueError(f"{name}: q must be [B, next_n, H, D], got {tuple(q.shape)}")
+    batch, next_n, heads, dim = q.shape
+    if next_n < 1:
+        raise ValueError(f"{name}: next_n must be >= 1, got {next_n}")
+    if dim < 16 or dim & (dim - 1):
+        raise ValueError(f"{name}: head dim must be a power of two >= 16, got {dim}")
+    if fp8:
+        if q.dtype != torch.float8_e4m3fn:
+            raise ValueError(f"{name}: q must be float8_e4m3fn, got {q.dtype}")
+        if kv_cache.dtype != torch.uint8 or kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != dim + 4:
+            raise ValueError(
+                f"{name}: kv_cache must be uint8 [pages, block_kv, 1, {dim + 4}], "
+                f"got {kv_cache.dtype} {tuple(kv_cache.shape)}"
+            )
+    else:
+        if q.dtype != torch.bfloat16:
+            raise ValueError(f"{name}: q must be bfloat16, got {q.dtype}")
+        if kv_cache.dtype != torch.bfloat16 or kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != dim:
+            raise ValueError(
+                f"{name}: kv_cache must be bfloat16 [pages, block_kv, 1, {dim}], "
+                f"got {kv_cache.dtype} {tuple(kv_cache.shape)}"
+            )
+    block_kv = kv_cache.shape[1]
+    if block_kv < 16 or block_kv & (block_kv - 1):
+        raise ValueError(f"{name}: block_kv (kv_cache.shape[1]) must be a power of two >= 16, got {block_kv}")
+    if not kv_cache.is_contiguous():
+        raise ValueError(f"{name}: kv_cache must be contiguous")
+    if weights.shape != (batch * next_n, heads) or weights.dtype != torch.float32:
+        raise ValueError(
+            f"{name}: weights must be float32 [{batch * next_n}, {heads}], got {weights.dtype} {tuple(weights.shape)}"
+        )
+    if context_lens.dtype != torch.int32 or context_lens.shape not in ((batch,), (batch, next_n), (batch, 1)):
+        raise ValueError(
+            f"{name}: context_lens must be int32 [{batch}] or [{batch}, {next_n}], "
+            f"got {context_lens.dtype} {tuple(context_lens.shape)}"
+        )
+    if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch:
+        raise ValueError(
+            f"{name}: block_table must be int32 [{batch}, max_pages], got {block_table.dtype} {tuple(block_table.shape)}"
+        )
+    if int(max_context_len) < 0:
+        raise ValueError(f"{name}: max_context_len must be >= 0, got {max_context_len}")
+    check_device(q, kv_cache, weights, context_lens, block_table)
+
+
+def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, fp8,
+            pages_per_split=None, num_warps=None, num_stages=None):
+    from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel
+
+    _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8)
+    batch, next_n, heads, dim = q.shape
+    block_kv = kv_cache.shape[1]
+    max_context_len = int(max_context_len)
+    out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out
+    if q.stride(3) != 1:
+        q = q.contiguous()
+    weights = weights.contiguous()
+    block_table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
+    # [B, 1] with next_n > 1 is SGLang's flattened form: one length per request
+    ctx = context_lens.contiguous()
+    ctx_2d = ctx.dim() == 2 and ctx.shape[1] == next_n and next_n > 1
+    if ctx.dim() == 2 and not ctx_2d:
+        ctx = ctx[:, 0].contiguous() if ctx.shape[1] == 1 else ctx
+    n_pages = (max_context_len + block_kv - 1) // block_kv
+    pps = _pages_per_split(batch * next_n, n_pages, num_sms(q.device), pages_per_split)
+    grid = (next_n, (n_pages + pps - 1) // pps, batch)
+    if fp8:
+        flat = kv_cache.view(-1)
+        kv = flat.view(torch.float8_e4m3fn)
+        sf = flat.view(torch.float32)
+        page_stride = block_kv * (dim + 4)
+        sf_page_stride = page_stride // 4
+    else:
+        kv = kv_cache
+        sf = kv_cache  # unused
+        page_stride = block_kv * dim
+        sf_page_stride = 0
+    interp = interpreting()
+    paged_mqa_logits_kernel[grid](
+        q, kv, sf, weights, ctx, block_table, out,
+        heads, max_context_len, block_table.shape[1],
+        q.stride(0), q.stride(1), q.stride(2),
+        weights.stride(0), ctx.stride(0) if ctx.dim() else 1, block_table.stride(0), out.stride(0),
+        page_stride, sf_page_stride,
+        PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_KV=block_kv,
+        IS_FP8=fp8, CLEAN=bool(clean_logits), UPCAST=interp,
+        num_warps=num_warps or 4, num_stages=num_stages or (1 if interp else 3),
+    )
+    return out
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                         clean_logits=False, **tuning):
+    """DeepGEMM's fp8_paged_mqa_logits on the SGLang fp8 page (uint8 [pages, 64, 1, D+4])."""
+    return _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, True, **tuning)
+
+
+def bf16_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                          clean_logits=False, **tuning):
+    """The bf16-key twin: kv_cache bf16 [pages, 64, 1, D], q bf16."""
+    return _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, False, **tuning)

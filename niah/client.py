@@ -1,0 +1,219 @@
+"""Async OpenAI-compatible client: chat and completion, streaming with TTFT, bounded retries.
+
+Greedy (temperature 0). Retries with exponential backoff on 429, 5xx and connection
+errors (refused, reset, dropped mid-stream), at most `retries` times; a timeout is not
+retried (it would multiply the wait). Never raises for a failed request: the returned
+`Reply` carries `error` instead, so a sweep records it and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+@dataclass
+class RequestConfig:
+    endpoint: str  # http://host:port/v1
+    model: str
+    mode: str = "chat"  # chat | completion
+    max_tokens: int = 32
+    stream: bool = True
+    timeout_s: float = 600.0
+    retries: int = 3
+    backoff_s: float = 0.5  # first retry waits this long, then doubles (capped at 8 s)
+    api_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # extra JSON fields on every request
+
+
+@dataclass
+class Reply:
+    answer: str = ""
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    attempts: int = 0
+    error: str | None = None
+    connection_error: bool = False  # the last failure was a connection-level one
+    selection_recall: list[float] | None = None
+
+
+class _Retryable(Exception):
+    def __init__(self, msg: str, connection: bool = False, retry_after: float | None = None):
+        super().__init__(msg)
+        self.connection = connection
+        self.retry_after = retry_after
+
+
+def make_client(cfg: RequestConfig, concurrency: int = 1):
+    """An httpx.AsyncClient sized for the sweep (the caller closes it)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    limits = httpx.Limits(max_connections=max(1, concurrency) + 2, max_keepalive_connections=max(1, concurrency))
+    timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 30.0))
+    return httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout)
+
+
+def request_body(cfg: RequestConfig, prompt_fields: dict) -> dict:
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        **prompt_fields,
+        "max_tokens": cfg.max_tokens,
+        "temperature": 0,
+        "top_p": 1,
+        "stream": cfg.stream,
+    }
+    if cfg.stream:
+        body["stream_options"] = {"include_usage": True}
+    body.update(cfg.extra)
+    return body
+
+
+async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict | None = None) -> Reply:
+    """Send one request (with retries); never raises for request failures."""
+    import httpx
+
+    path = "/chat/completions" if cfg.mode == "chat" else "/completions"
+    url = cfg.endpoint.rstrip("/") + path
+    body = request_body(cfg, prompt_fields)
+    if extra:
+        body.update(extra)
+    reply = Reply()
+    for attempt in range(cfg.retries + 1):
+        reply = Reply(attempts=attempt + 1)
+        t0 = time.perf_counter()
+        try:
+            if cfg.stream:
+                await _stream(client, url, body, reply, t0, cfg.mode)
+            else:
+                await _plain(client, url, body, reply, cfg.mode)
+            reply.latency_s = round(time.perf_counter() - t0, 6)
+            return reply
+        except _Retryable as e:
+            reply.error = str(e)
+            reply.connection_error = e.connection
+            wait = e.retry_after
+        except httpx.TimeoutException as e:
+            reply.error = f"timeout after {cfg.timeout_s:g}s ({type(e).__name__})"
+            reply.latency_s = round(time.perf_counter() - t0, 6)
+            return reply
+        except (httpx.TransportError, httpx.StreamError) as e:
+            reply.error = f"connection error: {type(e).__name__}: {e}".rstrip(": ")
+            reply.connection_error = True
+            wait = None
+        except _Fatal as e:
+            reply.error = str(e)
+            reply.latency_s = round(time.perf_counter() - t0, 6)
+            return reply
+        if attempt < cfg.retries:
+            delay = min(8.0, cfg.backoff_s * (2**attempt)) if wait is None else min(wait, 30.0)
+            await asyncio.sleep(delay)
+    reply.latency_s = None
+    reply.error = f"{reply.error} (gave up after {reply.attempts} attempts)"
+    return reply
+
+
+class _Fatal(Exception):
+    pass
+
+
+def _check_status(status: int, text: str, headers) -> None:
+    if status == 200:
+        return
+    msg = f"HTTP {status}: {text[:300].strip()}"
+    if status in RETRY_STATUS:
+        ra = headers.get("retry-after") if headers is not None else None
+        try:
+            retry_after = float(ra) if ra is not None else None
+        except ValueError:
+            retry_after = None
+        raise _Retryable(msg, retry_after=retry_after)
+    raise _Fatal(msg)
+
+
+def _take_message(reply: Reply, data: dict, mode: str) -> None:
+    choice = (data.get("choices") or [{}])[0]
+    if mode == "chat":
+        msg = choice.get("message") or {}
+        reply.answer = msg.get("content") or ""
+        r = msg.get("reasoning_content") or msg.get("reasoning")
+        reply.reasoning = r or None
+    else:
+        reply.answer = choice.get("text") or ""
+    reply.finish_reason = choice.get("finish_reason")
+    _take_usage(reply, data)
+
+
+def _take_usage(reply: Reply, data: dict) -> None:
+    usage = data.get("usage") or {}
+    if usage.get("prompt_tokens") is not None:
+        reply.prompt_tokens = int(usage["prompt_tokens"])
+    if usage.get("completion_tokens") is not None:
+        reply.completion_tokens = int(usage["completion_tokens"])
+    if data.get("selection_recall") is not None:
+        reply.selection_recall = [float(x) for x in data["selection_recall"]]
+
+
+async def _plain(client, url: str, body: dict, reply: Reply, mode: str) -> None:
+    r = await client.post(url, json=body)
+    _check_status(r.status_code, r.text, r.headers)
+    try:
+        data = r.json()
+    except ValueError:
+        raise _Fatal(f"not JSON: {r.text[:200]}") from None
+    _take_message(reply, data, mode)
+
+
+async def _stream(client, url: str, body: dict, reply: Reply, t0: float, mode: str) -> None:
+    answer: list[str] = []
+    reasoning: list[str] = []
+    done = False
+    async with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            text = (await r.aread()).decode("utf-8", "replace")
+            _check_status(r.status_code, text, r.headers)
+        ctype = r.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:  # a server that ignored stream=true
+            data = json.loads(await r.aread())
+            _take_message(reply, data, mode)
+            return
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                done = True
+                break
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                continue
+            if "error" in data and not data.get("choices"):
+                raise _Fatal(f"stream error: {json.dumps(data['error'])[:300]}")
+            _take_usage(reply, data)
+            for choice in data.get("choices") or []:
+                if mode == "chat":
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content") or ""
+                    rpiece = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                else:
+                    piece, rpiece = choice.get("text") or "", ""
+                if (piece or rpiece) and reply.ttft_s is None:
+                    reply.ttft_s = round(time.perf_counter() - t0, 6)
+                answer.append(piece)
+                reasoning.append(rpiece)
+                if choice.get("finish_reason"):
+                    reply.finish_reason = choice["finish_reason"]
+    if not done and reply.finish_reason is None:
+        raise _Retryable("connection error: stream ended before [DONE]", connection=True)
+    reply.answer = "".join(answer)
+    reply.reasoning = "".join(reasoning) or None

@@ -1,0 +1,39 @@
+"""`niah doctor`: SGLang version, the plugin contract check, torch/Triton/CUDA/GPU facts."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from niah.cli import app
+
+
+@app.command()
+def doctor(
+    sglang_source: Optional[str] = typer.Option(
+        None, "--sglang-source",
+        help="Check the plugin contract against this SGLang wheel or unpacked source tree "
+             "instead of the installed SGLang."),
+    index_dtype: Optional[str] = typer.Option(
+        None, "--index-dtype", help="Check only the patch points needed for fp8 or bf16 (default: all)."),
+    points: bool = typer.Option(False, "--points", help="Also list every SGLang symbol the plugin touches."),
+) -> None:
+    """Report the environment niah's SGLang plugin and kernels would run in."""
+    from niah.errors import BadInput
+    from niah.serving.sglang.environment import gather
+
+    if index_dtype not in (None, "fp8", "bf16"):
+        raise BadInput(f"--index-dtype must be fp8 or bf16, got {index_dtype!r}")
+    facts = gather(sglang_source, index_dtype)
+    width = max(len(k) for k, _ in facts.rows)
+    for k, v in facts.rows:
+        typer.echo(f"{k:<{width}}  {v}")
+    if points:
+        from niah.serving.sglang.contract import PATCH_POINTS, points_for
+
+        typer.echo("")
+        for p in (points_for(index_dtype) if index_dtype else PATCH_POINTS):
+            typer.echo(f"{p.action:<7} {p.when:<6} {p.target}  -- {p.why}")
+    if facts.contract_ok is False:
+        raise typer.Exit(1)

@@ -1,0 +1,97 @@
+"""`niah gate` (CI regression gate), `niah plan` (trials needed) and `niah baseline export`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from niah.cli import app, baseline_app
+
+
+@app.command("gate")
+def gate_cmd(
+    baseline: Path = typer.Option(..., "--baseline", help="Baseline: run folder or exported baseline .json."),
+    candidate: Path = typer.Option(..., "--candidate", help="Candidate: run folder (or baseline file)."),
+    config: Optional[str] = typer.Option(None, "--config", help="Gate only this configuration [default: all in common]."),
+    tolerance: float = typer.Option(0.05, help="Drop (absolute recall) that is allowed before it can fail."),
+    alpha: float = typer.Option(0.05, help="Significance level a drop must reach to fail."),
+    max_error_rate: float = typer.Option(0.1, help="Largest share of error trials per length before it is an outage."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per length)."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Write the Markdown summary here."),
+) -> None:
+    """CI regression gate: exit 0 holds, 1 regression or outage, 2 bad input.
+
+    A regression is a drop larger than --tolerance that is significant at --alpha (McNemar
+    exact on paired prompts, else Wilson-score bounds), per length and overall. Writes
+    Markdown (also appended to $GITHUB_STEP_SUMMARY when set) and JUnit XML (--junit).
+    """
+    from niah.report.gate import run_gate, write_outputs
+
+    res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate)
+    typer.echo(write_outputs(res, junit, summary))
+    if res.exit_code:
+        raise typer.Exit(res.exit_code)
+
+
+@app.command("plan")
+def plan_cmd(
+    recall: float = typer.Option(0.95, "--recall", help="Baseline recall."),
+    drop: float = typer.Option(0.10, "--drop", help="Drop in recall that must be detectable (absolute)."),
+    alpha: float = typer.Option(0.05, help="Two-sided significance level (as the gate uses)."),
+    power: float = typer.Option(0.8, help="Probability of detecting a drop of that size."),
+    depths: int = typer.Option(1, "--depths", help="Depths per length: also say trials per cell for a per-length test."),
+) -> None:
+    """How many trials a comparison needs for a drop in recall to be detectable.
+
+    Paired (exact McNemar; exact power, bracketed by nested and independent errors) and
+    unpaired (two-proportion, Fleiss). See docs/reports.md for the method.
+    """
+    import math
+
+    from niah.errors import BadInput
+    from niah.report.stats import trials_needed
+
+    target = recall - drop
+    if depths < 1:
+        raise BadInput("--depths must be >= 1")
+    try:
+        plans = trials_needed(recall, target, alpha, power)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    typer.echo(f"detect recall {recall:.3f} -> {target:.3f} (drop {100 * drop:g} pp), two-sided alpha={alpha:g}, "
+               f"power {100 * power:g}%\n")
+    cell = f" {'per cell*':>10}" if depths > 1 else ""
+    typer.echo(f"{'design':<30} {'trials/side':>11}{cell} {'power':>7}  method")
+    for p in plans:
+        pw = "—" if p.power != p.power else f"{p.power:.3f}"
+        cell = f" {math.ceil(p.n / depths):>10}" if depths > 1 else ""
+        typer.echo(f"{p.design:<30} {p.n:>11}{cell} {pw:>7}  {p.method}")
+    if depths > 1:
+        typer.echo(f"\n* trials per (length, depth) cell when a length's {depths} depths are pooled into one "
+                   "test (as the gate does); one cell tested alone needs the full count.")
+    typer.echo("\nTrials/side = prompts per comparison (a length, or a cell).\n"
+               "Paired designs need fewer trials the more the two sides fail on the same prompts; "
+               "'nested' assumes B fails wherever A does (fewest), 'independent' that failures are unrelated.")
+
+
+@baseline_app.command("export")
+def baseline_export_cmd(
+    run: Path = typer.Argument(..., help="Run folder to export."),
+    out: Path = typer.Option(..., "--out", "-o", help="Baseline file to write, e.g. results/baselines/NAME.json."),
+    config: Optional[List[str]] = typer.Option(None, "--config", help="Only these configurations (repeatable)."),
+) -> None:
+    """Write a small baseline of RUN for `niah gate`.
+
+    Keeps per-trial outcomes keyed by prompt hash (so the gate pairs against it) and a
+    per-length summary.
+    """
+    from niah.report.baseline import export_baseline
+
+    data = export_baseline(run, out, config or None)
+    for name, c in data["configs"].items():
+        s = c["summary"].get("all", {})
+        rec = "—" if s.get("recall") is None else f"{100 * s['recall']:.1f}%"
+        typer.echo(f"{name}: {len(c['trials'])} trials, recall {rec}")
+    typer.echo(f"wrote {out}")

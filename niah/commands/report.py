@@ -1,0 +1,96 @@
+"""`niah report` (figures + summary.md of a run) and `niah compare` (A vs B, paired)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from niah.cli import app
+
+
+@app.command("report")
+def report_cmd(
+    run: Path = typer.Argument(..., help="Run folder (manifest.json + trials.jsonl)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: RUN/report]."),
+    svg: bool = typer.Option(False, "--svg", help="Write SVG instead of PNG."),
+    alpha: float = typer.Option(0.05, help="Significance level of the difference heatmaps."),
+) -> None:
+    """Draw a run's heatmaps, comparisons and summary.md into RUN/report/.
+
+    One heatmap per configuration and a grid of all on a shared scale, difference heatmaps
+    (B - A) for configurations differing in one axis, recall vs length with 95% Wilson
+    intervals (and selection recall where recorded), and summary.md with every table
+    behind them, the failure taxonomy, latency/TTFT medians and the length check.
+    """
+    from niah.report.render import render_report
+
+    rep = render_report(run, out, svg=svg, alpha=alpha)
+    typer.echo(f"{rep.trials} trials, {rep.configs} configuration(s): {len(rep.figures)} figures in {rep.out}")
+    typer.echo(f"summary: {rep.summary}")
+
+
+def _pick(names: list[str], want: Optional[str], where: str, flag: str) -> str:
+    from niah.errors import BadInput
+
+    if want:
+        if want not in names:
+            raise BadInput(f"{where} has no configuration {want!r}; it has {names}")
+        return want
+    if len(names) == 1:
+        return names[0]
+    raise BadInput(f"{where} has configurations {names}; choose one with {flag}")
+
+
+@app.command("compare")
+def compare_cmd(
+    run_a: Path = typer.Argument(..., help="Run folder (or baseline file) A."),
+    run_b: Optional[Path] = typer.Argument(None, help="Run folder B [default: A again, with --a/--b]."),
+    a: Optional[str] = typer.Option(None, "--a", help="Configuration of A."),
+    b: Optional[str] = typer.Option(None, "--b", help="Configuration of B."),
+    alpha: float = typer.Option(0.05, help="Significance level."),
+    by_depth: bool = typer.Option(False, "--by-depth", help="Also compare every (length, depth) cell."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables to this file."),
+) -> None:
+    """Compare two runs, or two configurations of one run (--a, --b), per length.
+
+    Per length and overall: recall of each side, B - A, McNemar's exact test on trials
+    that saw the same prompt, and a verdict. Runs whose prompts do not pair are compared
+    unpaired (two-proportion) and the output says so.
+    """
+    from niah.errors import BadInput
+    from niah.report.baseline import load_side
+    from niah.report.compare import compare, rows_markdown
+
+    _, fa, wa = load_side(run_a)
+    if run_b is None:
+        fb, wb = fa, wa
+        names = list(dict.fromkeys(fa["config"]))
+        if not (a and b):
+            if len(names) != 2:
+                raise BadInput(f"{run_a} has configurations {names}; name the two to compare with --a and --b")
+            a, b = a or [n for n in names if n != b][0], b or [n for n in names if n != a][0]
+        ca = _pick(names, a, str(run_a), "--a")
+        cb = _pick(names, b, str(run_a), "--b")
+        if ca == cb:
+            raise BadInput("--a and --b name the same configuration")
+    else:
+        _, fb, wb = load_side(run_b)
+        ca = _pick(list(dict.fromkeys(fa["config"])), a, str(run_a), "--a")
+        cb = _pick(list(dict.fromkeys(fb["config"])), b, str(run_b), "--b")
+    da, db = fa[fa["config"] == ca], fb[fb["config"] == cb]
+    rows, method = compare(da, db, ["length"], alpha)
+    name_a = f"A: {ca}" if run_b is None else f"A: {run_a.name}/{ca}"
+    name_b = f"B: {cb}" if run_b is None else f"B: {run_b.name}/{cb}"
+    basis = {"prompt": "paired by prompt hash (McNemar exact on discordant pairs)",
+             "seed": "paired by (length, depth, trial, seed) (McNemar exact on discordant pairs)",
+             None: "UNPAIRED: no trials saw the same prompt; two-proportion comparison "
+                   "(Newcombe interval decides, pooled z-test p shown)"}[method]
+    text = f"# {name_b} vs {name_a}\n\n{basis}; alpha = {alpha:g}\n\n" + rows_markdown(rows, name_a, name_b)
+    if by_depth:
+        cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
+        text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")
+    typer.echo(text)
+    if markdown:
+        markdown.write_text(text, encoding="utf-8")

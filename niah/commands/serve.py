@@ -1,0 +1,46 @@
+"""`niah serve`: the embedded OpenAI-compatible CPU server (SmolLM2-135M, dense or DSA)."""
+
+from __future__ import annotations
+
+import typer
+
+from niah.cli import app
+
+
+@app.command()
+def serve(
+    attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
+    index_dtype: str = typer.Option("fp8", "--index-dtype", help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32."),
+    index_topk: int = typer.Option(512, "--index-topk", help="Keys each query keeps (DSA)."),
+    window: int = typer.Option(0, help="The last W tokens are always kept too (DSA)."),
+    query_chunk: int = typer.Option(512, "--query-chunk", help="Queries scored at once (bounds memory)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    threads: int = typer.Option(2, help="torch CPU threads."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve SmolLM2-135M-Instruct on the CPU, OpenAI-compatible, with dense or DSA attention."""
+    from niah.errors import BadInput
+
+    if attention not in ("dense", "dsa"):
+        raise BadInput(f"--attention must be dense or dsa, not {attention!r}")
+    if index_dtype not in ("fp8", "bf16", "fp32"):
+        raise BadInput(f"--index-dtype must be fp8, bf16 or fp32, not {index_dtype!r}")
+    if index_topk < 1:
+        raise BadInput("--index-topk must be >= 1")
+    if window < 0:
+        raise BadInput("--window must be >= 0")
+    if query_chunk < 1 or threads < 1:
+        raise BadInput("--query-chunk and --threads must be >= 1")
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port must be 0..65535, not {port}")
+    try:
+        from niah.serving.embedded.server import ServeConfig, serve as run
+    except ModuleNotFoundError as e:
+        raise BadInput(f"the embedded server needs the [serve] extra ({e.name} is missing): "
+                       "pip install -e '.[serve]'") from None
+    from niah.serving.embedded.weights import gguf_path
+
+    gguf_path()   # a clear error before anything heavy when the weights are missing
+    run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads),
+        host=host, port=port, log_level=log_level)

@@ -1,0 +1,36 @@
+"""Export a run's trials as one table (CSV or parquet) through pandas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from niah.errors import BadInput
+from niah.store import load_run, trials_frame
+
+FORMATS = ("csv", "parquet")
+
+
+def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None) -> Path:
+    """RUN/trials.jsonl -> RUN/trials.<fmt> (or `out`); list fields become JSON strings in CSV."""
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown export format {fmt!r}: use csv or parquet")
+    run = Path(run)
+    _, records = load_run(run)
+    df = trials_frame(records)
+    out = Path(out) if out else run / f"trials.{fmt}"
+    try:
+        if fmt == "csv":
+            if "selection_recall" in df:
+                df["selection_recall"] = df["selection_recall"].map(
+                    lambda v: json.dumps(v) if isinstance(v, list) else v
+                )
+            df.to_csv(out, index=False)
+        else:
+            try:
+                df.to_parquet(out, index=False)
+            except ImportError:
+                raise BadInput("parquet export needs pyarrow: pip install pyarrow") from None
+    except OSError as e:
+        raise BadInput(f"cannot write {out}: {e.strerror or e}") from None
+    return out

@@ -1,0 +1,136 @@
+"""CI baselines: a small JSON export of a run that the gate can pair against.
+
+    {"kind": "niah-baseline", "schema_version": 1, "exported": ..., "source": {run, created,
+     git_sha, niah_version, args},
+     "configs": {NAME: {"model", "axes",
+                        "summary": {"<length>" | "all": {n, answered, correct, errors, recall, lo, hi}},
+                        "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
+                                    "seed", "prompt_sha256", "outcome", "correct"}]}}}
+
+Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
+exported baseline exactly as with a run folder. `load_side` reads either.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from niah.errors import BadInput
+
+KIND = "niah-baseline"
+BASELINE_SCHEMA = 1
+_TRIAL_FIELDS = ("length", "depth", "trial", "seed", "prompt_sha256", "outcome")
+
+
+def _summary(df) -> dict[str, Any]:
+    from niah.report.data import aggregate
+
+    out: dict[str, Any] = {}
+    for r in aggregate(df, ["length"]).itertuples(index=False):
+        out[str(int(r.length))] = _row(r)
+    tot = aggregate(df.assign(_all=0), ["_all"])
+    if len(tot):
+        out["all"] = _row(next(tot.itertuples(index=False)))
+    return out
+
+
+def _row(r) -> dict[str, Any]:
+    rec = None if r.recall != r.recall else round(float(r.recall), 6)
+    return {"n": int(r.n), "answered": int(r.answered), "correct": int(r.correct), "errors": int(r.errors),
+            "recall": rec, "lo": round(float(r.lo), 6) if r.lo == r.lo else None,
+            "hi": round(float(r.hi), 6) if r.hi == r.hi else None}
+
+
+def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None = None) -> dict[str, Any]:
+    """Write RUN (all configurations, or the named ones) as a baseline file; returns it."""
+    from niah.report.data import config_infos, load_frame
+
+    run = Path(run)
+    manifest, df = load_frame(run)
+    if df.empty:
+        raise BadInput(f"{run} has no finished trials; nothing to export")
+    infos = config_infos(manifest, df)
+    names = [n for n in infos if (df["config"] == n).any()]
+    if configs:
+        missing = [c for c in configs if c not in names]
+        if missing:
+            raise BadInput(f"{run} has no configuration {missing}; it has {names}")
+        names = list(configs)
+    data: dict[str, Any] = {
+        "kind": KIND,
+        "schema_version": BASELINE_SCHEMA,
+        "exported": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": {
+            "run": str(run),
+            "created": manifest.get("created"),
+            "git_sha": manifest.get("git_sha"),
+            "niah_version": manifest.get("niah_version"),
+            "args": {k: v for k, v in (manifest.get("args") or {}).items()
+                     if k in ("lengths", "depths", "trials", "seed", "mode", "max_tokens", "tokenizer", "needle")},
+        },
+        "configs": {},
+    }
+    for name in names:
+        d = df[df["config"] == name].sort_values(["length", "depth", "trial"])
+        trials = []
+        for r in d.itertuples(index=False):
+            trials.append({
+                "key": f"{int(r.length)}|{float(r.depth):g}|{int(r.trial)}",
+                "length": int(r.length), "depth": float(r.depth), "trial": int(r.trial),
+                "seed": None if r.seed is None or r.seed != r.seed else int(r.seed),
+                "prompt_sha256": r.prompt_sha256, "outcome": r.outcome, "correct": bool(r.correct),
+            })
+        data["configs"][name] = {"model": infos[name].model, "axes": infos[name].axes,
+                                 "summary": _summary(d), "trials": trials}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return data
+
+
+def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(manifest-like dict, trial records) of a baseline file; BadInput when it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot read baseline ({e})") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise BadInput(f"{path}: not a niah baseline (kind != {KIND!r})")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > BASELINE_SCHEMA:
+        raise BadInput(f"{path}: baseline schema_version {version!r} is not one this niah reads ({BASELINE_SCHEMA})")
+    configs = data.get("configs")
+    if not isinstance(configs, dict) or not configs:
+        raise BadInput(f"{path}: baseline has no configurations")
+    records = []
+    for name, c in configs.items():
+        for t in c.get("trials") or []:
+            if not all(k in t for k in _TRIAL_FIELDS):
+                raise BadInput(f"{path}: trial record of {name!r} lacks one of {_TRIAL_FIELDS}")
+            records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model")})
+    manifest = {"created": (data.get("source") or {}).get("created"), "git_sha": (data.get("source") or {}).get("git_sha"),
+                "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {}} for n, c in configs.items()}}
+    return manifest, records
+
+
+def load_side(path: Path | str):
+    """(manifest, trial frame, description) of a run folder or a baseline file."""
+    from niah.report.data import trials_frame
+    from niah.store import load_run
+
+    path = Path(path)
+    if path.is_dir():
+        manifest, records = load_run(path)
+        what = f"run {path}"
+    elif path.is_file():
+        manifest, records = read_baseline(path)
+        what = f"baseline {path}"
+    else:
+        raise BadInput(f"{path}: no such run folder or baseline file")
+    if not records:
+        raise BadInput(f"{path}: no trials")
+    return manifest, trials_frame(records), what

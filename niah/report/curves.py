@@ -1,0 +1,64 @@
+"""Recall against context length, one line per configuration, with 95% Wilson intervals;
+beside it, where trials recorded it, the indexer's selection recall.
+
+Selection recall of one trial is the *minimum over layers* of the share of the needle's
+tokens the indexer kept: a needle dropped in any one layer is lost to that layer, so the
+weakest layer bounds what the model can retrieve. The plotted value is the mean of that
+minimum over the trials at a length.
+"""
+
+from __future__ import annotations
+
+from niah.report import style
+
+
+def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0.95):
+    """by_len: aggregate(df, ["config", "length"]). Returns the figure."""
+    plt = style.plt()
+    has_sel = bool((by_len["sel_n"] > 0).any()) if len(by_len) else False
+    ncols = 2 if has_sel else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(6.4 * ncols, 4.3), squeeze=False)
+    ax = axes[0][0]
+    names = list(infos)
+    colours = plt.get_cmap("tab10")
+    k = len(names)
+    use_log = len(lengths) > 1 and max(lengths) / max(1, min(lengths)) >= 4
+    for i, name in enumerate(names):
+        d = by_len[(by_len["config"] == name) & (by_len["answered"] > 0)].sort_values("length")
+        if d.empty:
+            continue
+        # small horizontal offsets so overlapping intervals stay readable
+        off = (i - (k - 1) / 2) * 0.025
+        xs = [x * (2 ** off) if use_log else x * (1 + off / 4) for x in d["length"]]
+        y = d["recall"].to_numpy()
+        yerr = [y - d["lo"].to_numpy(), d["hi"].to_numpy() - y]
+        ax.errorbar(xs, y, yerr=yerr, marker="o", ms=4.5, capsize=3, lw=1.6, color=colours(i % 10),
+                    label=name)
+        if has_sel:
+            s = d[d["sel_n"] > 0]
+            if len(s):
+                sx = [x * (2 ** off) if use_log else x for x in s["length"]]
+                axes[0][1].plot(sx, s["sel"], marker="s", ms=4.5, lw=1.6, color=colours(i % 10), label=name)
+    for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)", "selection recall (mean of min over layers)")):
+        if use_log:
+            a.set_xscale("log", base=2)
+        a.set_xticks(lengths)
+        a.set_xticklabels([style.fmt_len(x) for x in lengths])
+        a.minorticks_off()
+        a.set_ylim(-0.03, 1.05)
+        a.set_xlabel("context length (tokens)")
+        a.set_ylabel(ylabel)
+        a.grid(True, alpha=0.3)
+        for s in ("top", "right"):
+            a.spines[s].set_visible(False)
+    ax.set_title("Recall vs context length (errors excluded)", fontsize=10.5, loc="left")
+    if has_sel:
+        axes[0][1].set_title("Indexer kept the needle (where recorded)", fontsize=10.5, loc="left")
+    if has_sel and axes[0][1].get_legend_handles_labels()[0]:
+        axes[0][1].legend(fontsize=8, loc="lower left", frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower left", frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no answered trials", transform=ax.transAxes, ha="center", va="center", color="#777777")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,196 @@
+"""Trials as tables: per-cell and per-length recall, pairing across configurations/runs.
+
+Recall everywhere is `correct / answered`, where *answered* excludes `error` trials
+(HTTP errors, timeouts, dead servers): an outage is counted and shown apart, never as a
+miss. A cell whose trials all errored has no recall (NaN) and is drawn as an outage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from niah.errors import BadInput
+from niah.store import OUTCOMES
+
+# Columns every trial frame has after `trials_frame` (missing ones filled with None).
+COLUMNS = (
+    "config", "model", "length", "prompt_tokens", "prompt_tokens_local", "depth",
+    "depth_achieved", "trial", "seed", "prompt_sha256", "outcome", "latency_s", "ttft_s",
+    "error", "selection_recall", "finished_at",
+)
+
+
+def trials_frame(records: list[dict[str, Any]]):
+    """Records -> DataFrame with the COLUMNS above plus `correct`, `answered`, `is_error`,
+    `sel_min` (minimum of selection_recall over layers, NaN when not recorded)."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.DataFrame(records)
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    if df.empty:
+        df = df.astype({"length": "int64", "depth": "float64"})
+    bad = sorted(set(df["outcome"].dropna()) - set(OUTCOMES))
+    if bad or df["outcome"].isna().any():
+        raise BadInput(f"trials with unknown outcome {bad or [None]}; expected one of {OUTCOMES}")
+    df["config"] = df["config"].fillna("default").astype(str)
+    df["length"] = df["length"].astype("int64")
+    df["depth"] = df["depth"].astype("float64")
+    df["correct"] = df["outcome"] == "correct"
+    df["is_error"] = df["outcome"] == "error"
+    df["answered"] = ~df["is_error"]
+
+    def _min(v: Any) -> float:
+        if isinstance(v, (list, tuple)) and len(v):
+            vals = [float(x) for x in v if x is not None]
+            return min(vals) if vals else np.nan
+        return np.nan
+
+    df["sel_min"] = [_min(v) for v in df["selection_recall"]]
+    for col in ("latency_s", "ttft_s", "prompt_tokens", "prompt_tokens_local", "depth_achieved"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def aggregate(df, keys: list[str], confidence: float = 0.95):
+    """Group `df` by keys: n, answered, correct, errors, recall (NaN when nothing was
+    answered), Wilson lo/hi, and mean selection recall (sel_min) where recorded."""
+    import numpy as np
+    import pandas as pd
+
+    from niah.report.stats import wilson
+
+    if df.empty:
+        return pd.DataFrame(columns=[*keys, "n", "answered", "correct", "errors", "recall", "lo", "hi", "sel", "sel_n"])
+    g = df.groupby(keys, sort=True)
+    out = pd.DataFrame({
+        "n": g.size(),
+        "answered": g["answered"].sum(),
+        "correct": g["correct"].sum(),
+        "errors": g["is_error"].sum(),
+        "sel": g["sel_min"].mean(),
+        "sel_n": g["sel_min"].count(),
+    }).reset_index()
+    for c in ("n", "answered", "correct", "errors", "sel_n"):
+        out[c] = out[c].astype(int)
+    out["recall"] = np.where(out["answered"] > 0, out["correct"] / out["answered"].where(out["answered"] > 0, 1), np.nan)
+    bounds = [wilson(int(k), int(n), confidence) if n else (np.nan, np.nan)
+              for k, n in zip(out["correct"], out["answered"])]
+    out["lo"] = [b[0] for b in bounds]
+    out["hi"] = [b[1] for b in bounds]
+    return out
+
+
+# -- configurations ---------------------------------------------------------------------
+@dataclass
+class ConfigInfo:
+    name: str
+    model: str
+    axes: dict[str, Any]
+    dense: bool
+
+
+def _is_dense(name: str, axes: dict[str, Any]) -> bool:
+    if "dense" in name.lower():
+        return True
+    return any(str(v).lower() == "dense" for v in axes.values())
+
+
+def config_infos(manifest: dict[str, Any], df) -> dict[str, ConfigInfo]:
+    """Configurations in manifest order (then any only seen in trials), with their axes."""
+    out: dict[str, ConfigInfo] = {}
+    configs = manifest.get("configs") or {}
+    present = list(dict.fromkeys(df["config"])) if len(df) else []
+    for name in [*configs, *[p for p in present if p not in configs]]:
+        meta = configs.get(name) or {}
+        axes = dict(meta.get("axes") or {})
+        model = meta.get("model")
+        if not model and len(df):
+            models = df.loc[df["config"] == name, "model"].dropna()
+            model = models.iloc[0] if len(models) else None
+        out[name] = ConfigInfo(name, str(model or "?"), axes, _is_dense(name, axes))
+    return out
+
+
+def _order_key(v: Any) -> tuple:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, float(v), "")
+    return (1, 0.0, str(v))
+
+
+def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
+    """(A, B, label) for every pair of configurations that differ in exactly one axis
+    (same axis names, one value different), plus every sparse configuration against a
+    dense control. A is the smaller numeric value, else the one listed first; the dense
+    control is always A. The label says what changes ("index_dtype: fp8 -> bf16 @ index_topk=1024")."""
+    names = list(infos)
+    pairs: list[tuple[str, str, str]] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ia, ib = infos[a], infos[b]
+            if ia.dense or ib.dense:
+                if ia.dense == ib.dense:
+                    continue
+                dense, sparse = (ia, ib) if ia.dense else (ib, ia)
+                pairs.append((dense.name, sparse.name, f"dense control -> {sparse.name}"))
+                continue
+            if not ia.axes or set(ia.axes) != set(ib.axes):
+                continue
+            diff = [k for k in ia.axes if ia.axes[k] != ib.axes[k]]
+            if len(diff) != 1:
+                continue
+            k = diff[0]
+            va, vb = ia.axes[k], ib.axes[k]
+            both_num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
+            if both_num and va > vb:
+                ia, ib, va, vb = ib, ia, vb, va
+            fixed = ", ".join(f"{kk}={ia.axes[kk]}" for kk in ia.axes if kk != k)
+            pairs.append((ia.name, ib.name, f"{k}: {va} -> {vb}" + (f" @ {fixed}" if fixed else "")))
+    return pairs
+
+
+# -- pairing ------------------------------------------------------------------------------
+PAIR_FALLBACK = ["length", "depth", "trial", "seed"]
+
+
+def pair_trials(a, b):
+    """Pair trials of A and B that saw the same prompt (prompt_sha256); when fewer than half
+    pair that way, fall back to (length, depth, trial, seed). Returns (pairs, method) with
+    pairs holding length, depth, correct_a, correct_b, outcome_a, outcome_b; method is
+    "prompt", "seed" or None (nothing pairs: compare unpaired)."""
+    import pandas as pd
+
+    cols = ["length", "depth", "trial", "seed", "prompt_sha256", "correct", "outcome"]
+    a = a[cols].copy()
+    b = b[cols].copy()
+    best, method = None, None
+    ha, hb = a.dropna(subset=["prompt_sha256"]), b.dropna(subset=["prompt_sha256"])
+    if len(ha) and len(hb):
+        m = ha.drop_duplicates("prompt_sha256").merge(
+            hb.drop_duplicates("prompt_sha256")[["prompt_sha256", "correct", "outcome"]],
+            on="prompt_sha256", suffixes=("_a", "_b"))
+        if len(m) and 2 * len(m) >= min(len(a), len(b)):
+            best, method = m, "prompt"
+    if best is None:
+        fa, fb = a.dropna(subset=["seed"]), b.dropna(subset=["seed"])
+        if len(fa) and len(fb):
+            m = fa.drop_duplicates(PAIR_FALLBACK).merge(
+                fb.drop_duplicates(PAIR_FALLBACK)[[*PAIR_FALLBACK, "correct", "outcome"]],
+                on=PAIR_FALLBACK, suffixes=("_a", "_b"))
+            if len(m):
+                best, method = m, "seed"
+    if best is None:
+        return pd.DataFrame(columns=["length", "depth", "correct_a", "correct_b", "outcome_a", "outcome_b"]), None
+    return best[["length", "depth", "correct_a", "correct_b", "outcome_a", "outcome_b"]].reset_index(drop=True), method
+
+
+def load_frame(run: Path | str):
+    """(manifest, frame) of a run folder."""
+    from niah.store import load_run
+
+    manifest, records = load_run(run)
+    return manifest, trials_frame(records)

@@ -1,0 +1,240 @@
+"""The CI regression gate: does the candidate hold the baseline's recall?
+
+Per configuration, per length present on both sides, and over all of them:
+
+- **regression** when the candidate's recall is below the baseline's by more than
+  `tolerance` (absolute, e.g. 0.05 = 5 points) *and* the drop is significant at `alpha`:
+  McNemar's exact two-sided test on the pairs where both sides saw the same prompt; when
+  nothing pairs, the Newcombe hybrid Wilson-score interval of the difference (level
+  1 - alpha) lies entirely below zero. A raw drop without the evidence passes; so does a
+  significant drop within the tolerance.
+- **outage** when the candidate could not answer: no answered trial at that length, or a
+  share of `error` trials above `max_error_rate`. Errors are never counted as misses, but
+  a gate cannot pass a candidate it could not measure.
+- **skipped** for a length only the baseline has (reported, not failed).
+
+Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
+overlap, schema mismatch). Each test is at level alpha with no multiplicity correction;
+the overall row pools every common length.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+from niah.errors import BadInput
+from niah.report.compare import ALL, Row, compare
+
+PASS, REGRESSION, OUTAGE, SKIPPED = "pass", "regression", "outage", "skipped"
+
+
+@dataclass
+class Case:
+    config: str
+    length: int | str  # a length or "all"
+    status: str
+    row: Row | None
+    message: str
+
+    @property
+    def name(self) -> str:
+        return "all lengths" if self.length == ALL else f"length {self.length}"
+
+
+@dataclass
+class GateResult:
+    baseline: str
+    candidate: str
+    tolerance: float
+    alpha: float
+    max_error_rate: float
+    cases: list[Case] = field(default_factory=list)
+    pairing: dict[str, str | None] = field(default_factory=dict)  # config -> method
+    config_map: dict[str, str] = field(default_factory=dict)  # candidate config -> baseline config
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Case]:
+        return [c for c in self.cases if c.status in (REGRESSION, OUTAGE)]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    @property
+    def verdict(self) -> str:
+        if not self.failed:
+            return "PASS"
+        kinds = {c.status for c in self.failed}
+        return " + ".join(k.upper() for k in (REGRESSION, OUTAGE) if k in kinds)
+
+
+def _match_configs(base, cand, config: str | None) -> dict[str, str]:
+    """candidate config -> baseline config."""
+    bn = list(dict.fromkeys(base["config"]))
+    cn = list(dict.fromkeys(cand["config"]))
+    if config:
+        if config not in bn:
+            raise BadInput(f"baseline has no configuration {config!r}; it has {bn}")
+        if config not in cn:
+            raise BadInput(f"candidate has no configuration {config!r}; it has {cn}")
+        return {config: config}
+    common = [c for c in cn if c in bn]
+    if common:
+        return {c: c for c in common}
+    if len(bn) == 1 and len(cn) == 1:
+        return {cn[0]: bn[0]}
+    raise BadInput(f"no configuration in common (baseline {bn}, candidate {cn}); pass --config")
+
+
+def _fmt(x: float) -> str:
+    return "—" if x != x else f"{100 * x:.1f}%"
+
+
+def _message(row: Row, tolerance: float, alpha: float) -> str:
+    ev = (f"McNemar exact p={row.p:.3g} ({row.losses} lost / {row.wins} gained)" if row.basis.startswith("paired")
+          else f"unpaired, {100 * (1 - alpha):g}% Newcombe interval [{100 * row.lo:+.1f}, {100 * row.hi:+.1f}] pp")
+    return (f"recall {_fmt(row.recall_a)} -> {_fmt(row.recall_b)} ({100 * row.diff:+.1f} pp, tolerance "
+            f"{100 * tolerance:g} pp); {ev}")
+
+
+def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
+             alpha: float = 0.05, max_error_rate: float = 0.1) -> GateResult:
+    """Gate CANDIDATE (run folder or baseline file) against BASELINE (either)."""
+    from niah.report.baseline import load_side
+
+    if not 0 <= tolerance < 1:
+        raise BadInput(f"--tolerance must be in [0, 1), got {tolerance}")
+    if not 0 < alpha < 1:
+        raise BadInput(f"--alpha must be in (0, 1), got {alpha}")
+    if not 0 <= max_error_rate <= 1:
+        raise BadInput(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
+    _, base, bwhat = load_side(baseline)
+    _, cand, cwhat = load_side(candidate)
+    res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate)
+    res.config_map = _match_configs(base, cand, config)
+    overlap_any = False
+    for cname, bname in res.config_map.items():
+        b = base[base["config"] == bname]
+        c = cand[cand["config"] == cname]
+        bl, cl = set(b["length"]), set(c["length"])
+        common = sorted(bl & cl)
+        if not common:
+            continue
+        overlap_any = True
+        label = cname if cname == bname else f"{cname} (vs baseline {bname})"
+        b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
+        rows, method = compare(b, c, ["length"], alpha)
+        res.pairing[label] = method
+        if method is None:
+            res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
+                             "with Wilson-score (Newcombe) intervals")
+        for row in rows:
+            sub = c if row.group == ALL else c[c["length"] == row.group]
+            err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
+            if row.n_b == 0 or err_rate > max_error_rate:
+                status = OUTAGE
+                msg = (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
+                       f"(max error rate {100 * max_error_rate:g}%)")
+            elif row.n_a == 0:
+                status, msg = SKIPPED, "baseline has no answered trials here"
+            elif row.diff < -tolerance and row.significant:
+                status, msg = REGRESSION, _message(row, tolerance, alpha)
+            else:
+                status, msg = PASS, _message(row, tolerance, alpha)
+            res.cases.append(Case(label, row.group, status, row, msg))
+        for L in sorted(bl - cl):
+            res.cases.append(Case(label, int(L), SKIPPED, None, "length not in the candidate"))
+        extra = sorted(cl - bl)
+        if extra:
+            res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
+    if not overlap_any:
+        raise BadInput(f"{bwhat} and {cwhat} do not overlap (no length in common for {list(res.config_map)})")
+    return res
+
+
+# -- output ---------------------------------------------------------------------------------
+_ICON = {PASS: "✅ pass", REGRESSION: "❌ regression", OUTAGE: "⚠️ outage", SKIPPED: "➖ skipped"}
+
+
+def markdown(res: GateResult) -> str:
+    """The gate's Markdown summary (CI step summary, PR comment)."""
+    out = [f"## niah gate: {res.verdict}\n",
+           f"- baseline: {res.baseline}\n- candidate: {res.candidate}\n"
+           f"- rule: regression = drop > {100 * res.tolerance:g} pp **and** significant at alpha = {res.alpha:g} "
+           f"(paired: McNemar exact; unpaired: Newcombe/Wilson interval); outage = error rate > "
+           f"{100 * res.max_error_rate:g}% or nothing answered\n"]
+    for n in res.notes:
+        out.append(f"- note: {n}\n")
+    for cfg in dict.fromkeys(c.config for c in res.cases):
+        basis = res.pairing.get(cfg)
+        out.append(f"\n### `{cfg}` ({'paired by ' + ('prompt hash' if basis == 'prompt' else 'seed') if basis else 'unpaired'})\n\n")
+        out.append("| length | baseline | candidate | diff | evidence | status |\n|---|---|---|---|---|---|\n")
+        for c in (x for x in res.cases if x.config == cfg):
+            r = c.row
+            name = "**all**" if c.length == ALL else f"{c.length:,}"
+            if r is None:
+                out.append(f"| {name} | | | | {c.message} | {_ICON[c.status]} |\n")
+                continue
+            ev = (f"{r.losses} lost / {r.wins} gained, p={r.p:.3g}" if r.basis.startswith("paired")
+                  else f"diff CI [{100 * r.lo:+.1f}, {100 * r.hi:+.1f}] pp")
+            if c.status == OUTAGE:
+                ev = c.message
+            err = f" ⚠{r.errors_b} err" if r.errors_b else ""
+            diff = "—" if r.diff != r.diff else f"{100 * r.diff:+.1f} pp"
+            out.append(f"| {name} | {_fmt(r.recall_a)} ({r.k_a}/{r.n_a}) | {_fmt(r.recall_b)} ({r.k_b}/{r.n_b}){err} "
+                       f"| {diff} | {ev} | {_ICON[c.status]} |\n")
+    if res.failed:
+        out.append("\nFailing: " + ", ".join(f"`{c.config}` {c.name} ({c.status})" for c in res.failed) + "\n")
+    return "".join(out)
+
+
+def junit(res: GateResult) -> str:
+    """JUnit XML: one test suite per configuration, one test case per length (+ overall)."""
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
+    fails = sum(c.status == REGRESSION for c in res.cases)
+    errs = sum(c.status == OUTAGE for c in res.cases)
+    lines.append(f'<testsuites name="niah gate" tests="{len(res.cases)}" failures="{fails}" errors="{errs}">')
+    for cfg in dict.fromkeys(c.config for c in res.cases):
+        cases = [c for c in res.cases if c.config == cfg]
+        lines.append(
+            f'  <testsuite name={quoteattr("niah gate: " + cfg)} tests="{len(cases)}" '
+            f'failures="{sum(c.status == REGRESSION for c in cases)}" errors="{sum(c.status == OUTAGE for c in cases)}" '
+            f'skipped="{sum(c.status == SKIPPED for c in cases)}">')
+        for c in cases:
+            head = f'    <testcase classname={quoteattr("niah.gate." + cfg)} name={quoteattr(c.name)} time="0"'
+            if c.status == PASS:
+                lines.append(head + f"><system-out>{escape(c.message)}</system-out></testcase>")
+            elif c.status == REGRESSION:
+                lines.append(head + f"><failure message={quoteattr(f'{cfg} {c.name}: regression: ' + c.message)} "
+                             f'type="regression">{escape(c.message)}</failure></testcase>')
+            elif c.status == OUTAGE:
+                lines.append(head + f"><error message={quoteattr(f'{cfg} {c.name}: ' + c.message)} "
+                             f'type="outage">{escape(c.message)}</error></testcase>')
+            else:
+                lines.append(head + f"><skipped message={quoteattr(c.message)}/></testcase>")
+        lines.append("  </testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(res: GateResult, junit_path: Path | str | None, summary_path: Path | str | None) -> str:
+    """Write JUnit and Markdown where asked, append Markdown to $GITHUB_STEP_SUMMARY when set;
+    returns the Markdown."""
+    md = markdown(res)
+    if junit_path:
+        p = Path(junit_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(junit(res), encoding="utf-8")
+    if summary_path:
+        p = Path(summary_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(md, encoding="utf-8")
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        with open(step, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    return md

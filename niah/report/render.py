@@ -1,0 +1,76 @@
+"""`niah report RUN`: every figure and summary.md into RUN/report/."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from niah.errors import BadInput
+
+
+@dataclass
+class Report:
+    out: Path
+    summary: Path
+    figures: list[Path] = field(default_factory=list)
+    trials: int = 0
+    configs: int = 0
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "config"
+
+
+def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
+    """Render RUN's heatmaps, grid, difference heatmaps, recall curves and summary.md."""
+    from niah.report import curves, heatmaps, summary
+    from niah.report.compare import ALL, compare
+    from niah.report.data import aggregate, config_infos, load_frame, one_axis_pairs
+    from niah.report.style import save
+
+    run = Path(run)
+    manifest, df = load_frame(run)
+    if df.empty:
+        raise BadInput(f"{run} has no finished trials yet; nothing to report")
+    out = Path(out) if out else run / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    infos = config_infos(manifest, df)
+    infos = {n: i for n, i in infos.items() if (df["config"] == n).any()}
+    lengths = sorted(int(x) for x in df["length"].unique())
+    depths = sorted(float(x) for x in df["depth"].unique())
+    grid = heatmaps.Axes2D(lengths, depths)
+
+    cells = aggregate(df, ["config", "length", "depth"])
+    by_len = aggregate(df, ["config", "length"])
+    overall = aggregate(df, ["config"])
+    rep = Report(out=out, summary=out / "summary.md", trials=len(df), configs=len(infos))
+    rel: dict[str, str] = {}
+
+    def keep(key: str, path: Path) -> None:
+        rep.figures.append(path)
+        rel[key] = path.name
+
+    for name, info in infos.items():
+        fig = heatmaps.config_heatmap(cells[cells["config"] == name], grid, info, manifest)
+        keep(f"heatmap:{name}", save(fig, out / f"heatmap_{_slug(name)}", svg))
+    if len(infos) > 1:
+        keep("grid", save(heatmaps.grid_figure(cells, grid, infos, manifest), out / "grid", svg))
+    keep("recall_vs_length", save(curves.recall_figure(by_len, infos, lengths), out / "recall_vs_length", svg))
+
+    diffs = []
+    for a, b, label in one_axis_pairs(infos):
+        da, db = df[df["config"] == a], df[df["config"] == b]
+        rows, method = compare(da, db, ["length"], alpha)
+        cell_rows, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
+        ov = next((r for r in rows if r.group == ALL), None)
+        fig = heatmaps.diff_figure(cell_rows, grid, a, b, label, ov, alpha)
+        path = save(fig, out / f"diff_{_slug(b)}__minus__{_slug(a)}", svg)
+        rep.figures.append(path)
+        diffs.append({"a": a, "b": b, "label": label, "rows": rows, "cells": cell_rows, "method": method,
+                      "figure": path.name})
+
+    text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
+                         diffs, rel, alpha)
+    rep.summary.write_text(text, encoding="utf-8")
+    return rep

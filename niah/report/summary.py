@@ -1,0 +1,212 @@
+"""summary.md: the tables behind every figure, as Markdown a person can paste anywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from niah.report import style
+from niah.report.compare import rows_markdown
+from niah.store import OUTCOMES
+
+
+
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{100 * x:.1f}%"
+
+
+def _cell(r) -> str:
+    if r is None:
+        return "no data"
+    if r.answered == 0:
+        return f"outage ({r.errors} err)"
+    s = f"{r.recall:.2f} ({r.correct}/{r.answered})"
+    return s + (f" ⚠{r.errors} err" if r.errors else "")
+
+
+def _len_cell(r) -> str:
+    if r is None:
+        return "no data"
+    if r.answered == 0:
+        return f"outage ({r.errors} err)"
+    s = f"{_pct(r.recall)} [{100 * r.lo:.0f}–{100 * r.hi:.0f}] ({r.correct}/{r.answered})"
+    return s + (f" ⚠{r.errors} err" if r.errors else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def recall_by_length_table(by_len, overall, infos, lengths) -> str:
+    idx = {(r.config, r.length): r for r in by_len.itertuples(index=False)}
+    ov = {r.config: r for r in overall.itertuples(index=False)}
+    rows = [[f"`{n}`", *[_len_cell(idx.get((n, L))) for L in lengths], _len_cell(ov.get(n))] for n in infos]
+    return _table(["config", *[style.fmt_len(L) for L in lengths], "all"], rows)
+
+
+def cell_table(cells, name: str, lengths, depths) -> str:
+    idx = {(r.length, r.depth): r for r in cells[cells["config"] == name].itertuples(index=False)}
+    rows = [[style.fmt_depth(d), *[_cell(idx.get((L, d))) for L in lengths]] for d in depths]
+    return _table(["depth \\ length", *[style.fmt_len(L) for L in lengths]], rows)
+
+
+def selection_table(by_len, infos, lengths) -> str | None:
+    if not len(by_len) or not (by_len["sel_n"] > 0).any():
+        return None
+    idx = {(r.config, r.length): r for r in by_len.itertuples(index=False)}
+    rows = []
+    for n in infos:
+        cells = []
+        for L in lengths:
+            r = idx.get((n, L))
+            cells.append("—" if r is None or r.sel_n == 0 else f"{r.sel:.3f} (n={r.sel_n})")
+        rows.append([f"`{n}`", *cells])
+    return _table(["config", *[style.fmt_len(L) for L in lengths]], rows)
+
+
+def taxonomy_table(df, infos) -> str:
+    rows = []
+    for n in infos:
+        d = df[df["config"] == n]
+        counts = d["outcome"].value_counts()
+        rows.append([f"`{n}`", *[str(int(counts.get(o, 0))) for o in OUTCOMES], str(len(d))])
+    return _table(["config", *OUTCOMES, "total"], rows)
+
+
+def error_table(df, limit: int = 5) -> str | None:
+    e = df[df["is_error"]]
+    if e.empty:
+        return None
+    msgs = e["error"].fillna("(no message)").astype(str).str.slice(0, 120).str.replace("|", "\\|").str.replace("\n", " ")
+    top = e.assign(msg=msgs).groupby(["config", "msg"]).size().reset_index(name="n")
+    top = top.sort_values(["config", "n"], ascending=[True, False]).groupby("config").head(limit)
+    return _table(["config", "error", "trials"], [[f"`{r.config}`", r.msg, str(r.n)] for r in top.itertuples(index=False)])
+
+
+def _med(s) -> str:
+    s = s.dropna()
+    return "—" if s.empty else f"{s.median():.3f}"
+
+
+def timing_table(df, infos) -> str:
+    rows = []
+    for n in infos:
+        d = df[(df["config"] == n) & (df["answered"])]
+        rows.append([f"`{n}`", _med(d["latency_s"]), _med(d["ttft_s"]), str(int(d["ttft_s"].notna().sum())), str(len(d))])
+    return _table(["config", "median latency (s)", "median TTFT (s)", "trials with TTFT", "answered"], rows)
+
+
+def timing_by_length_table(df, infos, lengths) -> str:
+    rows = []
+    for n in infos:
+        d = df[(df["config"] == n) & (df["answered"])]
+        cells = []
+        for L in lengths:
+            x = d[d["length"] == L]
+            cells.append(f"{_med(x['latency_s'])} / {_med(x['ttft_s'])}")
+        rows.append([f"`{n}`", *cells])
+    return _table(["config (latency / TTFT, s)", *[style.fmt_len(L) for L in lengths]], rows)
+
+
+def length_check(df, infos, lengths) -> tuple[str, int]:
+    """Table of server-reported prompt_tokens against the requested length; returns the
+    table and how many trials drift beyond the sweep's own tolerance (max(4 tokens, 0.5%))."""
+    from niah.sweep import length_tolerance
+
+    rows, flagged_total = [], 0
+    for n in infos:
+        for L in lengths:
+            d = df[(df["config"] == n) & (df["length"] == L)]
+            if d.empty:
+                continue
+            pt = d["prompt_tokens"].dropna()
+            missing = len(d) - len(pt)
+            if pt.empty:
+                rows.append([f"`{n}`", f"{L:,}", "—", "—", "—", "—", str(missing)])
+                continue
+            drift = (pt - L) / L
+            flagged = int(((pt - L).abs() > length_tolerance(L)).sum())
+            flagged_total += flagged
+            worst = drift.iloc[drift.abs().argmax()]
+            rows.append([f"`{n}`", f"{L:,}", f"{pt.median():,.0f}", f"{int(pt.min()):,}–{int(pt.max()):,}",
+                         f"{100 * worst:+.2f}%", f"**{flagged}**" if flagged else "0", str(missing)])
+    table = _table(["config", "requested", "median prompt_tokens", "range", "worst drift",
+                    "trials off by more than max(4, 0.5%)", "not reported"], rows)
+    return table, flagged_total
+
+
+def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
+          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float) -> str:
+    """The whole summary.md."""
+    out: list[str] = []
+    models = sorted({i.model for i in infos.values()})
+    out.append(f"# niah report: {run_name}\n")
+    meta = [
+        ("created", manifest.get("created")),
+        ("niah", f"{manifest.get('niah_version', '?')} ({str(manifest.get('git_sha') or '?')[:12]})"),
+        ("model(s)", ", ".join(models)),
+        ("configurations", ", ".join(f"`{n}`" for n in infos)),
+        ("trials", f"{len(df):,} ({int(df['is_error'].sum()):,} errors)"),
+        ("lengths", ", ".join(f"{L:,}" for L in lengths)),
+        ("depths", ", ".join(style.fmt_depth(d) for d in depths)),
+    ]
+    out.append("\n".join(f"- **{k}**: {v}" for k, v in meta if v not in (None, "")) + "\n")
+    out.append("Recall = correct / answered trials; `error` trials (outages) are counted apart and never as misses. "
+               f"Intervals are 95% Wilson; tests use alpha = {alpha:g}.\n")
+
+    out.append("## Recall by configuration and length\n")
+    if "recall_vs_length" in figures:
+        out.append(f"![recall vs length]({figures['recall_vs_length']})\n")
+    out.append(recall_by_length_table(by_len, overall, infos, lengths))
+    sel = selection_table(by_len, infos, lengths)
+    if sel:
+        out.append("\n### Selection recall (mean over trials of the minimum over layers)\n")
+        out.append("Share of the needle's tokens the indexer kept for the last prompt token, in the weakest layer.\n")
+        out.append(sel)
+
+    out.append("\n## Heatmaps (recall per cell: recall (correct/answered))\n")
+    if "grid" in figures:
+        out.append(f"![all configurations]({figures['grid']})\n")
+    for n in infos:
+        out.append(f"\n### `{n}`\n")
+        if f"heatmap:{n}" in figures:
+            out.append(f"![{n}]({figures[f'heatmap:{n}']})\n")
+        out.append(cell_table(cells, n, lengths, depths))
+
+    if diffs:
+        out.append("\n## Differences (B − A) between configurations that differ in one axis\n")
+        for d in diffs:
+            out.append(f"\n### `{d['b']}` − `{d['a']}` ({d['label']})\n")
+            if d.get("figure"):
+                out.append(f"![diff]({d['figure']})\n")
+            basis = d["method"]
+            out.append(("Paired by " + ("prompt hash" if basis == "prompt" else "(length, depth, trial, seed)")
+                        + "; McNemar's exact test on discordant pairs (losses: A right and B wrong).\n")
+                       if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, z-test p).\n")
+            out.append(rows_markdown(d["rows"], d["a"], d["b"]))
+            sig = [r for r in d["cells"] if r.significant]
+            if sig:
+                out.append("\nSignificant cells: " + ", ".join(
+                    f"{style.fmt_len(r.group[0])} @ {style.fmt_depth(r.group[1])} ({100 * r.diff:+.0f} pp, p={r.p:.2g})" for r in sig) + "\n")
+            else:
+                out.append("\nNo single cell differs significantly.\n")
+
+    out.append("\n## Failure taxonomy\n")
+    out.append(taxonomy_table(df, infos))
+    errs = error_table(df)
+    if errs:
+        out.append("\nMost frequent errors:\n\n" + errs)
+
+    out.append("\n## Latency and time to first token (answered trials)\n")
+    out.append(timing_table(df, infos))
+    out.append("\nBy length (median latency / median TTFT, seconds):\n\n")
+    out.append(timing_by_length_table(df, infos, lengths))
+
+    out.append("\n## Length check: server-reported prompt_tokens vs requested length\n")
+    table, flagged = length_check(df, infos, lengths)
+    out.append(table)
+    out.append("\n" + (f"**{flagged} trial(s) drift more than max(4 tokens, 0.5%) from the requested length.**\n"
+                       if flagged else "Every reported length is within max(4 tokens, 0.5%) of the request.\n"))
+    return "\n".join(out).replace("\n\n\n", "\n\n")
+

@@ -1,0 +1,67 @@
+"""Deterministic scoring: one outcome per trial, by matching the needle's value.
+
+Outcomes (niah.store.OUTCOMES), decided in this order:
+- `error`: the request failed (HTTP error after retries, timeout, dead server).
+- `correct`: the needle's value appears in the answer, after normalisation (case, and
+  separators inside numbers: "4,829,163" and "4 829 163" both hold 4829163; a longer
+  number such as 14829163 does not). The answer
+  is `content`; when `content` is empty, `reasoning_content` is scored instead.
+- `truncated`: finish_reason `length` before the value appeared.
+- `empty`: nothing but whitespace came back.
+- `refused`: the answer declines ("I can't", "I'm sorry", "unable to", ...).
+- `wrong`: anything else.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SEP_IN_NUMBER = re.compile(r"(?<=\d)[\s,._'\u00a0\u202f-](?=\d)")
+_REFUSAL = re.compile(
+    r"\b(i\s*(?:can(?:no|')t|cannot|am\s+(?:not\s+able|unable)|'m\s+(?:not\s+able|unable|sorry)|"
+    r"do(?:n't| not)\s+(?:know|have|see)|apologi[sz]e)|sorry|unable\s+to|as\s+an\s+ai|"
+    r"(?:no|not\s+(?:any|a))\s+(?:special\s+)?magic\s+number\s+(?:is\s+)?(?:mentioned|given|provided|found)|"
+    r"(?:is\s+)?not\s+(?:mentioned|provided|given|found|stated)\s+in\s+the\s+text)",
+    re.IGNORECASE,
+)
+
+
+def normalise(text: str) -> str:
+    """Lower-case, join digit groups split by separators, collapse whitespace."""
+    text = _SEP_IN_NUMBER.sub("", text or "")
+    return " ".join(text.lower().split())
+
+
+def holds(answer: str | None, value: str) -> bool:
+    """The value occurs in the answer as a whole (not inside a longer number)."""
+    v = re.escape(normalise(value))
+    return re.search(rf"(?<![0-9]){v}(?![0-9])", normalise(answer or "")) is not None
+
+
+def scored_text(answer: str | None, reasoning: str | None) -> str:
+    """What is scored: `content`, or `reasoning_content` when content is empty."""
+    if answer and answer.strip():
+        return answer
+    return reasoning or ""
+
+
+def score(
+    value: str,
+    answer: str | None,
+    reasoning: str | None = None,
+    finish_reason: str | None = None,
+    error: str | None = None,
+) -> str:
+    """The trial's outcome (see module doc)."""
+    if error:
+        return "error"
+    text = scored_text(answer, reasoning)
+    if holds(text, value):
+        return "correct"
+    if finish_reason == "length":
+        return "truncated"
+    if not text.strip():
+        return "empty"
+    if _REFUSAL.search(text):
+        return "refused"
+    return "wrong"

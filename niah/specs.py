@@ -1,0 +1,97 @@
+"""Parse the sweep axes: lengths (`300,1k,4k,22k`, `300:22k:8`) and depths (`0,50,100`, `0:100:5`).
+
+Suffixes: `k` = 1,000, `ki` = 1,024, `m` = 1,000,000 (case-insensitive). A range
+`LO:HI:N` gives N values from LO to HI inclusive: log-spaced for lengths, evenly spaced
+for depths.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from niah.errors import BadInput
+
+_NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
+_MULT = {None: 1, "k": 1000, "ki": 1024, "m": 1_000_000}
+
+
+def parse_count(text: str, what: str = "length") -> int:
+    """`22k` -> 22000, `128ki` -> 131072, `943` -> 943."""
+    m = _NUM.match(text)
+    if not m:
+        raise BadInput(f"bad {what} {text!r}: expected a number like 943, 4k or 128ki")
+    value = float(m.group(1)) * _MULT[(m.group(2) or "").lower() or None]
+    if value != int(value):
+        raise BadInput(f"bad {what} {text!r}: not a whole number of tokens")
+    return int(value)
+
+
+def _range(text: str) -> tuple[str, str, int] | None:
+    parts = text.split(":")
+    if len(parts) == 1:
+        return None
+    if len(parts) != 3:
+        raise BadInput(f"bad range {text!r}: expected LO:HI:N, e.g. 300:22k:8")
+    try:
+        n = int(parts[2])
+    except ValueError:
+        raise BadInput(f"bad range {text!r}: N must be a whole number") from None
+    if n < 1:
+        raise BadInput(f"bad range {text!r}: N must be at least 1")
+    return parts[0], parts[1], n
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Comma list of lengths and log-spaced ranges; sorted, duplicates removed."""
+    out: list[int] = []
+    for item in _items(text, "lengths"):
+        rng = _range(item)
+        if rng is None:
+            out.append(parse_count(item))
+            continue
+        lo, hi, n = parse_count(rng[0]), parse_count(rng[1]), rng[2]
+        if lo > hi:
+            raise BadInput(f"bad range {item!r}: LO is larger than HI")
+        if n == 1 or lo == hi:
+            out.append(lo)
+            continue
+        step = (math.log(hi) - math.log(lo)) / (n - 1)
+        out.extend(round(math.exp(math.log(lo) + i * step)) for i in range(n))
+    for v in out:
+        if v < 1:
+            raise BadInput(f"bad length {v}: must be at least 1 token")
+    return sorted(set(out))
+
+
+def parse_depths(text: str) -> list[float]:
+    """Comma list of percentages and evenly spaced ranges, each within 0-100."""
+    out: list[float] = []
+    for item in _items(text, "depths"):
+        rng = _range(item)
+        if rng is None:
+            out.append(_depth(item))
+            continue
+        lo, hi, n = _depth(rng[0]), _depth(rng[1]), rng[2]
+        if n == 1:
+            out.append(lo)
+            continue
+        out.extend(round(lo + i * (hi - lo) / (n - 1), 6) for i in range(n))
+    return sorted(set(out))
+
+
+def _depth(text: str) -> float:
+    try:
+        v = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise BadInput(f"bad depth {text!r}: expected a percentage 0-100") from None
+    if not 0 <= v <= 100 or math.isnan(v):
+        raise BadInput(f"depth {text.strip()} is outside 0-100 (depths are percentages)")
+    return v
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise BadInput(f"no {what} given")
+    return items

@@ -1,0 +1,134 @@
+"""DeepSeek-style sparse attention (DSA), emulated on a dense GQA model.
+
+Per layer and per query token t (at position p):
+
+    I[t, s] = sum_h w_h * ReLU(q[t, h] . k~[s, g(h)])        s <= p   (fp32 accumulate)
+
+q are the layer's own post-RoPE queries; k~ are the layer's own post-RoPE keys as stored
+in the index cache and read back (niah.kernels.quant.store_roundtrip: fp8 e4m3 with one
+fp32 scale per token and kv head, the SGLang format; bf16; or fp32 = exact).
+
+GQA design choice: SmolLM2 has 9 query heads sharing 3 kv heads. DeepSeek's indexer has
+one shared index key per token; here each query head h is scored against the key of its
+OWN group g(h) = h // 3 (the key that head really attends to), and the nine ReLU'd dot
+products are summed with uniform weights w_h = H^-0.5 * D^-0.5 (no trained weights_proj
+exists in this model; a uniform positive scale does not change the top-k). One selection
+per token, shared by all heads, as in DSA. The index query stays fp32 (only the stored key
+is quantised, which is the mechanism under study).
+
+Selection: the top-K causal keys by I (all of them while the context p+1 <= K, as SGLang
+does), plus the last W positions when W > 0. The main attention then reads only the kept
+keys: a boolean mask per query chunk fed to SDPA. Memory stays bounded: scores exist for
+one chunk of `chunk` queries at a time ([H, chunk, S] at most), never [H, T, S].
+Decode steps run the same code with a chunk of one query against the cached index keys.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from niah.kernels.quant import INDEX_DTYPES, store_roundtrip
+from niah.serving.embedded.model import LayerCache, dense_attention
+
+
+class DSA:
+    name = "dsa"
+
+    def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512):
+        if index_dtype not in INDEX_DTYPES:
+            raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
+        if topk < 1 or window < 0 or chunk < 1:
+            raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
+        self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
+        self._raw = self._sum = self._mask = None
+
+    # -- the index-key cache ------------------------------------------------------------
+    def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
+        """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back."""
+        T = k.shape[2]
+        cache.idx_k[:, start:start + T] = store_roundtrip(k[0], self.index_dtype)
+
+    # -- the indexer --------------------------------------------------------------------
+    def _buffers(self, C: int, S: int, Hkv: int, G: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Scratch reused across chunks and layers (fresh multi-100 MB allocations page-fault
+        on every call and cost as much as the matmul). Views sized [.., C, S]."""
+        if self._raw is None or self._raw.shape[2] < S:
+            cap = -(-S // 1024) * 1024
+            self._raw = torch.empty(Hkv, G * self.chunk, cap)     # per-head dot products
+            self._sum = torch.empty(self.chunk, cap)              # index scores
+            self._mask = torch.empty(self.chunk, cap)             # additive attention mask
+        n = Hkv * G * C * S
+        raw = self._raw.view(-1)[:n].view(Hkv, G * C, S)
+        return raw, self._sum.view(-1)[:C * S].view(C, S), self._mask.view(-1)[:C * S].view(C, S)
+
+    def index_scores(self, q: torch.Tensor, idx_k: torch.Tensor, out: tuple | None = None) -> torch.Tensor:
+        """q: [1, H, C, D] (fp32), idx_k: [Hkv, S, D] -> I: [C, S] fp32 (no causal mask).
+
+        I[c, s] = (H*D)^-0.5 * sum_h ReLU(q[c, h] . idx_k[s, h // G])."""
+        _, H, C, D = q.shape
+        Hkv, S, _ = idx_k.shape
+        raw, tot = out[:2] if out is not None else (torch.empty(Hkv, (H // Hkv) * C, S), torch.empty(C, S))
+        qg = q[0].reshape(Hkv, (H // Hkv) * C, D)                  # [Hkv, G*C, D], head h -> group h // G
+        torch.bmm(qg, idx_k.transpose(1, 2), out=raw)               # [Hkv, G*C, S]
+        raw.relu_()
+        torch.sum(raw.view(H, C, S), 0, out=tot)                   # [C, S]
+        return tot.mul_((H * D) ** -0.5)
+
+    def keep_mask(self, q: torch.Tensor, idx_k: torch.Tensor, p0: int, bufs: tuple | None = None) -> torch.Tensor:
+        """Additive mask of the kept keys for C queries at positions p0..p0+C-1, with
+        idx_k: [Hkv, S, D], S = p0 + C. -> [C, S] fp32: 0 where kept, -inf elsewhere
+        (causal; the top-K by index score, plus the last `window` positions)."""
+        C, S = q.shape[2], idx_k.shape[1]
+        _, H, _, D = q.shape
+        bufs = bufs or (torch.empty(idx_k.shape[0], H // idx_k.shape[0] * C, S), torch.empty(C, S), torch.empty(C, S))
+        mask = bufs[2]
+        future = torch.ones(C, C, dtype=torch.bool).triu_(1)       # [C, C]: s > p inside the diagonal block
+        if S <= self.topk:                                          # every row keeps all its (<= K) keys
+            mask.zero_()
+        else:
+            scores = self.index_scores(q, idx_k, bufs)              # [C, S]
+            scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
+            top = scores.topk(self.topk, dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
+            mask.fill_(float("-inf")).scatter_(1, top, 0.0)
+            if self.window > 0:
+                rows = torch.arange(p0, S)[:, None]
+                lo = max(0, p0 - self.window + 1)
+                recent = torch.arange(lo, S)[None, :] > rows - self.window     # [C, S - lo]
+                mask[:, lo:].masked_fill_(recent, 0.0)
+        mask[:, p0:].masked_fill_(future, float("-inf"))
+        return mask
+
+    def select(self, q: torch.Tensor, idx_k: torch.Tensor, p0: int) -> torch.Tensor:
+        """The kept keys as a bool [C, S] (for tests and diagnostics)."""
+        return self.keep_mask(q, idx_k, p0) == 0
+
+    # -- the attention (installed by Transformer.set_attention) -------------------------
+    def __call__(self, q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
+        """q: [1, H, T, D] at positions start..start+T-1 -> [1, H, T, D]."""
+        _, H, T, D = q.shape
+        S = start + T
+        needle = cache.stats.get("needle_positions")                # (a, b) token span or None
+        if S <= self.topk:                                          # everything selected: dense
+            if needle is not None:
+                cache.stats.setdefault("selection_recall", {})[cache.layer_id] = 1.0
+            return dense_attention(q, cache, start)
+        Hkv = cache.k.shape[1]
+        out = torch.empty_like(q)
+        for c0 in range(0, T, self.chunk):
+            c1 = min(T, c0 + self.chunk)
+            Sc = start + c1                                         # keys visible to this chunk
+            qc = q[:, :, c0:c1]                                     # [1, H, C, D]
+            bufs = self._buffers(c1 - c0, Sc, Hkv, H // Hkv)
+            mask = self.keep_mask(qc, cache.idx_k[:, :Sc], start + c0, bufs)   # [C, Sc]
+            if needle is not None and c1 == T:                      # the last prompt token's row
+                a, b = needle
+                cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
+                    (mask[-1, a:b] == 0).float().mean().item() if b > a else 1.0)
+            out[:, :, c0:c1] = F.scaled_dot_product_attention(
+                qc, cache.k[:, :, :Sc], cache.v[:, :, :Sc], attn_mask=mask[None, None], enable_gqa=True)
+        return out
+
+    def describe(self) -> dict:
+        return {"attention": "dsa", "index_dtype": self.index_dtype, "index_topk": self.topk,
+                "window": self.window, "query_chunk": self.chunk}

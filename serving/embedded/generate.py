@@ -1,0 +1,109 @@
+"""Greedy generation as small functions: prefill, decode one token, stop checks.
+
+Runs on one model at a time (the server serialises calls). Text is produced by decoding
+all generated ids each step and emitting the new suffix, holding back what may still turn
+into a stop string or an incomplete UTF-8 character.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class Generation:
+    text: str = ""
+    completion_tokens: int = 0
+    finish_reason: str = "length"
+    selection_recall: list[float] | None = None
+    token_ids: list[int] = field(default_factory=list)
+
+
+def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = None) -> tuple[torch.Tensor, dict]:
+    """Run the prompt; -> (logits of the last position [V], stats)."""
+    stats: dict = {}
+    if needle_positions is not None:
+        stats["needle_positions"] = needle_positions
+    logits = model(torch.tensor([ids]), 0, stats=stats)       # [1, 1, V]
+    return logits[0, -1], stats
+
+
+def decode_one(model, token: int, pos: int) -> torch.Tensor:
+    """Feed one token at position pos; -> logits [V]."""
+    return model(torch.tensor([[token]]), pos)[0, -1]
+
+
+def greedy(logits: torch.Tensor) -> int:
+    return int(torch.argmax(logits))
+
+
+def selection_recall(model, stats: dict) -> list[float]:
+    """Per layer: share of the needle's tokens kept for the last prompt token (1.0 = all;
+    dense attention keeps everything)."""
+    got = stats.get("selection_recall", {})
+    return [float(got.get(i, 1.0)) for i in range(model.args.n_layer)]
+
+
+def _stop_cut(text: str, stops: list[str]) -> int | None:
+    """Index where the earliest stop string starts in text, or None."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _holdback(text: str, stops: list[str]) -> int:
+    """How many trailing chars may still be the start of a stop string (or a broken char)."""
+    n = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                n = max(n, k)
+                break
+    if text.endswith("\ufffd"):
+        n = max(n, 1)
+    return n
+
+
+def generate(model, decode: Callable[[list[int]], str], ids: list[int], max_tokens: int,
+             eos_ids: set[int], stops: list[str] | None = None,
+             needle_positions: tuple[int, int] | None = None,
+             on_text: Callable[[str], None] | None = None,
+             cancelled: Callable[[], bool] | None = None) -> Generation:
+    """Greedy decoding of up to max_tokens after the prompt ids.
+
+    decode: token ids -> text. on_text(piece) receives the text as it becomes final.
+    Stops at an eos id or a stop string (finish_reason "stop"; the stop string is not
+    returned), or after max_tokens ("length")."""
+    stops = [s for s in (stops or []) if s]
+    out = Generation()
+    logits, stats = prefill(model, ids, needle_positions)
+    if needle_positions is not None:
+        out.selection_recall = selection_recall(model, stats)
+    sent = 0                                                    # chars already handed to on_text
+    pos = len(ids)
+    while out.completion_tokens < max_tokens:
+        tok = greedy(logits)
+        out.completion_tokens += 1
+        if tok in eos_ids:
+            out.finish_reason = "stop"
+            break
+        out.token_ids.append(tok)
+        text = decode(out.token_ids)
+        cut = _stop_cut(text, stops)
+        if cut is not None:
+            out.text, out.finish_reason = text[:cut], "stop"
+            break
+        out.text = text
+        ready = len(text) - _holdback(text, stops)
+        if on_text and ready > sent:
+            on_text(text[sent:ready])
+            sent = ready
+        if out.completion_tokens >= max_tokens or (cancelled and cancelled()):
+            break
+        logits = decode_one(model, tok, pos)
+        pos += 1
+    if on_text and len(out.text) > sent:
+        on_text(out.text[sent:])
+    return out

@@ -1,0 +1,182 @@
+"""Run a configuration matrix: every configuration on identical prompts, one run folder.
+
+External endpoints are swept first, concurrently; then each launched configuration in
+turn: start its server (serving/launch.py), probe it, sweep it with `dead()` watching the
+process, stop it. A configuration that fails to start, or whose server dies, gets its
+remaining trials written as `error` with the cause from the server's log, and the next
+configuration runs. Ctrl-C / SIGTERM stop the running server; finished trials stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+from niah.errors import BadInput, ServerError
+from niah.serving.launch import ServerProcess, sigterm_as_interrupt
+from niah.serving.matrix import Matrix, MatrixConfig, server_command
+
+
+def _say(msg: str) -> None:
+    print(f"niah: {msg}", file=sys.stderr, flush=True)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def error_record(cfg: MatrixConfig, length: int, depth: float, trial: int, seed: int, error: str) -> dict:
+    """A trial that was never asked (its server never came up or had died)."""
+    return {
+        "config": cfg.name, "model": cfg.settings.get("model"),
+        "length": int(length), "prompt_tokens": None, "prompt_tokens_local": None,
+        "depth": float(depth), "depth_achieved": None, "trial": int(trial), "seed": seed,
+        "prompt_sha256": None, "needle": None, "needle_key": None,
+        "answer": None, "reasoning": None, "correct": False, "outcome": "error",
+        "finish_reason": None, "completion_tokens": None, "latency_s": None, "ttft_s": None,
+        "error": error, "attempts": 0, "selection_recall": None, "finished_at": _now(),
+    }
+
+
+def record_errors(store, cfg: MatrixConfig, spec, error: str) -> int:
+    """Write every pending trial of `cfg` as an error; returns how many."""
+    from niah.needles import trial_seed
+    from niah.sweep import pending_trials
+
+    todo = pending_trials(cfg.name, spec, store.done)
+    for length, depth, trial in todo:
+        store.append(error_record(cfg, length, depth, trial, trial_seed(spec.seed, length, depth, trial), error))
+    return len(todo)
+
+
+def _target(cfg: MatrixConfig, endpoint: str):
+    from niah.sweep import Target
+
+    key_env = cfg.settings.get("api_key_env")
+    api_key = os.environ.get(key_env) if key_env else None
+    if key_env and not api_key:
+        raise BadInput(f"{cfg.name}: api_key_env {key_env} is not set in the environment")
+    return Target(endpoint=endpoint, model=cfg.settings.get("model"), name=cfg.name,
+                  engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key)
+
+
+def _manifest_matrix(out: Path, matrix: Matrix) -> None:
+    from niah.store import read_manifest, write_manifest
+
+    manifest = read_manifest(out)
+    manifest.pop("schema_version", None)
+    try:
+        text = matrix.path.read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names()}
+    write_manifest(out, manifest)
+
+
+def run_matrix(matrix: Matrix, spec, out: Path, resume: bool = False, progress=None) -> Path:
+    """Sweep every configuration of `matrix` into `out`; returns `out`."""
+    from niah.sweep import check_spec, start_run
+
+    check_spec(spec)
+    out = Path(out)
+    store = start_run(out, spec, resume)
+    try:
+        _manifest_matrix(out, matrix)
+        with sigterm_as_interrupt():
+            if progress is not None:
+                with progress:
+                    _run_all(matrix, spec, out, store, progress)
+            else:
+                _run_all(matrix, spec, out, store, None)
+    finally:
+        store.close()
+    return out
+
+
+def _run_all(matrix: Matrix, spec, out: Path, store, progress) -> None:
+    externals = [c for c in matrix.configs if not c.launched]
+    launched = [c for c in matrix.configs if c.launched]
+    if externals:
+        _run_externals(externals, spec, out, store, progress)
+    for i, cfg in enumerate(launched, start=1):
+        _run_launched(cfg, f"[{i}/{len(launched)}]", spec, out, store, progress)
+
+
+def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress) -> None:
+    """Endpoints someone else runs: probe all (bad input fails before any trial), then
+    sweep them concurrently."""
+    from niah.sweep import prepare_target, record_config, run_target
+
+    prepared = []
+    for cfg in configs:
+        p = prepare_target(_target(cfg, cfg.settings["endpoint"]), spec)
+        record_config(out, cfg.name, p.info)
+        prepared.append(p)
+        _say(f"{cfg.name}: external endpoint {p.endpoint}, model {p.model}")
+
+    async def main() -> None:
+        await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
+
+    asyncio.run(main())
+
+
+def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress) -> None:
+    """Start one server, sweep it, stop it. Never lets its failure stop the matrix;
+    BadInput (a spec the model cannot serve) and Ctrl-C do stop it."""
+    from niah.sweep import pending_trials, prepare_target, record_config, run_target
+
+    todo = pending_trials(cfg.name, spec, store.done)
+    if not todo:
+        _say(f"{tag} {cfg.name}: every trial is already in the run folder; not started")
+        return
+    log = out / "logs" / f"{cfg.name}.log"
+    srv = ServerProcess(
+        cfg.name, partial(server_command, cfg), log_path=log,
+        health_paths=cfg.health_paths, ready_timeout_s=cfg.ready_timeout_s,
+    )
+    base = {"engine": cfg.engine, "axes": dict(cfg.axes), "log": str(log)}
+    _say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({len(todo)} trials to run; log {log})")
+    try:
+        srv.start()
+    except ServerError as e:
+        cause = srv.failure or str(e).splitlines()[0]
+        _say(f"{tag} {e}")
+        n = record_errors(store, cfg, spec, f"server failed to start: {cause}")
+        record_config(out, cfg.name, {**base, **srv.describe(), "status": "failed to start", "cause": cause})
+        _say(f"{tag} {cfg.name}: {n} trials recorded as errors; going on")
+        return
+    status, cause = "interrupted", None
+    try:
+        _say(f"{tag} {cfg.name}: ready in {srv.ready_s:.1f} s on {srv.endpoint} (pid {srv.pid})")
+        record_config(out, cfg.name, {**base, **srv.describe(), "status": "running"})
+        try:
+            prepared = prepare_target(_target(cfg, srv.endpoint), spec)
+        except BadInput:
+            cause = srv.dead()
+            if cause is None:
+                raise  # the server is fine: the spec itself is wrong for it
+            prepared = None
+        if prepared is not None:
+            record_config(out, cfg.name, {**prepared.info, **base, **srv.describe()})
+            asyncio.run(run_target(prepared, spec, store, progress, dead=srv.dead))
+            cause = srv.dead()
+        if cause:
+            record_errors(store, cfg, spec, f"server died: {cause}")
+            status = "died"
+            _say(f"{tag} {cfg.name}: the server died ({cause}); its remaining trials are recorded as errors; going on")
+        else:
+            status = "done"
+    except BadInput:
+        status = "stopped: bad input"
+        raise
+    finally:
+        srv.stop()
+        info = {"status": status}
+        if cause:
+            info["cause"] = cause
+        record_config(out, cfg.name, info)
+    _say(f"{tag} {cfg.name}: {status}; server stopped")

@@ -1,0 +1,102 @@
+"""Facts about this environment for `niah doctor`: SGLang, the plugin contract, torch,
+Triton, CUDA and GPUs. Each probe reports a failure as text rather than raising."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Facts:
+    rows: list[tuple[str, str]] = field(default_factory=list)
+    contract_ok: bool | None = None  # None: nothing to check against
+
+    def add(self, key: str, value: str) -> None:
+        self.rows.append((key, value))
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def default_wheel() -> Path | None:
+    """The SGLang source wheel `make setup` downloads, if present."""
+    cache = Path(os.environ.get("SGLANG_SRC_CACHE") or Path(__file__).resolve().parents[2] / ".cache" / "sglang")
+    wheels = sorted(cache.glob("sglang-*.whl")) if cache.is_dir() else []
+    return wheels[-1] if wheels else None
+
+
+def torch_facts(f: Facts) -> None:
+    try:
+        import torch
+    except ImportError:
+        f.add("torch", "not installed")
+        return
+    f.add("torch", torch.__version__)
+    f.add("torch CUDA build", torch.version.cuda or "none (CPU build)")
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        for i in range(n):
+            p = torch.cuda.get_device_properties(i)
+            f.add(f"GPU {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
+    else:
+        f.add("GPUs", "none visible to torch")
+    tv = _version("triton")
+    f.add("triton", tv or "not installed")
+
+
+def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -> None:
+    """Check the plugin contract against `source_path` (wheel or tree), else the installed
+    SGLang, else the cached source wheel."""
+    from niah.serving.sglang.contract import (
+        PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for)
+
+    installed = _version("sglang")
+    f.add("sglang installed", installed or "no")
+    f.add("plugin supports sglang", ", ".join(SUPPORTED_VERSIONS))
+    points = points_for(index_dtype) if index_dtype else PATCH_POINTS
+    if source_path:
+        source = AstSource(source_path)
+    elif installed:
+        source = LiveSource()
+    else:
+        wheel = default_wheel()
+        if wheel is None:
+            f.add("plugin contract", "not checked: no SGLang installed and no source wheel (run `make setup`)")
+            return
+        source = AstSource(wheel)
+    report = check_contract(source, points)
+    f.contract_ok = report.ok
+    f.add("plugin contract", report.summary())
+    from niah.serving.sglang.plugin import entry_point_registered
+
+    f.add("plugin entry point", "registered (sglang.srt.plugins: niah)" if entry_point_registered()
+          else "NOT registered: pip install -e <niah checkout> in this environment")
+
+
+def kernel_facts(f: Facts) -> None:
+    from niah.serving.sglang.kernels_api import available
+
+    try:
+        have = available()
+    except Exception as e:  # a broken kernels package is a fact to report
+        f.add("niah.kernels", f"import failed: {type(e).__name__}: {e}")
+        return
+    f.add("niah.kernels", ", ".join(f"{k}: {'yes' if v else 'MISSING'}" for k, v in have.items()))
+
+
+def gather(source_path: str | None = None, index_dtype: str | None = None) -> Facts:
+    f = Facts()
+    f.add("python", f"{platform.python_version()} ({platform.machine()})")
+    contract_facts(f, source_path, index_dtype)
+    torch_facts(f)
+    kernel_facts(f)
+    return f

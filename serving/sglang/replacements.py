@@ -1,0 +1,240 @@
+"""The functions the plugin puts in SGLang's place. Pure torch around niah.kernels.
+
+Each one keeps the signature of the SGLang symbol it replaces (see contract.py), so it
+can be exercised on CPU tensors without SGLang. Those that need SGLang objects (the
+pool, the forward batch, the indexer metadata) only touch them through the calls the
+original made, which the contract checks are still there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import torch
+
+from niah.serving.sglang import bf16_cache
+from niah.serving.sglang.kernels_api import kernel, store_kernel
+
+log = logging.getLogger("niah.sglang")
+
+DSA_INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer"
+
+
+def _flat_context_lens(context_lens: torch.Tensor) -> torch.Tensor:
+    """DeepGEMM takes [B] or [B, next_n]; with next_n == 1 niah's kernels get [B]."""
+    if context_lens.dim() == 2 and context_lens.shape[1] == 1:
+        return context_lens[:, 0]
+    return context_lens
+
+
+# ---------------------------------------------------------------------------------------
+# Logits kernels in DeepGEMM's argument order (what SGLang's resolvers hand out).
+
+
+def paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                     max_context_len, clean_logits=False, indices=None):
+    """Decode logits. fp8 keys: kv_cache uint8 [pages, 64, 1, 132] -> niah fp8 kernel;
+    bf16 keys: kv_cache bf16 [pages, 64, 1, 128] -> niah bf16 kernel (q cast to bf16:
+    exact, the fp8 query's scale is already folded into `weights`)."""
+    if indices is not None:
+        raise NotImplementedError("niah paged logits: an index tensor is not supported")
+    context_lens = _flat_context_lens(context_lens)
+    rows = q.shape[0]  # SGLang may pass tables with padding rows past the real batch
+    context_lens, block_table = context_lens[:rows], block_table[:rows]
+    if kv_cache.dtype == torch.bfloat16:
+        return kernel("bf16_paged_mqa_logits")(
+            q.to(torch.bfloat16), kv_cache, weights, context_lens, block_table,
+            schedule_meta, max_context_len, clean_logits=clean_logits)
+    return kernel("fp8_paged_mqa_logits")(
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+        clean_logits=clean_logits)
+
+
+def v4_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                        max_seq_len, clean_logits=True):
+    """DeepSeek-V4's `fp8_paged_mqa_logits_torch` signature (C4 indexer, decode and
+    prefill, both through paged logits)."""
+    return paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                            max_seq_len, clean_logits=clean_logits)
+
+
+def mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
+               max_seqlen_k=0):
+    """Prefill (ragged) logits. kv = (keys, scales). bf16 keys arrive packed as a
+    2D-wide fp8 tensor by niah's gather (bf16_cache.smuggle_as_fp8)."""
+    keys, scales = kv
+    if weights.dim() == 3 and weights.shape[-1] == 1:
+        weights = weights.squeeze(-1)
+    k16 = bf16_cache.unsmuggle_bf16(keys, q.shape[-1])
+    if k16 is not None:
+        return kernel("bf16_mqa_logits")(
+            q.to(torch.bfloat16), k16, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+            clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+    return kernel("fp8_mqa_logits")(
+        q, (keys, scales), weights, cu_seq_len_k_start, cu_seq_len_k_end,
+        clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+
+
+def resolve_fp8_paged_mqa_logits_fn():
+    """Replaces sglang ...dsa.utils.resolve_fp8_paged_mqa_logits_fn."""
+    return paged_mqa_logits
+
+
+def resolve_fp8_mqa_logits_fn():
+    """Replaces sglang ...dsa.utils.resolve_fp8_mqa_logits_fn."""
+    return mqa_logits
+
+
+# ---------------------------------------------------------------------------------------
+# bf16 key store
+
+
+def store_bf16_keys(buf: torch.Tensor, loc: torch.Tensor, key: torch.Tensor, page_size: int = 64,
+                    use_kernel: bool | None = None) -> None:
+    """Write keys unquantised into the bf16 cache through the bundled store kernel
+    (`store_index_keys(k [N, D], kv_cache bf16 [pages, 64, 1, D], slot_mapping [N])`),
+    on CUDA by default; torch index-put otherwise. Negative slots are padding, skipped."""
+    if use_kernel is None:
+        use_kernel = key.is_cuda
+    fn = store_kernel() if use_kernel else None
+    if fn is None:
+        if use_kernel:
+            log.warning("niah: no store kernel in niah.kernels; storing bf16 keys with torch")
+        bf16_cache.store_keys_torch(buf, loc, key, page_size)
+        return
+    pages = bf16_cache.pages_view(buf, page_size, key.shape[-1])
+    fn(key.reshape(-1, key.shape[-1]), pages, loc.reshape(-1).contiguous())
+
+
+# ---------------------------------------------------------------------------------------
+# IndexKeyCache methods (sglang.srt.mem_cache.index_key_cache), bf16 mode
+
+
+def _require_plain_pool(pool) -> None:
+    if getattr(pool, "index_kpool", 1) != 1:
+        raise NotImplementedError(
+            f"niah bf16 index keys need index_kpool == 1 (got {pool.index_kpool}); "
+            "serve this model with fp8 index keys")
+
+
+def index_key_cache_buffer_shape(self, num_pages: int) -> tuple[int, int]:
+    """IndexKeyCache._buffer_shape: (pages, 64 x 256) bytes instead of (pages, 64 x 132)."""
+    pool = self.pool
+    _require_plain_pool(pool)
+    return (num_pages, bf16_cache.bf16_row_bytes(pool.page_size, pool.index_head_dim, pool.index_kpool))
+
+
+def index_key_cache_get_k_and_scale(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+    """IndexKeyCache.get_k_and_scale: gather bf16 keys (packed for SGLang's fp8 plumbing)."""
+    buf = self.get_buffer(layer_id)
+    keys = bf16_cache.gather_keys_torch(buf, page_indices, seq_len_tensor, seq_len_sum,
+                                        self.pool.index_page_size, self.pool.index_head_dim)
+    return bf16_cache.smuggle_as_fp8(keys)
+
+
+def index_key_cache_store_quantized(self, layer_id, loc, index_k, index_k_scale):
+    """IndexKeyCache.store_quantized: an fp8 write into the bf16 cache is a bug; refuse."""
+    raise RuntimeError(
+        "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
+        "(IndexKeyCache.store_quantized) into the bf16 cache; that path is not supported "
+        "with --niah-index-dtype bf16")
+
+
+def index_key_cache_move(self, tgt_loc, src_loc):
+    """IndexKeyCache.move for the bf16 layout."""
+    if tgt_loc.numel() == 0:
+        return
+    _require_plain_pool(self.pool)
+    for buf in self.buffer:
+        if buf.shape[0] == 0:
+            continue
+        bf16_cache.move_keys_torch(self._kernel_view(buf), tgt_loc, src_loc,
+                                   self.pool.index_page_size, self.pool.index_head_dim)
+
+
+def wrap_indexer_cell_size(original):
+    """Wrap DefaultPoolConfigurator._compute_dsa_indexer_cell_size: 256 B/token/layer."""
+
+    def _compute_dsa_indexer_cell_size(self, *, kvc, num_layers, allocate_all_layers=False):
+        fp8 = original(self, kvc=kvc, num_layers=num_layers, allocate_all_layers=allocate_all_layers)
+        return bf16_cache.bf16_cell_bytes(fp8)
+
+    _compute_dsa_indexer_cell_size.__wrapped__ = original
+    return _compute_dsa_indexer_cell_size
+
+
+def wrap_refuse_v4(original):
+    """Wrap DeepSeekV4TokenToKVPool.__init__: bf16 keys are V3.2-only for now."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(
+            "niah bf16 index keys are implemented for DeepSeek-V3.2 (DSA) only; DeepSeek-V4's "
+            "C4 indexer runs with fp8 keys through niah's kernels (use --niah-index-dtype fp8)")
+
+    __init__.__wrapped__ = original
+    return __init__
+
+
+# ---------------------------------------------------------------------------------------
+# Indexer methods (sglang ...dsa.dsa_indexer.Indexer), bf16 mode
+
+
+def _pool():
+    """SGLang's token-to-KV pool, through the accessor the indexer module itself uses."""
+    return importlib.import_module(DSA_INDEXER).get_token_to_kv_pool()
+
+
+def indexer_store_index_k_cache(self, forward_batch, layer_id, key, *, act_quant=None, out_cache_loc=None):
+    """Indexer._store_index_k_cache: store the bf16 key, no quantisation."""
+    if out_cache_loc is None:
+        out_cache_loc = forward_batch.out_cache_loc
+    pool = _pool()
+    if hasattr(pool, "invalidate_index_buffer_for_layer"):
+        pool.invalidate_index_buffer_for_layer(layer_id)
+    if hasattr(pool, "_is_layer_owned") and not pool._is_layer_owned(layer_id):
+        return
+    cache = getattr(pool, "index_key_cache", None)
+    if cache is not None and type(cache).__name__ != "IndexKeyCache":
+        raise NotImplementedError(
+            f"niah bf16 index keys: key cache {type(cache).__name__} (sharded/pooled) is not supported")
+    buf = pool.get_index_k_with_scale_buffer(layer_id=layer_id)
+    store_bf16_keys(buf, out_cache_loc, key, pool.index_page_size)
+
+
+def _ctx_lens_2d(metadata, seqlens_32: torch.Tensor) -> torch.Tensor:
+    """Per-row context lengths as the original split path builds them."""
+    ctx_2d = getattr(metadata, "paged_mqa_ctx_lens_2d", None)
+    if ctx_2d is not None:
+        return ctx_2d if ctx_2d.size(1) == 1 else ctx_2d.reshape(-1).contiguous().view(-1, 1)
+    if seqlens_32.dim() == 2:
+        return seqlens_32.contiguous() if seqlens_32.size(1) == 1 else seqlens_32.reshape(-1).contiguous().view(-1, 1)
+    return seqlens_32.contiguous().view(-1, 1)
+
+
+def indexer_get_topk_paged(self, forward_batch, layer_id, q_fp8, weights, metadata):
+    """Indexer._get_topk_paged for bf16 keys: read the bf16 pages with
+    bf16_paged_mqa_logits, then SGLang's own masking and top-k transform."""
+    mode = forward_batch.forward_mode
+    if mode.is_target_verify() or mode.is_draft_extend_v2():
+        raise NotImplementedError("niah bf16 index keys: speculative decoding is not supported")
+    pool = _pool()
+    page_size = pool.index_page_size
+    if page_size != 64:
+        raise NotImplementedError(f"niah bf16 index keys need 64-token pages, got {page_size}")
+    block_tables = metadata.get_page_table_64()
+    max_seq_len = block_tables.shape[1] * page_size
+    kv = bf16_cache.pages_view(pool.get_index_k_with_scale_buffer(layer_id=layer_id), page_size, q_fp8.shape[-1])
+    seqlens_32 = metadata.get_seqlens_int32()
+    q_offset = sum(metadata.get_dsa_extend_len_cpu())
+    ctx = _ctx_lens_2d(metadata, seqlens_32)
+    schedule = getattr(metadata, "paged_mqa_schedule_metadata", None)
+    w = weights.squeeze(2) if weights.dim() == 3 else weights
+    logits = paged_mqa_logits(q_fp8[:q_offset].unsqueeze(1), kv, w[:q_offset], ctx, block_tables,
+                              schedule, max_seq_len, clean_logits=False)
+    self._mask_init_and_local_tokens(logits, seqlens_32)
+    topk = metadata.topk_transform(logits, self.index_topk)
+    if q_offset < q_fp8.shape[0]:
+        pad = torch.full((q_fp8.shape[0] - q_offset, topk.shape[1]), -1, dtype=topk.dtype, device=topk.device)
+        topk = torch.cat([topk, pad], dim=0)
+    return topk

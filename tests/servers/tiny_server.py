@@ -1,0 +1,117 @@
+"""A tiny real HTTP server for lifecycle tests: /health and /v1/models on loopback.
+
+    python tests/servers/tiny_server.py --port P [--ready-after S] [--fail-with MSG]
+        [--child] [--ignore-sigterm] [--die-after S --die-with MSG]
+
+--fail-with MSG   print a traceback-like MSG and exit 1 before listening (start-up death)
+--child           start a grandchild (sleep) in the same process group, print its pid
+--ignore-sigterm  ignore SIGTERM (teardown must escalate to SIGKILL)
+--die-after S     S seconds after its first ready /health, print --die-with and exit 1
+--ready-after S   answer /health with 503 for S seconds first
+--die-on-request N  on the N-th chat request, print --die-with and exit 1 (no answer)
+
+POST /v1/chat/completions answers the first 7-digit number in the prompt (the needle)
+after --delay seconds, as plain JSON (no streaming), so a sweep against it scores
+"correct"; there is no /tokenize (niah falls back to its offline tokenizer).
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--fail-with")
+    p.add_argument("--child", action="store_true")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--die-after", type=float)
+    p.add_argument("--die-with", default="")
+    p.add_argument("--die-on-request", type=int)
+    p.add_argument("--delay", type=float, default=0.0)
+    a = p.parse_args()
+
+    print(f"tiny server pid {os.getpid()} starting on {a.host}:{a.port}", flush=True)
+    if a.fail_with:
+        print("Traceback (most recent call last):", flush=True)
+        print('  File "tiny_server.py", line 1, in <module>', flush=True)
+        print(a.fail_with, flush=True)
+        sys.exit(1)
+    if a.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if a.child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"child pid {child.pid}", flush=True)
+    t0 = time.monotonic()
+    served = [0]
+    dying: list = []
+
+    def die():
+        time.sleep(a.die_after)
+        print(a.die_with, flush=True)
+        os._exit(1)
+
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *args):
+            print("request: " + fmt % args, flush=True)
+
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/health":
+                ready = time.monotonic() - t0 >= a.ready_after
+                self._send(200 if ready else 503, {"ready": ready})
+                if ready and a.die_after is not None and not dying:
+                    dying.append(1)
+                    threading.Thread(target=die, daemon=True).start()
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path != "/v1/chat/completions":
+                return self._send(404, {"error": "not found"})
+            with lock:
+                served[0] += 1
+                n = served[0]
+            if a.die_on_request is not None and n >= a.die_on_request:
+                print(a.die_with, flush=True)
+                os._exit(1)
+            time.sleep(a.delay)
+            text = " ".join(m.get("content", "") for m in body.get("messages", []))
+            m = re.search(r"\b\d{7}\b", text)
+            answer = m.group(0) if m else "I do not know."
+            self._send(200, {
+                "id": f"tiny-{n}", "object": "chat.completion", "model": "tiny",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                             "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 1},
+            })
+
+    srv = ThreadingHTTPServer((a.host, a.port), Handler)
+    print("listening", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

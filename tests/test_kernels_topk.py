@@ -1,0 +1,71 @@
+"""Top-k over logits rows: checked by value (every selected score >= every unselected one),
+with -1 padding and 0..L-1 for short rows. TRITON_INTERPRET=1 without a GPU."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from niah.kernels import topk_indices  # noqa: E402
+from niah.kernels.topk.reference import check_topk, ref_topk_indices  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def logits(rows, width, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g) * 3
+    x[0] = torch.round(x[0])  # many ties around the threshold
+    x[1] = -x[1].abs()  # all negative: sign handling of the keys
+    return x
+
+
+@pytest.mark.parametrize("k", [512, 1024, 2048])
+def test_topk_with_lengths(k):
+    width = 2 * k + 300
+    x = logits(5, width).to(DEV)
+    lens = torch.tensor([width, width - 7, k, k - 1, 3], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens)
+    assert idx.shape == (5, k) and idx.dtype == torch.int32
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+    assert torch.equal(idx[3, : k - 1].cpu(), torch.arange(k - 1, dtype=torch.int32))
+    assert (idx[3, k - 1 :] == -1).all() and (idx[4, 3:] == -1).all()
+
+
+@pytest.mark.parametrize("k", [512, 2048])
+def test_topk_with_neg_inf_masks(k):
+    width = k + 777
+    x = logits(3, width, seed=1)
+    x[2, 100:] = float("-inf")  # 100 candidates: 0..99 then -1
+    x[1, ::3] = float("-inf")
+    x = x.to(DEV)
+    idx = topk_indices(x, k)
+    problem = check_topk(x.cpu(), idx.cpu(), k)
+    assert problem is None, problem
+    assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
+
+
+@pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
+def test_long_rows_in_rounds(k, block):
+    """Rows longer than one block: chunk-wise top-k, then top-k of the survivors."""
+    width = 5 * block + 123
+    x = logits(2, width, seed=2).to(DEV)
+    lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens, block=block)
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+
+
+def test_bad_arguments_raise_clear_errors():
+    x = logits(2, 100).to(DEV)
+    with pytest.raises(ValueError, match="logits must be float32"):
+        topk_indices(x.double(), 4)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        topk_indices(x, 0)
+    with pytest.raises(ValueError, match="lengths must be int32"):
+        topk_indices(x, 4, torch.tensor([1, 2], device=DEV))

@@ -1,0 +1,191 @@
+"""The matrix file: expansion as documented, errors that name the line, the dry run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from niah.errors import BadInput
+from niah.serving.matrix import load_matrix, matrix_commands, parse_matrix, server_command
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "serving" / "examples"
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(BadInput) as e:
+        parse_matrix(text, "m.toml")
+    return str(e.value)
+
+
+# -- expansion ---------------------------------------------------------------------------------
+def test_axes_cross_in_file_order_with_explicit_configs_in_place():
+    m = parse_matrix(
+        'engine = "embedded"\n'
+        'attention = "dsa"\n'
+        "window = 32\n"
+        "[[config]]\n"
+        'name = "dense"\n'
+        'attention = "dense"\n'
+        "[axes]\n"
+        'index_dtype = ["fp8", "bf16"]\n'
+        "index_topk = [512, 1024]\n"
+    )
+    assert m.names() == ["dense", "fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
+    by = {c.name: c for c in m.configs}
+    assert by["bf16-k1024"].settings == {"attention": "dsa", "window": 32, "index_dtype": "bf16", "index_topk": 1024}
+    assert by["bf16-k1024"].axes == {"index_dtype": "bf16", "index_topk": 1024}
+    assert by["dense"].settings == {"attention": "dense", "window": 32}
+    assert by["dense"].axes == {"attention": "dense"}
+    assert all(c.engine == "embedded" and c.launched for c in m.configs)
+
+
+def test_axis_names_for_every_axis_key():
+    m = parse_matrix('engine = "embedded"\n[axes]\nattention = ["dsa"]\nwindow = [0, 64]\n')
+    assert m.names() == ["dsa-w0", "dsa-w64"]
+    m = parse_matrix('engine = "sglang"\nmodel_path = "m"\n[axes]\ntp = [4, 8]\n')
+    assert m.names() == ["tp4", "tp8"]
+
+
+def test_explicit_config_with_another_engine_keeps_only_its_keys():
+    m = parse_matrix(
+        'engine = "sglang"\nmodel_path = "deepseek-ai/DeepSeek-V3.2"\ntp = 8\nindex_topk = 2048\n'
+        "[[config]]\n"
+        'name = "router"\nengine = "external"\nendpoint = "http://10.0.0.5:30000"\n'
+    )
+    (c,) = m.configs
+    assert (c.engine, c.launched) == ("external", False)
+    # model_path / tp are not keys of an external engine; index_topk carries over as a label
+    assert c.settings == {"endpoint": "http://10.0.0.5:30000", "index_topk": 2048}
+
+
+def test_examples_expand_as_their_comments_say():
+    emb = load_matrix(EXAMPLES / "embedded.toml")
+    assert emb.names() == ["dense", "fp8-k128", "fp8-k512", "bf16-k128", "bf16-k512"]
+    sg = load_matrix(EXAMPLES / "sglang.toml")
+    assert sg.names() == ["fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
+    assert {c.settings["model_path"] for c in sg.configs} == {"deepseek-ai/DeepSeek-V3.2"}
+    demo = load_matrix(EXAMPLES / "demo.toml")
+    assert demo.names()[0] == "dense"
+    assert {(c.axes.get("index_dtype"), c.axes.get("index_topk")) for c in demo.configs[1:]} == {
+        (d, k) for d in ("fp8", "bf16") for k in (128, 512, 1024)
+    }
+
+
+# -- errors name the line ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('engine = "vllm"\n[axes]\nindex_topk = [1]\n', "m.toml:1: unknown engine 'vllm'"),
+        ('engine = "embedded"\n\n[[config]]\nname = "x"\nengine = "vllm"\n', "m.toml:5: unknown engine 'vllm'"),
+        # the bad value sits on its own line of a multi-line array
+        ('engine = "embedded"\n[axes]\nindex_dtype = [\n  "fp8",\n  "int4",\n]\n',
+         "m.toml:5: axis 'index_dtype': must be one of 'fp8', 'bf16', 'fp32', not 'int4'"),
+        ('engine = "embedded"\n[axes]\nindex_topk = [512, 0]\n', "m.toml:3: axis 'index_topk': must be an integer >= 1"),
+        ('engine = "sglang"\nmodel_path = "m"\n[axes]\nindex_topk = [512, 4096]\n',
+         "m.toml:4: axis 'index_topk': must be an integer between 1 and 2048, not 4096"),
+        ('engine = "embedded"\n[axes]\ncolour = [1, 2]\n', "m.toml:3: unknown axis 'colour'"),
+        ('engine = "embedded"\nattention = "dsa"\n[[config]]\nname = "a"\nmodel_path = "x"\n',
+         "m.toml:5: unknown key 'model_path' for engine 'embedded' (it is a key of engine 'sglang')"),
+        ('engine = "embedded"\ntopk = 5\n[[config]]\nname = "a"\n', "m.toml:2: unknown key 'topk' for engine 'embedded'"),
+        ('engine = "sglang"\ntp = 8\n\n[axes]\nindex_topk = [512]\n', "m.toml:4: engine 'sglang' needs `model_path`"),
+        ('engine = "embedded"\n[[config]]\nname = "a"\n[[config]]\nname = "b"\nengine = "sglang"\n',
+         "m.toml:4: engine 'sglang' needs `model_path`"),
+        ('engine = "external"\n[[config]]\nname = "a"\n', "m.toml:2: engine 'external' needs `endpoint`"),
+        ('engine = "embedded"\n[axes]\nindex_topk = [512]\n[[config]]\nname = "k512"\n',
+         "m.toml:4: configuration name 'k512' is used twice"),
+        ('engine = "embedded"\n[[config]]\nname = "a b"\n', "m.toml:3: config name 'a b'"),
+        ('engine = "embedded"\n[[config]]\nattention = "dense"\n', "m.toml:2: [[config]] needs a `name`"),
+        ('engine = "embedded"\n[[config]]\nname = "a"\n[config.env]\n"A B" = "1"\n',
+         "m.toml:4: env has an invalid variable name 'A B'"),
+        ('engine = "embedded"\nargs = ["--port", "80"]\n[[config]]\nname = "a"\n',
+         "m.toml:2: args may not set --port"),
+        ('engine = "sglang"\nmodel_path = "m"\n[[config]]\nname = "a"\nargs = ["--json-model-override-args={}"]\n',
+         "m.toml:5: args may not set --json-model-override-args (use index_topk)"),
+        ('engine = "command"\n[[config]]\nname = "a"\ncommand = ["srv", "--port", "8000"]\n',
+         "m.toml:4: command must contain {port}"),
+        ('[axes]\nindex_topk = [1]\n', "m.toml:1: no engine given"),
+        ('# nothing here\n', "m.toml:1: no configurations"),
+        # TOML syntax errors: tomllib's line
+        ('engine = "embedded"\n[axes]\nindex_topk = [512 1024]\n', "m.toml:3: TOML syntax error"),
+        ('engine = "embedded"\nattention dsa\n', "m.toml:2: TOML syntax error"),
+    ],
+)
+def test_bad_files_name_the_line(text, expected):
+    assert expected in error_of(text)
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="no matrix file"):
+        load_matrix(tmp_path / "nope.toml")
+
+
+# -- commands ----------------------------------------------------------------------------------
+def test_embedded_command_carries_every_setting():
+    m = parse_matrix('engine = "embedded"\nwindow = 16\nargs = ["--threads", "2"]\n'
+                     'env = { OMP_NUM_THREADS = 2 }\n[axes]\nindex_dtype = ["bf16"]\nindex_topk = [96]\n')
+    argv, env = server_command(m.configs[0], 41234)
+    assert argv[:4] == [sys.executable, "-m", "niah", "serve"]
+    args = argv[4:]
+    pairs = dict(zip(args[::2], args[1::2]))
+    assert pairs == {"--index-dtype": "bf16", "--index-topk": "96", "--window": "16",
+                     "--host": "127.0.0.1", "--port": "41234", "--threads": "2"}
+    assert env == {"OMP_NUM_THREADS": "2"}
+
+
+def test_command_engine_fills_placeholders():
+    m = parse_matrix('engine = "command"\ncommand = ["srv", "--port={port}", "--k", "{index_topk}"]\n'
+                     '[axes]\nindex_topk = [7, 9]\n')
+    assert [server_command(c, 5000)[0] for c in m.configs] == [
+        ["srv", "--port=5000", "--k", "7"], ["srv", "--port=5000", "--k", "9"]]
+
+
+def test_sglang_dry_run_commands_for_the_fp8_bf16_by_512_1024_matrix():
+    rows = matrix_commands(EXAMPLES / "sglang.toml")
+    assert [c.name for c, _ in rows] == ["fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
+    for cfg, line in rows:
+        words = shlex.split(line.replace("$PORT", "PORTVALUE"))
+        env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and w[0].isupper())
+        argv = words[len(env):]
+        assert argv[1:3] == ["-m", "niah.serving.sglang"]
+        flags = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+        assert flags["--model-path"] == "deepseek-ai/DeepSeek-V3.2"
+        assert flags["--tp-size"] == "8"
+        assert flags["--port"] == "PORTVALUE"
+        assert flags["--host"] == "127.0.0.1"
+        assert json.loads(flags["--json-model-override-args"]) == {"index_topk": cfg.axes["index_topk"]}
+        assert flags["--niah-index-dtype"] == cfg.axes["index_dtype"]
+        assert flags["--dsa-topk-backend"] == "torch" and env["SGLANG_DSA_FUSE_TOPK"] == "false"
+        assert flags["--mem-fraction-static"] == "0.85"  # the file's extra args, passed through
+        assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "1"  # the file's env
+        assert ("--disable-prefill-cuda-graph" in argv) == (cfg.axes["index_dtype"] == "bf16")
+
+
+def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "niah", "sweep", "--matrix", str(EXAMPLES / "sglang.toml"), "--dry-run",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    for name in ("fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"):
+        assert f"# {name}  [sglang]" in r.stdout
+    assert r.stdout.count("--json-model-override-args") == 4
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_bad_matrix_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('engine = "embedded"\n[axes]\nindex_dtype = ["fp8", "int4"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "niah", "sweep", "--matrix", str(bad), "--dry-run"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"niah: error: {bad}:3: axis 'index_dtype': must be one of 'fp8', 'bf16', 'fp32', not 'int4'"]

@@ -1,0 +1,129 @@
+"""SGLang command lines for the fp8/bf16 x 512/1024 matrix, checked against 0.5.23's flags."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from niah.errors import BadInput
+from niah.serving.sglang import SGLangLaunch, build_sglang_command, format_command
+from niah.serving.sglang.__main__ import split_niah_args
+from sglang_source import sglang_wheel
+
+PY = "/usr/bin/python3"
+
+
+def _cfg(dtype, k, **kw):
+    return SGLangLaunch(model_path="deepseek-ai/DeepSeek-V3.2-Exp", tp=8, port=31234,
+                        index_dtype=dtype, index_topk=k, python=PY, **kw)
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+@pytest.mark.parametrize("k", [512, 1024])
+def test_matrix_command_lines(dtype, k):
+    argv, env = build_sglang_command(_cfg(dtype, k))
+    expected = [PY, "-m", "niah.serving.sglang", "--niah-index-dtype", dtype,
+                "--model-path", "deepseek-ai/DeepSeek-V3.2-Exp", "--tp-size", "8",
+                "--host", "127.0.0.1", "--port", "31234",
+                "--json-model-override-args", json.dumps({"index_topk": k}),
+                "--dsa-topk-backend", "torch"]
+    expected_env = {"NIAH_INDEX_DTYPE": dtype, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1",
+                    "SGLANG_OPT_USE_TILELANG_INDEXER": "0", "SGLANG_DSA_FUSE_TOPK": "false"}
+    if dtype == "bf16":
+        expected.append("--disable-prefill-cuda-graph")
+        expected_env["SGLANG_DISABLE_DSA_INDEXER_FUSION"] = "1"
+    assert argv == expected
+    assert env == expected_env
+    line = format_command(argv, env)
+    assert f"""--json-model-override-args '{{"index_topk": {k}}}'""" in line
+    assert line.startswith(" ".join(f"{k_}={v}" for k_, v in sorted(expected_env.items())) + " " + PY)
+
+
+def test_extra_args_and_env_are_appended_and_override():
+    argv, env = build_sglang_command(_cfg("fp8", 1024, extra_args=["--mem-fraction-static", "0.85"],
+                                          env={"SGLANG_DSA_FUSE_TOPK": "0", "CUDA_VISIBLE_DEVICES": "0,1"}))
+    assert argv[-2:] == ["--mem-fraction-static", "0.85"]
+    assert env["SGLANG_DSA_FUSE_TOPK"] == "0" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_model_default_topk_adds_no_override():
+    argv, env = build_sglang_command(_cfg("fp8", None))
+    assert "--json-model-override-args" not in argv and "--dsa-topk-backend" not in argv
+    assert "SGLANG_DSA_FUSE_TOPK" not in env
+
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(index_dtype="fp16"), "index_dtype"), (dict(index_topk=4096), "index_topk"),
+    (dict(index_topk=0), "index_topk"), (dict(tp=0), "tp"), (dict(port=70000), "port"),
+    (dict(model_path=""), "model_path"),
+    (dict(extra_args=["--json-model-override-args", "{}"]), "--json-model-override-args"),
+])
+def test_bad_configuration_is_one_clear_error(bad, field):
+    kw = dict(model_path="m", index_dtype="fp8", index_topk=512) | bad
+    with pytest.raises(BadInput, match=field):
+        build_sglang_command(SGLangLaunch(**kw))
+
+
+def _sglang_fields(wheel) -> dict[str, ast.AnnAssign]:
+    out = {}
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith("sglang/srt/arg_groups/fields/") and name.endswith(".py"):
+                for node in ast.walk(ast.parse(z.read(name))):
+                    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                        out[node.target.id] = node
+    return out
+
+
+def test_every_flag_and_env_var_exists_in_sglang_0_5_23():
+    wheel = sglang_wheel()
+    fields = _sglang_fields(wheel)
+    with zipfile.ZipFile(wheel) as z:
+        environ = z.read("sglang/srt/environ.py").decode()
+    for dtype in ("fp8", "bf16"):
+        argv, env = build_sglang_command(_cfg(dtype, 512))
+        flags = [a for a in argv[3:] if a.startswith("--") and not a.startswith("--niah-")]
+        for flag in flags:
+            assert flag[2:].replace("-", "_") in fields, f"{flag} is not an SGLang 0.5.23 server argument"
+        for var in env:
+            if var.startswith("SGLANG_"):
+                assert f"    {var} = Env" in environ, f"{var} is not in sglang/srt/environ.py"
+    choices = ast.unparse(fields["dsa_topk_backend"].annotation)
+    assert "'torch'" in choices
+
+
+def test_split_niah_args():
+    assert split_niah_args(["--niah-index-dtype", "bf16", "--port", "1"]) == ("bf16", ["--port", "1"])
+    assert split_niah_args(["--port", "1", "--niah-index-dtype=fp8"]) == ("fp8", ["--port", "1"])
+    with pytest.raises(BadInput):
+        split_niah_args(["--niah-index-dtype"])
+
+
+def _run(args, **env):
+    return subprocess.run([sys.executable, "-m", "niah.serving.sglang", *args], capture_output=True,
+                          text=True, env=os.environ | env, timeout=60)
+
+
+def test_launch_entry_refuses_without_sglang_in_one_line():
+    r = _run(["--niah-index-dtype", "bf16", "--model-path", "x"])
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("niah: error: SGLang is not installed"), r.stderr
+
+
+def test_launch_entry_rejects_unknown_dtype():
+    r = _run(["--niah-index-dtype", "fp16"])
+    assert r.returncode == 2 and "fp16" in r.stderr
+
+
+def test_importing_the_plugin_package_imports_neither_sglang_nor_torch():
+    code = ("import sys, niah.serving.sglang, niah.serving.sglang.contract, niah.serving.sglang.plugin;"
+            "print('torch' in sys.modules, 'sglang' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -1,0 +1,193 @@
+"""The plugin contract against SGLang 0.5.23's real source (AST of the downloaded wheel)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from niah.serving.sglang.contract import (
+    PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
+from niah.serving.sglang.plugin import _replacements, patch_targets
+from sglang_source import extract_tree, sglang_wheel
+
+MODULES = sorted({p.module for p in PATCH_POINTS})
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    return sglang_wheel()
+
+
+@pytest.fixture()
+def tree(wheel, tmp_path) -> Path:
+    """The contract's modules of the real wheel, unpacked (for mutation)."""
+    return extract_tree(wheel, tmp_path, MODULES)
+
+
+def _edit(tree: Path, module: str, old: str, new: str, count: int = 1) -> None:
+    path = tree / (module.replace(".", "/") + ".py")
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {module}"
+    path.write_text(text.replace(old, new, count))
+
+
+def test_contract_passes_on_sglang_0_5_23_wheel(wheel):
+    report = check_contract(AstSource(wheel))
+    assert report.ok, report.summary()
+    assert report.version == "0.5.23" and report.version in SUPPORTED_VERSIONS
+    assert report.checked == len(PATCH_POINTS)
+    for dtype in ("fp8", "bf16"):
+        assert check_contract(AstSource(wheel), points_for(dtype)).ok
+
+
+def test_unpacked_tree_passes_before_mutation(tree):
+    assert check_contract(AstSource(tree)).ok
+
+
+def test_renamed_symbol_fails_naming_it(tree):
+    mod = "sglang.srt.layers.attention.dsa.utils"
+    _edit(tree, mod, "def resolve_fp8_paged_mqa_logits_fn(", "def resolve_fp8_paged_mqa_logits_fn_v2(")
+    report = check_contract(AstSource(tree))
+    assert not report.ok
+    msg = report.summary()
+    assert f"missing symbol {mod}.resolve_fp8_paged_mqa_logits_fn" in msg
+    assert "sglang 0.5.23" in msg and "Supported SGLang versions: 0.5.23" in msg
+    assert len(report.problems) == 1  # nothing else is blamed
+
+
+def test_removed_parameter_fails_naming_symbol(tree):
+    mod = "sglang.srt.layers.attention.dsa.dsa_indexer"
+    _edit(tree, mod, "        out_cache_loc: Optional[torch.Tensor] = None,\n    ) -> None:\n        \"\"\"\n        Store DSA",
+          "    ) -> None:\n        \"\"\"\n        Store DSA")
+    report = check_contract(AstSource(tree))
+    assert not report.ok
+    assert any(p.startswith(f"signature changed: {mod}.Indexer._store_index_k_cache") for p in report.problems), report.problems
+
+
+def test_renamed_method_in_class_fails(tree):
+    mod = "sglang.srt.mem_cache.index_key_cache"
+    _edit(tree, mod, "def _buffer_shape(", "def _buffer_shape_v2(")
+    report = check_contract(AstSource(tree), points_for("bf16"))
+    assert f"missing symbol {mod}.IndexKeyCache._buffer_shape" in report.summary()
+    # fp8 mode does not touch the key buffer, so it still fits
+    assert check_contract(AstSource(tree), points_for("fp8")).ok
+
+
+def test_dropped_reference_fails(tree):
+    mod = "sglang.srt.layers.attention.dsv4.indexer"
+    _edit(tree, mod, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "SGLANG_SOMETHING_ELSE", count=-1)
+    report = check_contract(AstSource(tree))
+    assert any("C4IndexerBackendMixin.forward_c4_indexer no longer references SGLANG_FP8_PAGED_MQA_LOGITS_TORCH" in p
+               for p in report.problems), report.problems
+
+
+def test_other_version_is_refused_by_name(tree):
+    meta = next(tree.glob("sglang-*.dist-info/METADATA"))
+    meta.write_text(meta.read_text().replace("Version: 0.5.23", "Version: 0.5.24", 1))
+    report = check_contract(AstSource(tree))
+    assert report.version == "0.5.24"
+    assert "sglang 0.5.24" in report.summary() and "version 0.5.24 is not a supported version" in report.summary()
+
+
+def test_missing_module_fails(tree):
+    (tree / "sglang/srt/layers/attention/dsv4/indexer.py").unlink()
+    report = check_contract(AstSource(tree))
+    assert any(p.startswith("missing symbol sglang.srt.layers.attention.dsv4.indexer.") for p in report.problems)
+
+
+def test_every_patch_is_a_contract_point_and_back():
+    contract = {p.target for p in PATCH_POINTS if p.action in ("replace", "wrap")}
+    assert set(_replacements()) == contract
+    assert set(patch_targets("fp8")) < set(patch_targets("bf16"))
+
+
+def _params(fn) -> tuple[str, ...]:
+    return tuple(p.name for p in inspect.signature(fn, follow_wrapped=False).parameters.values())
+
+
+def test_replacements_keep_the_replaced_signatures():
+    """What SGLang calls must accept the same arguments as the original (contract params)."""
+    by_target = {p.target: p for p in PATCH_POINTS}
+    for target, (_, factory) in _replacements().items():
+        point = by_target[target]
+        if point.params is None:
+            continue
+        original = lambda *a, **k: None  # noqa: E731  (wrappers only close over it)
+        assert _params(factory(original)) == point.params, target
+
+
+def test_live_source_runs_the_same_check_on_imported_modules():
+    """LiveSource (used on a GPU server with SGLang installed) over real imported modules."""
+    mod = "niah.serving.sglang.replacements"
+    good = [PatchPoint(mod, "indexer_get_topk_paged",
+                       ("self", "forward_batch", "layer_id", "q_fp8", "weights", "metadata"),
+                       "uses", "always", "t", ("topk_transform", "paged_mqa_logits")),
+            PatchPoint("niah.serving.sglang.contract", "LiveSource.lookup", ("self", "module", "qualname"),
+                       "uses", "always", "t"),
+            # lru_cache-wrapped, like SGLang's resolve_* functions
+            PatchPoint("niah.serving.sglang.kernels_api", "kernel", ("name",), "uses", "always", "t",
+                       ("KernelMissing",))]
+    live = LiveSource()
+    assert live.version is None  # no sglang here
+    assert check_contract(live, good).ok
+    bad = [PatchPoint(mod, "indexer_get_topk_paged", ("self", "forward_batch"), "uses", "always", "t"),
+           PatchPoint(mod, "no_such_function", None, "uses", "always", "t"),
+           PatchPoint("niah.no_such_module", "f", None, "uses", "always", "t")]
+    problems = check_contract(live, bad).problems
+    assert problems[0].startswith(f"signature changed: {mod}.indexer_get_topk_paged")
+    assert problems[1].startswith(f"missing symbol {mod}.no_such_function")
+    assert problems[2].startswith("niah.no_such_module.f: cannot import niah.no_such_module")
+
+
+def test_ast_and_live_agree_on_niah_source():
+    """One function, two sources: AST over a source tree equals inspect on the import."""
+    import niah
+
+    root = Path(niah.__file__).resolve().parents[1]  # repo root: serving/ is niah.serving
+    # serving/ maps to niah.serving; build a tiny tree with that layout
+    ast_src = AstSource(root)
+    live = LiveSource()
+    for qual in ("indexer_get_topk_paged", "index_key_cache_get_k_and_scale", "paged_mqa_logits"):
+        a = ast_src.lookup("serving.sglang.replacements", qual)
+        b = live.lookup("niah.serving.sglang.replacements", qual)
+        assert a.params == b.params, qual
+
+
+def test_apply_at_patches_real_modules(tmp_path, monkeypatch):
+    """The plugin's patching on two real (generated) modules: functions, methods,
+    staticmethods, `from X import f` copies, idempotency."""
+    from niah.serving.sglang.plugin import apply_at
+
+    pkg = tmp_path / "niahfakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "def f(x):\n    return x + 1\n\n"
+        "class C:\n    @staticmethod\n    def s(x):\n        return x * 2\n\n"
+        "    def m(self, x):\n        return x - 1\n")
+    (pkg / "b.py").write_text("from niahfakepkg.a import f\n\ndef g(x):\n    return f(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import niahfakepkg.a as a
+    import niahfakepkg.b as b
+
+    calls = []
+
+    def wrap(original):
+        def new(*args):
+            calls.append(args)
+            return original(*args) * 10
+        return new
+
+    apply_at("niahfakepkg.a", "f", wrap)
+    apply_at("niahfakepkg.a", "C.s", wrap)
+    apply_at("niahfakepkg.a", "C.m", wrap)
+    apply_at("niahfakepkg.a", "f", wrap)  # second install: no double wrap
+    assert a.f(1) == 20 and b.g(1) == 20  # the from-import copy in b was rebound
+    assert isinstance(a.C.__dict__["s"], staticmethod) and a.C.s(3) == 60 and a.C().s(3) == 60
+    assert a.C().m(5) == 40
+    import sys
+
+    for name in ("niahfakepkg", "niahfakepkg.a", "niahfakepkg.b"):
+        sys.modules.pop(name, None)
