@@ -21,7 +21,10 @@ INDEX_DTYPES = ("fp8", "bf16", "fp32")
 def fp8_scale(k: torch.Tensor, ue8m0: bool = False) -> torch.Tensor:
     """Per-token scale. k: [..., D] -> scale: [...] fp32."""
     amax = k.float().abs().amax(dim=-1).clamp_min(AMAX_FLOOR)
-    scale = amax / FP8_MAX
+    # IEEE division on every device: torch on CUDA turns division by a Python scalar into
+    # multiplication by its reciprocal (1 ulp off at times); a tensor divisor keeps amax / 448
+    # exact-rounded on CPU and GPU alike, as the store kernel computes it (div_rn).
+    scale = amax / torch.full_like(amax, FP8_MAX)
     if ue8m0:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     return scale

@@ -69,6 +69,7 @@ class Prompt:
     tokenizer: str = ""
     iterations: int = 0
     messages: list[dict[str, str]] = field(default_factory=list)
+    distractors: list[Needle] = field(default_factory=list)  # other facts in the haystack
 
     def body(self) -> dict:
         """The request fields that carry the prompt."""
@@ -83,30 +84,47 @@ class Prompt:
         return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
-def _assemble(mode: str, needle: Needle, haystack: str, at: int) -> tuple[str, tuple[int, int]]:
-    """Content with the needle inserted at char `at` of the haystack (a sentence start)."""
-    if at <= 0:
-        hay = needle.sentence + " " + haystack if haystack else needle.sentence
-        start = 0
-    elif at >= len(haystack):
-        hay = haystack + " " + needle.sentence
-        start = len(haystack) + 1
-    else:
-        hay = haystack[:at] + needle.sentence + " " + haystack[at:]
-        start = at
+def _assemble(mode: str, needle: Needle, haystack: str, inserts: list[tuple[int, int, str]]) -> tuple[str, tuple[int, int]]:
+    """Content with sentences inserted into the haystack at sentence starts (or its ends).
+
+    `inserts` holds (char position, order, sentence); order 0 is the asked-for needle.
+    Returns the content and the needle's char span in it.
+    """
+    out = ""
+    span = (0, 0)
+    pos = 0
+    for at, order, sentence in sorted(inserts):
+        at = max(pos, min(at, len(haystack)))
+        out = _join(out, haystack[pos:at])
+        pos = at
+        if out and not out[-1].isspace():
+            out += " "
+        if order == 0:
+            span = (len(out), len(out) + len(sentence))
+        out += sentence
+    out = _join(out, haystack[pos:])
     tail = "\n\n" + needle.question
     if mode == "completion":
         tail += "\nAnswer: " + needle.answer_prefix
-    content = INSTRUCTION + hay + tail
-    s = len(INSTRUCTION) + start
-    return content, (s, s + len(needle.sentence))
+    content = INSTRUCTION + out + tail
+    return content, (span[0] + len(INSTRUCTION), span[1] + len(INSTRUCTION))
+
+
+def _join(out: str, text: str) -> str:
+    if text and out and not out[-1].isspace() and not text[0].isspace():
+        out += " "
+    return out + text
 
 
 class _Builder:
     """Holds one trial's fixed choices; `make(words)` gives the content for a haystack size."""
 
-    def __init__(self, tok: Tokenizer, mode: str, needle: Needle, start: int, depth: float):
+    def __init__(
+        self, tok: Tokenizer, mode: str, needle: Needle, start: int, depth: float,
+        distractors: list[tuple[Needle, float]] = (),
+    ):
         self.tok, self.mode, self.needle, self.depth = tok, mode, needle, depth
+        self.distractors = list(distractors)  # (needle, depth percent)
         self.c = load_corpus()
         self.start = start
         self.first_word = bisect.bisect_right(self.c.word_ends, start)
@@ -119,11 +137,11 @@ class _Builder:
         hay = self.c.text[self.start : end].rstrip(",;:")
         return hay if hay[-1] in ".!?" else hay + "."
 
-    def insertion_point(self, hay: str) -> int:
+    def insertion_point(self, hay: str, depth: float) -> int:
         """Sentence start (or either end) nearest to depth% of the haystack."""
         if not hay:
             return 0
-        target = self.start + self.depth / 100.0 * len(hay)
+        target = self.start + depth / 100.0 * len(hay)
         s = self.c.sentence_starts
         i = bisect.bisect_left(s, target)
         cands = [p - self.start for p in s[max(0, i - 1) : i + 1] if self.start < p < self.start + len(hay)]
@@ -131,11 +149,12 @@ class _Builder:
         rel = target - self.start
         return min(cands, key=lambda p: (abs(p - rel), p))
 
-    def make(self, words: int) -> tuple[str, tuple[int, int], str, int]:
+    def make(self, words: int) -> tuple[str, tuple[int, int]]:
         hay = self.haystack(words)
-        at = self.insertion_point(hay)
-        content, span = _assemble(self.mode, self.needle, hay, at)
-        return content, span, hay, at
+        inserts = [(self.insertion_point(hay, self.depth), 0, self.needle.sentence)]
+        for i, (n, d) in enumerate(self.distractors, start=1):
+            inserts.append((self.insertion_point(hay, d), i, n.sentence))
+        return _assemble(self.mode, self.needle, hay, inserts)
 
     def count(self, content: str) -> int:
         if self.mode == "chat":
@@ -166,8 +185,14 @@ def fixed_tokens(tok: Tokenizer, mode: str) -> int:
     return b.count(b.make(0)[0])
 
 
-def build_prompt(tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat") -> Prompt:
-    """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent."""
+def build_prompt(
+    tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1
+) -> Prompt:
+    """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
+
+    With `needles` > 1, that many - 1 distractor facts (other cities, other values) go at
+    seeded random depths; the question still asks for the one at `depth`.
+    """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
     if not 0 <= depth <= 100:
@@ -176,7 +201,17 @@ def build_prompt(tok: Tokenizer, length: int, depth: float, seed: int, mode: str
     needle = make_needle(rng)
     c = load_corpus()
     start = c.sentence_starts[rng.randrange(bisect.bisect_left(c.sentence_starts, c.size))]
-    b = _Builder(tok, mode, needle, start, depth)
+    if needles < 1:
+        raise BadInput(f"needles must be at least 1 (got {needles})")
+    distractors: list[tuple[Needle, float]] = []
+    keys, values = {needle.key}, {needle.value}
+    while len(distractors) < needles - 1:
+        n = make_needle(rng)
+        if n.key not in keys and n.value not in values:
+            keys.add(n.key)
+            values.add(n.value)
+            distractors.append((n, round(rng.uniform(0, 100), 3)))
+    b = _Builder(tok, mode, needle, start, depth, distractors)
 
     tried: dict[int, int] = {}
 
@@ -207,10 +242,11 @@ def build_prompt(tok: Tokenizer, length: int, depth: float, seed: int, mode: str
     if words >= b.max_words and f(words) < length - 4:
         raise BadInput(f"length {length} is longer than the bundled corpus can fill")
     words = min(tried, key=lambda w: (abs(tried[w] - length), tried[w] > length, w))
-    content, span, hay, at = b.make(words)
+    content, span = b.make(words)
     assert content[span[0] : span[1]] == needle.sentence
-    if content.count(needle.value) != 1:  # the corpus holds no digits; guard anyway
-        raise RuntimeError(f"needle value {needle.value} occurs elsewhere in the prompt")
+    for v in values:  # the corpus holds no digits; guard anyway
+        if content.count(v) != 1:
+            raise RuntimeError(f"needle value {v} occurs elsewhere in the prompt")
 
     p = Prompt(
         mode=mode, content=content, needle=needle, seed=seed, length=length, depth=depth,
@@ -219,6 +255,7 @@ def build_prompt(tok: Tokenizer, length: int, depth: float, seed: int, mode: str
     if mode == "chat":
         p.messages = [{"role": "user", "content": content}]
     p.depth_achieved = _achieved_depth(tok, needle, content, span)
+    p.distractors = [n for n, _ in distractors]
     return p
 
 

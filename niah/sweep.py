@@ -46,6 +46,7 @@ class SweepSpec:
     timeout_s: float = 600.0
     retries: int = 3
     stream: bool = True
+    needles: int = 1  # facts in each haystack; the question asks for the one at `depth`
 
 
 @dataclass
@@ -115,6 +116,8 @@ def check_spec(spec: SweepSpec) -> None:
         raise BadInput(f"unknown --mode {spec.mode!r}: use chat or completion")
     if spec.max_tokens < 1:
         raise BadInput(f"--max-tokens must be at least 1 (got {spec.max_tokens})")
+    if spec.needles < 1:
+        raise BadInput(f"--needles must be at least 1 (got {spec.needles})")
     if spec.concurrency < 1:
         raise BadInput(f"--concurrency must be at least 1 (got {spec.concurrency})")
     if spec.retries < 0:
@@ -207,6 +210,7 @@ def prepare_target(target: Target, spec: SweepSpec) -> PreparedTarget:
             f"length {max(spec.lengths)} is longer than the bundled corpus fills without "
             f"repeating itself (about {capacity} tokens with this tokenizer)"
         )
+    fixed += 20 * (spec.needles - 1)  # distractor sentences
     too_short = [n for n in spec.lengths if n < fixed + 8]
     if too_short:
         raise BadInput(
@@ -256,6 +260,11 @@ async def run_target(
     `dead()` is polled before each trial and after each connection error; once it
     returns a cause, no request is sent any more and every remaining trial of this target
     is recorded as `error` with "server died: <cause>".
+
+    Without `dead` (a server niah did not launch), a trial that fails to connect after
+    its retries makes niah probe GET /v1/models; if the server is gone, that trial and
+    every one after it are left unwritten (for --resume once the server is back) and
+    ServerError is raised after the trials in flight finish.
     """
     from niah.client import RequestConfig, complete, make_client
     from niah.needles import trial_seed
@@ -277,6 +286,16 @@ async def run_target(
     for item in todo:
         queue.put_nowait(item)
     died: list[str] = []
+    gone: list[str] = []  # the external server stopped answering (no dead() given)
+
+    async def unreachable(client) -> str | None:
+        import httpx
+
+        try:
+            r = await client.get(prepared.endpoint + "/models", timeout=10.0)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}".rstrip(": ")
+        return f"HTTP {r.status_code}" if r.status_code >= 500 else None
 
     def check_dead() -> str | None:
         if not died and dead is not None:
@@ -300,14 +319,16 @@ async def run_target(
             rec["error"] = f"server died: {cause}"
             return finish(rec)
         try:
-            p = await asyncio.to_thread(build_prompt, prepared.tokenizer, length, depth, seed, spec.mode)
-        except (ServerError, OSError) as e:
+            p = await asyncio.to_thread(
+                build_prompt, prepared.tokenizer, length, depth, seed, spec.mode, spec.needles
+            )
+        except Exception as e:  # ServerError or httpx errors from /tokenize
             cause = check_dead()
-            rec["error"] = f"server died: {cause}" if cause else f"prompt building failed: {e}"
-            return finish(rec)
-        except Exception as e:  # httpx errors from /tokenize
-            cause = check_dead()
-            rec["error"] = f"server died: {cause}" if cause else f"prompt building failed: {type(e).__name__}: {e}"
+            if cause is None and dead is None and (lost := await unreachable(client)):
+                gone.append(lost)
+                return None
+            msg = str(e) if isinstance(e, (ServerError, BadInput)) else f"{type(e).__name__}: {e}"
+            rec["error"] = f"server died: {cause}" if cause else f"prompt building failed: {msg}"
             return finish(rec)
         rec.update(
             prompt_tokens_local=p.tokens, depth_achieved=p.depth_achieved,
@@ -319,6 +340,9 @@ async def run_target(
             cause = check_dead()
             if cause:
                 reply.error = f"server died: {cause}"
+            elif dead is None and (lost := await unreachable(client)):
+                gone.append(lost)
+                return None
         rec.update(
             prompt_tokens=reply.prompt_tokens, answer=reply.answer, reasoning=reply.reasoning,
             finish_reason=reply.finish_reason, completion_tokens=reply.completion_tokens,
@@ -329,7 +353,7 @@ async def run_target(
         finish(rec)
 
     async def worker(client) -> None:
-        while True:
+        while not gone:
             try:
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -338,6 +362,12 @@ async def run_target(
 
     async with make_client(cfg, spec.concurrency) as client:
         await asyncio.gather(*(worker(client) for _ in range(min(spec.concurrency, len(todo)))))
+    if gone:
+        left = len(pending_trials(name, spec, store.done))
+        raise ServerError(
+            f"{prepared.endpoint} stopped answering ({gone[0]}); finished trials are saved, "
+            f"{left} of {name!r} are left: rerun with --resume once it is back"
+        )
 
 
 # -- the manifest ------------------------------------------------------------------------------
@@ -377,7 +407,7 @@ def _version() -> str | None:
 
 
 # Arguments that change the prompts or answers: a resumed run must keep them.
-_FIXED_ON_RESUME = ("seed", "mode", "max_tokens")
+_FIXED_ON_RESUME = ("seed", "mode", "max_tokens", "needles")
 
 
 def start_run(out: Path | str, spec: SweepSpec, resume: bool) -> RunStore:

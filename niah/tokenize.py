@@ -120,7 +120,7 @@ class ServerTokenizer(Tokenizer):
         if not self.url and not self.probe():
             raise ServerError(f"{self.endpoint} does not serve /tokenize")
         last: Exception | None = None
-        for attempt in range(3):
+        for _ in range(3):
             try:
                 r = self._http().post(self.url, json=self._body(body))
             except httpx.HTTPError as e:

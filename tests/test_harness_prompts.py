@@ -127,3 +127,14 @@ def test_real_model_tokenizer_with_its_chat_template():
         # the template's tokens are part of the budget, not extra
         assert tok.count_plain(p.content) < len(ids) - 10
         assert abs(p.depth_achieved - depth) < 2.0
+
+
+def test_distractor_needles(tok):
+    p = build_prompt(tok, 3000, 40.0, trial_seed(0, 3000, 40, 0), needles=5)
+    assert len(p.distractors) == 4 and abs(p.tokens - 3000) <= 2
+    facts = re.findall(r"The special magic number for ([A-Z][\w ]*?) is (\d{7})\.", p.content)
+    assert len(facts) == 5 and len({k for k, _ in facts}) == 5 and len({v for _, v in facts}) == 5
+    assert p.content[p.needle_span[0] : p.needle_span[1]] == p.needle.sentence
+    assert p.needle.question in p.content and abs(p.depth_achieved - 40) < 3
+    # one needle gives the same bytes as before distractors existed
+    assert build_prompt(tok, 3000, 40.0, 11).content == build_prompt(tok, 3000, 40.0, 11, needles=1).content

@@ -171,3 +171,11 @@ def test_dead_server_records_the_rest_as_errors(oracle_factory, tmp_path):
     assert [r["outcome"] for r in recs[:2]] == ["correct", "correct"]
     assert all(r["outcome"] == "error" and r["error"] == "server died: CUDA out of memory" for r in recs[2:])
     assert srv.stats()["generate"] == 2  # nothing sent once dead
+
+
+def test_distractors_through_the_sweep(oracle, tmp_path):
+    spec = SweepSpec(lengths=[1500], depths=[20, 80], trials=2, needles=3)
+    run_sweep([Target(oracle.url)], spec, tmp_path / "run")
+    manifest, recs = load_run(tmp_path / "run")
+    assert manifest["args"]["needles"] == 3
+    assert all(r["outcome"] == "correct" and abs(r["prompt_tokens"] - 1500) <= 4 for r in recs)

@@ -56,7 +56,7 @@ def test_long_rows_in_rounds(k, block):
     width = 5 * block + 123
     x = logits(2, width, seed=2).to(DEV)
     lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
-    idx = topk_indices(x, k, lens, block=block)
+    idx = topk_indices(x, k, lens, block=block, final_block=block)
     problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
     assert problem is None, problem
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from niah.errors import ServerError
+from niah.errors import BadInput, ServerError
 from niah.serving.launch import ServerProcess, cause_from_log, describe_exit
 
 try:
@@ -75,6 +75,13 @@ def test_death_during_startup_fails_at_once_with_the_log_tail(tmp_path):
     assert session_members(srv.pid) == []
 
 
+def test_a_command_that_cannot_run_is_a_start_failure(tmp_path):
+    srv = ServerProcess("nope", lambda port: (["/nonexistent/server", str(port)], {}), log_path=tmp_path / "n.log")
+    with pytest.raises(ServerError, match="cannot run '/nonexistent/server'"):
+        srv.start()
+    assert srv.failure.startswith("cannot run '/nonexistent/server'")
+
+
 def test_not_ready_in_time_is_stopped(tmp_path):
     srv = tiny(tmp_path, "--ready-after", "3600", "--child", ready_timeout_s=1.0)
     with pytest.raises(ServerError, match="not ready after 1 s"):
@@ -107,6 +114,20 @@ def test_dead_reports_kill_9(tmp_path):
         assert wait_for(srv.dead, what="death noticed") == "killed by SIGKILL"
 
 
+def test_stop_after_the_leader_died_still_kills_what_it_left(tmp_path):
+    """A server whose main process dies may leave workers holding the GPU (SGLang's
+    schedulers): teardown reaches the whole process group."""
+    srv = tiny(tmp_path, "--child")
+    srv.start()
+    leader = srv.pid
+    (child,) = [p for p in session_members(leader) if p != leader]
+    os.kill(leader, signal.SIGKILL)
+    wait_for(srv.dead, what="death noticed")
+    assert alive(child)
+    srv.stop()
+    assert not alive(child) and session_members(leader) == []
+
+
 def test_dead_reads_the_cause_from_the_log(tmp_path):
     with tiny(tmp_path, "--die-after", "0.2", "--die-with", OOM) as srv:
         cause = wait_for(srv.dead, what="death noticed")
@@ -123,6 +144,9 @@ def test_dead_reads_the_cause_from_the_log(tmp_path):
         (["loading", "Killed"], "Killed"),
         (["RuntimeError: CUDA error: out of memory"], "out of memory: RuntimeError: CUDA error: out of memory"),
         (["INFO: Uvicorn running", "INFO: 200 OK"], None),
+        # advice about memory is not a cause; the exception is
+        (["WARNING: if you run out of memory, lower --mem-fraction-static", "KeyError: 'index_topk'"],
+         "KeyError: 'index_topk'"),
     ],
 )
 def test_cause_from_log(lines, cause):
@@ -202,6 +226,12 @@ def test_matrix_survives_deaths_and_resume_fills_only_gaps(tmp_path, capsys):
     assert len(recs2) == len(recs)
     assert {r["outcome"] for r in recs2 if r["config"] == "k1"} == {"correct"}
 
+    # resuming with a configuration changed under the same name is refused, naming it
+    changed = tmp_path / "changed.toml"
+    changed.write_text(matrix.read_text().replace("--delay", "--ready-after"))
+    with pytest.raises(BadInput, match=r"changed.toml:\d+: configuration 'first' differs from the one in"):
+        run_matrix(changed, spec, run, resume=True)
+
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_niah_stops_the_server_and_keeps_trials(tmp_path, sig):
@@ -262,3 +292,27 @@ def test_niah_killed_outright_takes_its_server_down(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_external_endpoints_run_concurrently_and_are_left_running(tmp_path):
+    from niah.serving.matrix import run_matrix
+    from niah.sweep import SweepSpec
+
+    with tiny(tmp_path, "--delay", "0.2", name="a") as a, tiny(tmp_path, "--delay", "0.2", name="b") as b:
+        matrix = tmp_path / "ext.toml"
+        matrix.write_text(
+            'engine = "external"\n'
+            f'[[config]]\nname = "a"\nendpoint = "{a.endpoint}"\nindex_topk = 512\n'
+            f'[[config]]\nname = "b"\nendpoint = "{b.endpoint}/v1"\nmodel = "tiny"\n'
+        )
+        run = run_matrix(matrix, SweepSpec(lengths=[200], depths=[0.0, 50.0, 100.0], trials=2), tmp_path / "run")
+        assert a.dead() is None and b.dead() is None  # niah neither starts nor stops them
+        recs = read_trials(run)
+        assert sorted(r["config"] for r in recs) == ["a"] * 6 + ["b"] * 6
+        assert {r["outcome"] for r in recs} == {"correct"}
+        # concurrently: the two servers' trials interleave in the file
+        order = [r["config"] for r in recs]
+        assert order != sorted(order)
+        m = read_manifest(run)
+        assert m["configs"]["a"]["axes"] == {"index_topk": 512} and m["configs"]["a"]["engine"] == "external"
+        assert "command" not in m["configs"]["a"] and not (run / "logs").exists()

@@ -71,8 +71,9 @@ def test_matrix_summary_tables(matrix_run):
     assert "| 4,096 | paired (prompt) | 0.0% (0/12) | 100.0% (12/12) | +100.0 pp | 0 / 12 | 0.00049 | B better |" in md
     # failure taxonomy: fp8_512 has 24 correct and 12 wrong of 36
     assert "| `fp8_512` | 24 | 12 | 0 | 0 | 0 | 0 | 36 |" in md
-    # selection recall and the length check are there
-    assert "Selection recall" in md and "Length check" in md
+    # selection recall at 1024: layers [1.0, 0.875, 0.95] -> mean 0.942, weakest 0.875, strongest 1.0
+    assert "| `fp8_512` | 0.942 (0.88–1.00, n=12) |" in md
+    assert "Length check" in md
     assert "Every reported length is within max(4 tokens, 0.5%) of the request." in md
 
 
@@ -163,6 +164,16 @@ def test_compare_two_configs_in_one_run(matrix_run):
     assert "per cell" in r.stdout
     r = _niah("compare", run)
     assert r.returncode == 2 and "--a and --b" in r.stderr
+
+
+def test_compare_the_two_configs_of_a_run(tmp_path):
+    run = make_run(tmp_path / "run", {"x": {"index_topk": 512}, "y": {"index_topk": 1024}}, lengths=(1024,),
+                   depths=(0.0,), trials=3, outcome={"x": always("correct"), "y": always("wrong")})
+    r = _niah("compare", run)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("# B: y vs A: x")
+    r = _niah("compare", run, "--b", "x")
+    assert r.stdout.startswith("# B: x vs A: y")
 
 
 def test_length_check_flags_drift(tmp_path):

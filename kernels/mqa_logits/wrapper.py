@@ -65,7 +65,7 @@ def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
     weights = weights.contiguous()
     ks, ke = ks.contiguous(), ke.contiguous()
     interp = interpreting()
-    block_n = block_n or (64 if interp else 128)
+    block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 x 32 queries, 8 warps (NOTES.md)
     block_q = block_q or (4 if interp else 32)
     grid = ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q)
     mqa_logits_kernel[grid](

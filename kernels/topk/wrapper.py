@@ -14,10 +14,21 @@ import torch
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
+DEFAULT_BLOCK = 8192  # chunk width of the rounds (H200 sweep: kernels/NOTES.md)
+DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
+ROW_POSITIONS = 16384  # positions per program (ROWS segments of BLOCK) by default
+
+
+def _warps(block: int) -> int:
+    return 4 if interpreting() else max(4, min(16, block // 1024))
 
 
 def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
-                 block: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                 block: int | None = None, final_block: int | None = None,
+                 num_warps: int | None = None, rows_per_program: int | None = None) -> torch.Tensor:
+    """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
+    block: rows wider than this are cut into chunks of `block` that each keep their top-k;
+    final_block: the survivors are selected by one program once they fit in it."""
     from niah.kernels.topk.kernel import topk_kernel
 
     if logits.dim() != 2 or logits.dtype != torch.float32:
@@ -34,36 +45,41 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
     if rows == 0:
         return out
-    max_block = block or MAX_BLOCK
-    if max_block & (max_block - 1) or max_block < 2 * next_pow2(k):
-        raise ValueError(f"topk_indices: block must be a power of two >= 2 * next_pow2(k), got {max_block}")
     k_pad = next_pow2(k)
+    block = block or DEFAULT_BLOCK
+    final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
+    for name, b in (("block", block), ("final_block", final_block)):
+        if b & (b - 1) or b < 2 * k_pad or b > MAX_BLOCK:
+            raise ValueError(
+                f"topk_indices: {name} must be a power of two in [2 * next_pow2(k), {MAX_BLOCK}], got {b} (k={k})"
+            )
 
-    def launch(src, idx_in, w, dst_idx, dst_key, blk, from_keys, out_keys):
+    def launch(src, idx_in, w, blk, dst_idx, dst_key, from_keys, out_keys):
         n_chunks = (w + blk - 1) // blk
-        warps = num_warps or (4 if interpreting() else max(4, min(32, blk // 1024)))
-        topk_kernel[(rows, n_chunks)](
+        # several segments per program share each reduction; keep ~4K+ positions a program
+        seg_rows = rows_per_program or max(1, min(8, ROW_POSITIONS // blk))
+        seg_rows = min(seg_rows, next_pow2(rows * n_chunks))
+        topk_kernel[((rows * n_chunks + seg_rows - 1) // seg_rows,)](
             src, idx_in if idx_in is not None else src, lengths if lengths is not None else src,
             dst_idx, dst_key if dst_key is not None else dst_idx,
-            w, k, src.stride(0), idx_in.stride(0) if idx_in is not None else 0, dst_idx.stride(0),
-            BLOCK=blk, K_PAD=k_pad, FROM_KEYS=from_keys, HAS_LEN=lengths is not None and not from_keys,
-            OUT_KEYS=out_keys, num_warps=warps,
+            rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0, dst_idx.stride(0),
+            BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
+            HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys,
+            num_warps=num_warps or _warps(blk * seg_rows),
         )
 
-    if width <= max_block:
-        launch(logits, None, width, out, None, max(16, next_pow2(width)), False, False)
+    if width <= block:
+        launch(logits, None, width, max(16, next_pow2(width)), out, None, False, False)
         return out
-    # rounds: each chunk keeps its top-k (key, index) pairs, until one block holds the survivors
+    # rounds: each chunk keeps its top-k (key, index) pairs, until the survivors fit one program
     src, idx_in, w, from_keys = logits, None, width, False
-    while w > max_block:
-        n_chunks = (w + max_block - 1) // max_block
+    while True:
+        n_chunks = (w + block - 1) // block
         keys = torch.empty((rows, n_chunks * k), dtype=torch.int32, device=logits.device)
         idx = torch.empty_like(keys)
-        launch(src, idx_in, w, idx, keys, max_block, from_keys, True)
+        launch(src, idx_in, w, block, idx, keys, from_keys, True)
         src, idx_in, w, from_keys = keys, idx, n_chunks * k, True
-    topk_kernel[(rows, 1)](
-        src, idx_in, src, out, out, w, k, src.stride(0), idx_in.stride(0), out.stride(0),
-        BLOCK=max(16, next_pow2(w)), K_PAD=k_pad, FROM_KEYS=True, HAS_LEN=False, OUT_KEYS=False,
-        num_warps=num_warps or (4 if interpreting() else max(4, min(32, next_pow2(w) // 1024))),
-    )
+        if w <= final_block:
+            break
+    launch(src, idx_in, w, max(16, next_pow2(w)), out, None, True, False)
     return out

@@ -70,7 +70,12 @@ def compare_cmd(
         if not (a and b):
             if len(names) != 2:
                 raise BadInput(f"{run_a} has configurations {names}; name the two to compare with --a and --b")
-            a, b = a or [n for n in names if n != b][0], b or [n for n in names if n != a][0]
+            if a is None and b is None:
+                a, b = names
+            elif a is None:
+                a = next(n for n in names if n != b)
+            else:
+                b = next(n for n in names if n != a)
         ca = _pick(names, a, str(run_a), "--a")
         cb = _pick(names, b, str(run_a), "--b")
         if ca == cb:

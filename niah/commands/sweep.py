@@ -11,14 +11,14 @@ import typer
 from niah.cli import app
 
 
-def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, stream):
+def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, stream, needles=1):
     from niah.specs import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
     spec = SweepSpec(
         lengths=parse_lengths(lengths), depths=parse_depths(depths), trials=trials, seed=seed,
         max_tokens=max_tokens, mode=mode, tokenizer=tokenizer, concurrency=concurrency,
-        timeout_s=timeout, retries=retries, stream=stream,
+        timeout_s=timeout, retries=retries, stream=stream, needles=needles,
     )
     check_spec(spec)
     return spec
@@ -43,6 +43,7 @@ def sweep(
     no_stream: bool = typer.Option(False, "--no-stream", help="Do not stream (no TTFT)."),
     matrix: Optional[Path] = typer.Option(None, help="A matrix file: launch one server per configuration (niah.serving.matrix)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    needles: int = typer.Option(1, help="Facts per haystack: the asked one plus NEEDLES-1 distractors at random depths."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --matrix: print each configuration's exact command and environment; start nothing."),
 ) -> None:
@@ -66,7 +67,7 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
-    spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, not no_stream)
+    spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, not no_stream, needles)
     if out is None:
         import datetime as dt
 
@@ -82,7 +83,7 @@ def sweep(
             run_sweep([target], spec, out, resume=resume, progress=None if quiet else SweepProgress(console))
     except KeyboardInterrupt:
         console.print(f"interrupted: finished trials are saved in {out}; finish with --resume")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     _, records = load_run(out, warn=False)
     stdout = Console()
     for t in recall_tables(records):
@@ -109,6 +110,7 @@ def prompt(
     tokenizer: Optional[str] = typer.Option(None, help="server | hf:<path> | tiktoken:<encoding> (default: server when --endpoint answers /tokenize, else tiktoken)."),
     endpoint: Optional[str] = typer.Option(None, help="Server whose /tokenize counts the tokens."),
     model: Optional[str] = typer.Option(None, help="Model name sent to /tokenize."),
+    needles: int = typer.Option(1, help="Facts per haystack (NEEDLES-1 distractors)."),
     json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
 ) -> None:
     """Print the prompt one sweep trial would send (same seed, same bytes)."""
@@ -127,13 +129,14 @@ def prompt(
         raise BadInput("--tokenizer server needs --endpoint")
     tok = load_tokenizer(tokenizer, endpoint, model)
     s = trial_seed(seed, n, depth, trial)
-    p = build_prompt(tok, n, depth, s, mode)
+    p = build_prompt(tok, n, depth, s, mode, needles)
     if json_out:
         print(json.dumps({
             "length": n, "tokens": p.tokens, "tokenizer": tok.spec, "depth": depth,
             "depth_achieved": p.depth_achieved, "seed": s, "needle": p.needle.value,
             "needle_key": p.needle.key, "needle_span": list(p.needle_span),
             "prompt_sha256": p.sha256, "mode": mode, "content": p.content,
+            "distractors": [{"key": d.key, "value": d.value} for d in p.distractors],
         }, ensure_ascii=False))
     else:
         sys.stdout.write(p.content + "\n")

@@ -161,6 +161,7 @@ def fill(rng: random.Random, template: str) -> str:
         return rng.choice(W[m.group(1)].split("|"))
 
     s = re.sub(r"\{(\w+)\}", pick, template)
+    s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)  # "a unhurried" -> "an unhurried"
     return s[0].upper() + s[1:]
 
 

@@ -1,10 +1,12 @@
 """Recall against context length, one line per configuration, with 95% Wilson intervals;
 beside it, where trials recorded it, the indexer's selection recall.
 
-Selection recall of one trial is the *minimum over layers* of the share of the needle's
-tokens the indexer kept: a needle dropped in any one layer is lost to that layer, so the
-weakest layer bounds what the model can retrieve. The plotted value is the mean of that
-minimum over the trials at a length.
+Selection recall of one trial is, per layer, the share of the needle's tokens the indexer
+kept for the last prompt token. The plotted value is the mean over layers (the share of
+all (layer, needle token) pairs kept), averaged over the trials at a length. The minimum
+over layers was the first candidate, but on real runs some early layer keeps nothing in
+almost every trial while recall stays perfect, so it carries no signal; summary.md gives
+the weakest and strongest layer beside the mean.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0
             if len(s):
                 sx = [x * (2 ** off) if use_log else x for x in s["length"]]
                 axes[0][1].plot(sx, s["sel"], marker="s", ms=4.5, lw=1.6, color=colours(i % 10), label=name)
-    for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)", "selection recall (mean of min over layers)")):
+    for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)", "selection recall (mean over layers)")):
         if use_log:
             a.set_xscale("log", base=2)
         a.set_xticks(lengths)
-        a.set_xticklabels([style.fmt_len(x) for x in lengths])
+        crowded = use_log and any(b / a_ < 1.45 for a_, b in zip(lengths, lengths[1:]))
+        a.set_xticklabels([style.fmt_len(x) for x in lengths], rotation=45 if crowded or len(lengths) > 9 else 0)
         a.minorticks_off()
         a.set_ylim(-0.03, 1.05)
         a.set_xlabel("context length (tokens)")
@@ -55,9 +58,9 @@ def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0
     if has_sel:
         axes[0][1].set_title("Indexer kept the needle (where recorded)", fontsize=10.5, loc="left")
     if has_sel and axes[0][1].get_legend_handles_labels()[0]:
-        axes[0][1].legend(fontsize=8, loc="lower left", frameon=False)
+        axes[0][1].legend(fontsize=8, loc="best", frameon=False)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower left", frameon=False)
+        ax.legend(fontsize=8, loc="best", frameon=False)
     else:
         ax.text(0.5, 0.5, "no answered trials", transform=ax.transAxes, ha="center", va="center", color="#777777")
     fig.tight_layout()

@@ -23,8 +23,9 @@ COLUMNS = (
 
 
 def trials_frame(records: list[dict[str, Any]]):
-    """Records -> DataFrame with the COLUMNS above plus `correct`, `answered`, `is_error`,
-    `sel_min` (minimum of selection_recall over layers, NaN when not recorded)."""
+    """Records -> DataFrame with the COLUMNS above plus `correct`, `answered`, `is_error`
+    and, from selection_recall (NaN when not recorded), `sel_mean` / `sel_min` / `sel_max`
+    over layers."""
     import numpy as np
     import pandas as pd
 
@@ -44,13 +45,15 @@ def trials_frame(records: list[dict[str, Any]]):
     df["is_error"] = df["outcome"] == "error"
     df["answered"] = ~df["is_error"]
 
-    def _min(v: Any) -> float:
-        if isinstance(v, (list, tuple)) and len(v):
-            vals = [float(x) for x in v if x is not None]
-            return min(vals) if vals else np.nan
-        return np.nan
+    def _layers(v: Any) -> list[float]:
+        if isinstance(v, (list, tuple)):
+            return [float(x) for x in v if x is not None]
+        return []
 
-    df["sel_min"] = [_min(v) for v in df["selection_recall"]]
+    layers = [_layers(v) for v in df["selection_recall"]]
+    df["sel_mean"] = [sum(v) / len(v) if v else np.nan for v in layers]
+    df["sel_min"] = [min(v) if v else np.nan for v in layers]
+    df["sel_max"] = [max(v) if v else np.nan for v in layers]
     for col in ("latency_s", "ttft_s", "prompt_tokens", "prompt_tokens_local", "depth_achieved"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
@@ -58,22 +61,27 @@ def trials_frame(records: list[dict[str, Any]]):
 
 def aggregate(df, keys: list[str], confidence: float = 0.95):
     """Group `df` by keys: n, answered, correct, errors, recall (NaN when nothing was
-    answered), Wilson lo/hi, and mean selection recall (sel_min) where recorded."""
+    answered), Wilson lo/hi, and where recorded the selection recall: `sel` (mean over
+    trials of the mean over layers), `sel_min` / `sel_max` (mean over trials of the
+    weakest / strongest layer) and `sel_n` (trials that recorded it)."""
     import numpy as np
     import pandas as pd
 
     from niah.report.stats import wilson
 
     if df.empty:
-        return pd.DataFrame(columns=[*keys, "n", "answered", "correct", "errors", "recall", "lo", "hi", "sel", "sel_n"])
+        return pd.DataFrame(columns=[*keys, "n", "answered", "correct", "errors", "recall", "lo", "hi",
+                                     "sel", "sel_min", "sel_max", "sel_n"])
     g = df.groupby(keys, sort=True)
     out = pd.DataFrame({
         "n": g.size(),
         "answered": g["answered"].sum(),
         "correct": g["correct"].sum(),
         "errors": g["is_error"].sum(),
-        "sel": g["sel_min"].mean(),
-        "sel_n": g["sel_min"].count(),
+        "sel": g["sel_mean"].mean(),
+        "sel_min": g["sel_min"].mean(),
+        "sel_max": g["sel_max"].mean(),
+        "sel_n": g["sel_mean"].count(),
     }).reset_index()
     for c in ("n", "answered", "correct", "errors", "sel_n"):
         out[c] = out[c].astype(int)

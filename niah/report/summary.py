@@ -60,7 +60,8 @@ def selection_table(by_len, infos, lengths) -> str | None:
         cells = []
         for L in lengths:
             r = idx.get((n, L))
-            cells.append("—" if r is None or r.sel_n == 0 else f"{r.sel:.3f} (n={r.sel_n})")
+            cells.append("—" if r is None or r.sel_n == 0 else
+                         f"{r.sel:.3f} ({r.sel_min:.2f}–{r.sel_max:.2f}, n={r.sel_n})")
         rows.append([f"`{n}`", *cells])
     return _table(["config", *[style.fmt_len(L) for L in lengths]], rows)
 
@@ -161,8 +162,9 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
     out.append(recall_by_length_table(by_len, overall, infos, lengths))
     sel = selection_table(by_len, infos, lengths)
     if sel:
-        out.append("\n### Selection recall (mean over trials of the minimum over layers)\n")
-        out.append("Share of the needle's tokens the indexer kept for the last prompt token, in the weakest layer.\n")
+        out.append("\n### Selection recall: did the indexer keep the needle?\n")
+        out.append("Share of the needle's tokens the indexer kept for the last prompt token: mean over layers "
+                   "(weakest–strongest layer), averaged over trials.\n")
         out.append(sel)
 
     out.append("\n## Heatmaps (recall per cell: recall (correct/answered))\n")

@@ -35,13 +35,17 @@ from niah.serving.embedded.model import LayerCache, dense_attention
 class DSA:
     name = "dsa"
 
-    def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512):
+    def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512,
+                 dense_when_short: bool = True):
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
         if topk < 1 or window < 0 or chunk < 1:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
         self._raw = self._sum = self._mask = None
+        # While the context is <= K every key is kept, so SGLang (and we) run plain dense
+        # attention there. False forces the indexer path anyway (tests use it).
+        self.dense_when_short = dense_when_short
 
     # -- the index-key cache ------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
@@ -84,12 +88,12 @@ class DSA:
         bufs = bufs or (torch.empty(idx_k.shape[0], H // idx_k.shape[0] * C, S), torch.empty(C, S), torch.empty(C, S))
         mask = bufs[2]
         future = torch.ones(C, C, dtype=torch.bool).triu_(1)       # [C, C]: s > p inside the diagonal block
-        if S <= self.topk:                                          # every row keeps all its (<= K) keys
+        if S <= self.topk and self.dense_when_short:               # every row keeps all its (<= K) keys
             mask.zero_()
         else:
             scores = self.index_scores(q, idx_k, bufs)              # [C, S]
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
-            top = scores.topk(self.topk, dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
+            top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
             mask.fill_(float("-inf")).scatter_(1, top, 0.0)
             if self.window > 0:
                 rows = torch.arange(p0, S)[:, None]
@@ -109,7 +113,7 @@ class DSA:
         _, H, T, D = q.shape
         S = start + T
         needle = cache.stats.get("needle_positions")                # (a, b) token span or None
-        if S <= self.topk:                                          # everything selected: dense
+        if S <= self.topk and self.dense_when_short:               # everything selected: dense
             if needle is not None:
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = 1.0
             return dense_attention(q, cache, start)

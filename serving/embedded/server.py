@@ -77,7 +77,8 @@ class Engine:
         self.meta = loaded.meta
         self.model_id = loaded.meta["model_id"]
         self.max_len = self.model.args.block_size
-        self.eos_ids = set(loaded.meta["eos_token_ids"])
+        self.eos_ids = set(loaded.meta["eos_token_ids"]) | {
+            i for i in (self.tok.token_to_id(t) for t in ("<|endoftext|>", "<|im_end|>")) if i is not None}
         self._template = _compile_template(loaded.meta["chat_template"])
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="niah-model")
 
@@ -385,16 +386,48 @@ def create_app(engine: Engine):
     return app
 
 
+def _server_class():
+    import contextlib
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after a graceful shutdown (exit status 143); here the
+        first SIGTERM/SIGINT shuts down gracefully and the process exits 0, a second forces."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+
+            def handle(_sig, _frame):
+                if self.should_exit:
+                    self.force_exit = True
+                self.should_exit = True
+
+            prev = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in prev.items():
+                    signal.signal(s, h)
+
+    return Server
+
+
 def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
     """Load the model, start uvicorn, print one ready line; SIGTERM/SIGINT shut down cleanly."""
     import uvicorn
 
+    _Server = _server_class()
     t0 = time.perf_counter()
     engine = Engine(cfg)
     app = create_app(engine)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    server = _Server(config)
 
     async def run():
         task = asyncio.create_task(server.serve())
@@ -405,13 +438,17 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000, log_level
             print(f"niah serve: ready on http://{host}:{port} model={engine.model_id} {desc} "
                   f"(loaded in {engine.load_s:.1f} s{', cached weights' if engine.from_cache else ', converted GGUF'}; "
                   f"up in {time.perf_counter() - t0:.1f} s)", flush=True)
-        await task
+        try:
+            await task
+        except SystemExit:          # uvicorn's start-up failure (e.g. the port is taken); logged above
+            pass
 
     try:
         asyncio.run(run())
     finally:
         engine.pool.shutdown(wait=False, cancel_futures=True)
     if not server.started:
+        print(f"niah serve: could not start on {host}:{port} (see the error above)", file=sys.stderr, flush=True)
         raise SystemExit(1)
     print("niah serve: stopped", flush=True)
     sys.stderr.flush()

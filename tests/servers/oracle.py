@@ -23,7 +23,6 @@ import argparse
 import json
 import re
 import socket
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
