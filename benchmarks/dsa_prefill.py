@@ -32,6 +32,9 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["fp8", "bf16"])
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=512, help="DSA query chunk")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="random weights of the same shapes, random token ids (timing only; no GGUF needed)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -39,12 +42,23 @@ def main() -> None:
     from niah.serving.embedded.dsa import DSA
     from niah.serving.embedded.model import Transformer
 
-    loaded = weights.load()
-    model = Transformer.from_loaded(loaded)
-    configs = [("dense", None)] + [(f"dsa-{d}-k{args.topk}", DSA(d, args.topk, args.window)) for d in args.dtypes]
-    print(f"threads={torch.get_num_threads()} topk={args.topk} window={args.window}")
+    if args.random_weights:
+        from niah.serving.embedded.model import ModelArgs
+
+        torch.manual_seed(0)
+        model = Transformer(ModelArgs()).eval()
+        loaded = None
+    else:
+        loaded = weights.load()
+        model = Transformer.from_loaded(loaded)
+    configs = [("dense", None)] + [(f"dsa-{d}-k{args.topk}", DSA(d, args.topk, args.window, args.chunk))
+                                   for d in args.dtypes]
+    print(f"threads={torch.get_num_threads()} topk={args.topk} window={args.window} chunk={args.chunk} "
+          f"weights={'random' if loaded is None else 'SmolLM2-135M'}")
     for n in args.lengths:
-        x = torch.tensor([filler_ids(loaded.tokenizer, n)])
+        ids = (torch.randint(0, model.args.vocab_size, (n,)).tolist() if loaded is None
+               else filler_ids(loaded.tokenizer, n))
+        x = torch.tensor([ids])
         best = {name: float("inf") for name, _ in configs}
         for _ in range(args.reps):
             for name, att in configs:

@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--topks", type=int, nargs="+", default=[64, 128, 256, 512])
     ap.add_argument("--dtypes", nargs="+", default=["fp8", "bf16"])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--max-tokens", type=int, default=24)
     args = ap.parse_args()
 
     from niah.serving.embedded.dsa import DSA
@@ -71,7 +72,7 @@ def main() -> None:
             for name, c in configs:
                 engine.model.set_attention(DSA(c[0], c[1]) if c else None)
                 t = time.perf_counter()
-                g = generate(engine.model, engine.decode, list(enc.ids), 12, engine.eos_ids, None, needle)
+                g = generate(engine.model, engine.decode, list(enc.ids), args.max_tokens, engine.eos_ids, None, needle)
                 rec = sum(g.selection_recall) / len(g.selection_recall)
                 row = {"tokens": len(enc.ids), "depth": depth, "config": name, "found": secret in g.text,
                        "answer": g.text.strip()[:40], "sel_recall_mean": round(rec, 3),

@@ -12,5 +12,14 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 \
   tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py \
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
-timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
+[ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
+if [ -n "${PROFILE_TOPK:-}" ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 150 "$NCU" --clock-control none --kernel-name regex:topk --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+    python3 -c "import torch; from niah.kernels import topk_indices; x=torch.randn(4096,22016,device='cuda'); \
+l=torch.full((4096,),22016,dtype=torch.int32,device='cuda'); topk_indices(x,1024,l); torch.cuda.synchronize()" \
+    > "$OUT_DIR/ncu_topk.txt" 2>&1
+  grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Issue Slots|Executed Ipc|Compute \(SM\)|Memory Throughput|Warp Cycles" "$OUT_DIR/ncu_topk.txt" | head -60
+fi

@@ -27,6 +27,7 @@ from niah.errors import BadInput
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 TRIALS = "trials.jsonl"
+ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retries them
 
 # Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
 # outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
@@ -95,10 +96,16 @@ class RunStore:
         self._fh = None
         self.done: set[str] = set()
         self.skipped_lines: list[int] = []
+        self.retried = 0  # error records moved aside on resume, to run again
 
     # -- opening -----------------------------------------------------------------------
-    def open(self, resume: bool) -> "RunStore":
-        """Create (or, with resume, reopen) the folder. Refuses to mix runs silently."""
+    def open(self, resume: bool, retry_errors: bool = True) -> "RunStore":
+        """Create (or, with resume, reopen) the folder. Refuses to mix runs silently.
+
+        On resume, trials recorded as `error` (an outage, not a measurement) are gaps to
+        fill: with `retry_errors` they move to trials.errors.jsonl (kept for the record)
+        and run again, so trials.jsonl still holds exactly one record per trial.
+        """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             probe = self.dir / ".niah-write-test"
@@ -115,18 +122,31 @@ class RunStore:
         if resume:
             loaded = read_trials(trials)
             self.skipped_lines = loaded.skipped_lines
+            errors = [r for r in loaded.records if r.get("outcome") == "error"] if retry_errors else []
+            if errors:
+                self._archive(errors)
+                loaded.records = [r for r in loaded.records if r.get("outcome") != "error"]
+            self.retried = len(errors)
             self.done = {record_key(r) for r in loaded.records}
-            if loaded.skipped_lines:
-                self._drop_bad_lines(trials, loaded)
+            if loaded.skipped_lines or errors:
+                self._rewrite(trials, loaded.records)
         self._fh = open(trials, "a", encoding="utf-8")
         return self
 
-    def _drop_bad_lines(self, trials: Path, loaded: LoadResult) -> None:
-        """Rewrite trials.jsonl without the unparsable lines (atomically), so appends
-        after a resume never glue onto a half-written line."""
+    def _archive(self, records: list[dict[str, Any]]) -> None:
+        """Append records to trials.errors.jsonl before they leave trials.jsonl."""
+        with open(self.dir / ERRORS, "a", encoding="utf-8") as f:
+            for rec in records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _rewrite(self, trials: Path, records: list[dict[str, Any]]) -> None:
+        """Rewrite trials.jsonl with `records` (atomically): drops unparsable lines, so
+        appends after a resume never glue onto a half-written line."""
         tmp = trials.with_suffix(".jsonl.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for rec in loaded.records:
+            for rec in records:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())

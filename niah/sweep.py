@@ -414,18 +414,18 @@ def start_run(out: Path | str, spec: SweepSpec, resume: bool) -> RunStore:
     """Open the run folder (BadInput if unwritable, or if resume changes fixed args) and
     write the manifest's args; configs are added by `record_config`."""
     out = Path(out)
-    store = RunStore(out).open(resume)
     args = asdict(spec)
     manifest: dict[str, Any] = {}
     if resume and (out / "manifest.json").exists():
+        # Check before opening the store: a refused resume must change nothing.
         manifest = read_manifest(out)
         manifest.pop("schema_version", None)
         old = manifest.get("args", {})
         for k in _FIXED_ON_RESUME:
             if k in old and old[k] != args[k]:
-                store.close()
                 raise BadInput(f"--resume with a different {k} ({args[k]!r}, the run has {old[k]!r}): use another --out")
         manifest.setdefault("resumed", []).append(_now())
+    store = RunStore(out).open(resume)
     from niah.needles import NEEDLE, QUESTION
     from niah.prompts import corpus_info
 
@@ -441,6 +441,12 @@ def start_run(out: Path | str, spec: SweepSpec, resume: bool) -> RunStore:
         print(
             f"niah: {out / 'trials.jsonl'}: skipped unreadable line(s) {store.skipped_lines} "
             "(a write cut short); those trials run again",
+            file=sys.stderr,
+        )
+    if store.retried:
+        print(
+            f"niah: {store.retried} trial(s) recorded as error run again "
+            f"(the old records are kept in {out / 'trials.errors.jsonl'})",
             file=sys.stderr,
         )
     return store

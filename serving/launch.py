@@ -143,6 +143,38 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
             pass
 
 
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """Hold Ctrl-C / SIGTERM / SIGHUP while a process is being spawned or stopped: a
+    KeyboardInterrupt inside Popen() would leave a started child nobody knows about.
+    Signals that arrive are collected in the yielded list; on leaving, KeyboardInterrupt
+    is raised if any came (unless an exception is already on its way). Main thread only."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def hold(signum, frame):
+        got.append(signum)
+
+    old = {}
+    try:
+        for s in _INTERRUPTS:
+            old[s] = signal.signal(s, hold)
+        yield got
+    except BaseException:
+        got.clear()  # already unwinding: do not replace that exception
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        raise KeyboardInterrupt(signal.Signals(got[0]).name)
+
+
 class _AddressTaken(Exception):
     pass
 
@@ -214,17 +246,18 @@ class ServerProcess:
             log.write(f"=== niah {stamp}: starting {self.name} on port {self.port}: "
                       f"{env_s + ' ' if env_s else ''}{' '.join(self.argv)}\n".encode())
             log.flush()
-            try:
-                self.proc = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=full_env, start_new_session=True, preexec_fn=_die_with_parent,
-                    close_fds=True,
-                )
-            except OSError as e:
-                self.failure = f"cannot run {self.argv[0]!r}: {e.strerror or e}"
-                raise ServerError(f"{self.name}: cannot run {self.argv[0]!r}: {e.strerror or e}") from None
-        self.stopped = False
-        _track(self)
+            with _signals_deferred():  # a Ctrl-C now is raised once the child is tracked
+                try:
+                    self.proc = subprocess.Popen(
+                        self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        env=full_env, start_new_session=True, preexec_fn=_die_with_parent,
+                        close_fds=True,
+                    )
+                except OSError as e:
+                    self.failure = f"cannot run {self.argv[0]!r}: {e.strerror or e}"
+                    raise ServerError(f"{self.name}: {self.failure}") from None
+                self.stopped = False
+                _track(self)
 
     def wait_ready(self) -> None:
         """Poll the health paths until one answers 200; fail at once if the process exits."""
@@ -283,37 +316,31 @@ class ServerProcess:
 
     # -- stopping ----------------------------------------------------------------------------
     def stop(self, grace_s: float | None = None) -> None:
-        """SIGTERM to the process group, SIGKILL after the grace period. Idempotent; a
-        second Ctrl-C while waiting skips straight to SIGKILL (and is re-raised)."""
+        """SIGTERM to the process group, SIGKILL after the grace period; returns once no
+        process of the group is left. Idempotent. Ctrl-C / SIGTERM meanwhile do not cut it
+        short: a first one skips straight to SIGKILL, and it is raised afterwards."""
         proc = self.proc
         if proc is None:
             return
         self.stopped = True
         grace = self.grace_s if grace_s is None else grace_s
         pgid = proc.pid  # start_new_session: the leader's pid is the group id
-        interrupted: BaseException | None = None
-        if self._group_alive(pgid):
-            self._signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            try:
-                while time.monotonic() < deadline:
-                    if not self._group_alive(pgid):
-                        break
+        with _signals_deferred() as interrupted:
+            if self._group_alive(pgid):
+                self._signal_group(pgid, signal.SIGTERM)
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline and not interrupted and self._group_alive(pgid):
                     time.sleep(0.05)
-            except KeyboardInterrupt as e:
-                interrupted = e
-            self._signal_group(pgid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=10)
-        # wait for the rest of the group (children re-parented elsewhere) to go away
-        end = time.monotonic() + 5
-        while self._group_alive(pgid) and time.monotonic() < end:
-            self._signal_group(pgid, signal.SIGKILL)
-            time.sleep(0.05)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
-        if interrupted is not None:
-            raise interrupted
+            # SIGKILL whatever is left, until the whole group is gone (its members may
+            # have been re-parented: waiting on the leader alone is not enough)
+            end = time.monotonic() + 30
+            while self._group_alive(pgid) and time.monotonic() < end:
+                self._signal_group(pgid, signal.SIGKILL)
+                time.sleep(0.05)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=5)
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
 
     @staticmethod
     def _signal_group(pgid: int, sig: int) -> None:

@@ -94,6 +94,22 @@ def test_next_n_2d_context_lens_match_1d(kind):
     assert torch.isfinite(a[1, :150]).all() and torch.isneginf(a[1, 150:]).all()
 
 
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+def test_padded_page_stride(kind):
+    """Pages inside a larger per-page allocation (a page stride past the page): read in place."""
+    q, kv, w, ctx, bt = make_case(kind, 2, 1, 16, 128, [200, 90], 256, seed=7)
+    pages, per_token = kv.shape[0], kv.shape[3]
+    pad = 16 if kind == "fp8" else 8
+    pool = torch.zeros(pages, 64 * per_token + pad, dtype=kv.dtype, device=kv.device)
+    pool[:, : 64 * per_token] = kv.reshape(pages, -1)
+    strided = pool[:, : 64 * per_token].view(pages, 64, 1, per_token)
+    assert not strided.is_contiguous()
+    fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
+    a = fn(q, strided, w, ctx, bt, None, 256, clean_logits=True)
+    b = fn(q, kv, w, ctx, bt, None, 256, clean_logits=True)
+    assert torch.equal(a, b)
+
+
 def _schedule_loop(lens, num_sms, split=256):
     segs = [(max(x, 0) + split - 1) // split for x in lens]
     prefix, acc = [], 0
@@ -131,3 +147,5 @@ def test_bad_shapes_raise_clear_errors():
         fp8_paged_mqa_logits(q.to(torch.float8_e4m3fn), kv, w, ctx, bt, None, 128)
     with pytest.raises(ValueError, match="block_table must be"):
         bf16_paged_mqa_logits(q, kv, w, ctx, bt[:1], None, 128)
+    with pytest.raises(ValueError, match="pages must be dense"):
+        bf16_paged_mqa_logits(q, kv.transpose(1, 3).contiguous().transpose(1, 3), w, ctx, bt, None, 128)

@@ -50,13 +50,14 @@ def test_topk_with_neg_inf_masks(k):
     assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
 
 
+@pytest.mark.parametrize("rows_per_program", [1, 2], ids=["1seg", "2seg"])
 @pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
-def test_long_rows_in_rounds(k, block):
+def test_long_rows_in_rounds(k, block, rows_per_program):
     """Rows longer than one block: chunk-wise top-k, then top-k of the survivors."""
     width = 5 * block + 123
     x = logits(2, width, seed=2).to(DEV)
     lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
-    idx = topk_indices(x, k, lens, block=block, final_block=block)
+    idx = topk_indices(x, k, lens, block=block, final_block=block, rows_per_program=rows_per_program)
     problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
     assert problem is None, problem
 
@@ -69,3 +70,18 @@ def test_bad_arguments_raise_clear_errors():
         topk_indices(x, 0)
     with pytest.raises(ValueError, match="lengths must be int32"):
         topk_indices(x, 4, torch.tensor([1, 2], device=DEV))
+
+
+
+def test_heavy_ties_keep_lowest_indices():
+    """Thousands of exact ties at the threshold: the lowest indices among them are kept."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 4, (3, 3000), generator=g).float()
+    idx = topk_indices(x.to(DEV), 512).cpu()
+    problem = check_topk(x, idx, 512)
+    assert problem is None, problem
+    for r in range(3):
+        thr = x[r, idx[r].long()].min()
+        above = int((x[r] > thr).sum())
+        want = torch.cat([(x[r] > thr).nonzero().flatten(), (x[r] == thr).nonzero().flatten()[: 512 - above]])
+        assert torch.equal(idx[r].sort().values.long(), want.sort().values)

@@ -123,6 +123,11 @@ def test_ctrl_c_while_the_server_loads_leaves_nothing(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, out
+    # 130 from niah's handler; -SIGINT when the interrupt happened to land inside code run
+    # by exec() of a string (dataclass creation during a lazy import): CPython then ends
+    # the process by SIGINT even though the KeyboardInterrupt was handled. Both mean
+    # "interrupted"; what matters is below.
+    assert proc.returncode in (130, -signal.SIGINT), out
+    assert "interrupted" in out
     assert session_members(server) == [] and not alive(server)
     assert read_trials(run) == []

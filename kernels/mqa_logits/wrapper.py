@@ -65,7 +65,7 @@ def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
     weights = weights.contiguous()
     ks, ke = ks.contiguous(), ke.contiguous()
     interp = interpreting()
-    block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 x 32 queries, 8 warps (NOTES.md)
+    block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 keys x 32 queries, 4 warps (NOTES.md)
     block_q = block_q or (4 if interp else 32)
     grid = ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q)
     mqa_logits_kernel[grid](
@@ -74,7 +74,7 @@ def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
         q.stride(0), q.stride(1), k.stride(0), weights.stride(0), out.stride(0),
         D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_N=block_n, BLOCK_Q=block_q,
         IS_FP8=fp8, CLEAN=bool(clean_logits), COMPRESSED=max_seqlen_k > 0, UPCAST=interp,
-        num_warps=num_warps or 8, num_stages=num_stages or (1 if interp else 3),
+        num_warps=num_warps or 4, num_stages=num_stages or (1 if interp else 3),
     )
     return out
 

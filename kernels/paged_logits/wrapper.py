@@ -98,8 +98,15 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
     block_kv = kv_cache.shape[1]
     if block_kv < 16 or block_kv & (block_kv - 1):
         raise ValueError(f"{name}: block_kv (kv_cache.shape[1]) must be a power of two >= 16, got {block_kv}")
-    if not kv_cache.is_contiguous():
-        raise ValueError(f"{name}: kv_cache must be contiguous")
+    per_token = kv_cache.shape[3]
+    if kv_cache.stride(3) != 1 or kv_cache.stride(1) != per_token or kv_cache.stride(0) < block_kv * per_token:
+        raise ValueError(
+            f"{name}: kv_cache pages must be dense inside ([block_kv, 1, {per_token}] contiguous; "
+            f"a page stride >= {block_kv * per_token} elements is fine), got strides {tuple(kv_cache.stride())}"
+        )
+    if fp8 and (kv_cache.stride(0) % 16 or kv_cache.storage_offset() % 16):
+        raise ValueError(f"{name}: fp8 kv_cache pages must start on 16-byte boundaries (page stride "
+                         f"{kv_cache.stride(0)} bytes, offset {kv_cache.storage_offset()})")
     if weights.shape != (batch * next_n, heads) or weights.dtype != torch.float32:
         raise ValueError(
             f"{name}: weights must be float32 [{batch * next_n}, {heads}], got {weights.dtype} {tuple(weights.shape)}"
@@ -141,16 +148,18 @@ def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cl
     n_pages = (max_context_len + block_kv - 1) // block_kv
     pps = _pages_per_split(batch * next_n, n_pages, num_sms(q.device), pages_per_split)
     grid = (next_n, (n_pages + pps - 1) // pps, batch)
+    # the pool as one flat run of elements from its first page (pages may be padded:
+    # DeepGEMM takes a page stride too); page p starts at p * page_stride
+    page_stride = kv_cache.stride(0)
+    span = (kv_cache.shape[0] - 1) * page_stride + block_kv * kv_cache.shape[3] if kv_cache.shape[0] else 0
+    flat = torch.as_strided(kv_cache, (span,), (1,))
     if fp8:
-        flat = kv_cache.view(-1)
         kv = flat.view(torch.float8_e4m3fn)
         sf = flat.view(torch.float32)
-        page_stride = block_kv * (dim + 4)
         sf_page_stride = page_stride // 4
     else:
-        kv = kv_cache
-        sf = kv_cache  # unused
-        page_stride = block_kv * dim
+        kv = flat
+        sf = flat  # unused
         sf_page_stride = 0
     interp = interpreting()
     paged_mqa_logits_kernel[grid](

@@ -16,16 +16,17 @@ from niah.kernels._common import check_device, interpreting, next_pow2
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
 DEFAULT_BLOCK = 8192  # chunk width of the rounds (H200 sweep: kernels/NOTES.md)
 DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
-ROW_POSITIONS = 16384  # positions per program (ROWS segments of BLOCK) by default
+DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 
 
 def _warps(block: int) -> int:
-    return 4 if interpreting() else max(4, min(16, block // 1024))
+    return 4 if interpreting() else max(4, min(16, block // 1024))  # ~32 positions a thread
 
 
 def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
                  block: int | None = None, final_block: int | None = None,
-                 num_warps: int | None = None, rows_per_program: int | None = None) -> torch.Tensor:
+                 num_warps: int | None = None, rows_per_program: int | None = None,
+                 final_warps: int | None = None) -> torch.Tensor:
     """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
     block: rows wider than this are cut into chunks of `block` that each keep their top-k;
     final_block: the survivors are selected by one program once they fit in it."""
@@ -54,22 +55,23 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                 f"topk_indices: {name} must be a power of two in [2 * next_pow2(k), {MAX_BLOCK}], got {b} (k={k})"
             )
 
-    def launch(src, idx_in, w, blk, dst_idx, dst_key, from_keys, out_keys):
+    def launch(src, idx_in, w, blk, dst_idx, dst_key, from_keys, out_keys, final=False):
         n_chunks = (w + blk - 1) // blk
-        # several segments per program share each reduction; keep ~4K+ positions a program
-        seg_rows = rows_per_program or max(1, min(8, ROW_POSITIONS // blk))
+        # several segments per program can share each reduction (rows_per_program)
+        seg_rows = 1 if final else (rows_per_program or DEFAULT_ROWS)
         seg_rows = min(seg_rows, next_pow2(rows * n_chunks))
-        topk_kernel[((rows * n_chunks + seg_rows - 1) // seg_rows,)](
+        n_prog = (rows * n_chunks + seg_rows - 1) // seg_rows
+        topk_kernel[(n_prog,)](
             src, idx_in if idx_in is not None else src, lengths if lengths is not None else src,
             dst_idx, dst_key if dst_key is not None else dst_idx,
             rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0, dst_idx.stride(0),
             BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
             HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys,
-            num_warps=num_warps or _warps(blk * seg_rows),
+            num_warps=(final_warps if final else num_warps) or _warps(blk * seg_rows),
         )
 
     if width <= block:
-        launch(logits, None, width, max(16, next_pow2(width)), out, None, False, False)
+        launch(logits, None, width, max(16, next_pow2(width)), out, None, False, False, final=True)
         return out
     # rounds: each chunk keeps its top-k (key, index) pairs, until the survivors fit one program
     src, idx_in, w, from_keys = logits, None, width, False
@@ -81,5 +83,5 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         src, idx_in, w, from_keys = keys, idx, n_chunks * k, True
         if w <= final_block:
             break
-    launch(src, idx_in, w, max(16, next_pow2(w)), out, None, True, False)
+    launch(src, idx_in, w, max(16, next_pow2(w)), out, None, True, False, final=True)
     return out

@@ -13,7 +13,7 @@ Error trials (outages) are left out of both sides and counted in errors_a / erro
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from niah.report.data import pair_trials
@@ -110,12 +110,6 @@ def compare(a, b, by: list[str] | None = None, alpha: float = 0.05, overall: boo
         else:
             rows.append(_unpaired_row(label, ga, gb, alpha))
     return rows, method
-
-
-def rows_frame(rows: list[Row]):
-    import pandas as pd
-
-    return pd.DataFrame([{**asdict(r), "verdict": r.verdict} for r in rows])
 
 
 def _pct(x: float) -> str:

@@ -25,22 +25,27 @@ def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0
     colours = plt.get_cmap("tab10")
     k = len(names)
     use_log = len(lengths) > 1 and max(lengths) / max(1, min(lengths)) >= 4
+    markers = "osD^vP*X"
     for i, name in enumerate(names):
         d = by_len[(by_len["config"] == name) & (by_len["answered"] > 0)].sort_values("length")
         if d.empty:
+            if (by_len["config"] == name).any():
+                ax.plot([], [], ls=":", color=colours(i % 10), label=f"{name} (outage: nothing answered)")
             continue
+        marker = markers[i % len(markers)]
         # small horizontal offsets so overlapping intervals stay readable
         off = (i - (k - 1) / 2) * 0.025
         xs = [x * (2 ** off) if use_log else x * (1 + off / 4) for x in d["length"]]
         y = d["recall"].to_numpy()
         yerr = [y - d["lo"].to_numpy(), d["hi"].to_numpy() - y]
-        ax.errorbar(xs, y, yerr=yerr, marker="o", ms=4.5, capsize=3, lw=1.6, color=colours(i % 10),
+        ax.errorbar(xs, y, yerr=yerr, marker=marker, ms=4.5, capsize=3, lw=1.6, color=colours(i % 10),
                     label=name)
         if has_sel:
             s = d[d["sel_n"] > 0]
             if len(s):
                 sx = [x * (2 ** off) if use_log else x for x in s["length"]]
-                axes[0][1].plot(sx, s["sel"], marker="s", ms=4.5, lw=1.6, color=colours(i % 10), label=name)
+                axes[0][1].plot(sx, s["sel"], marker=marker, ms=5, lw=1.6, color=colours(i % 10), label=name,
+                                ls="-" if i % 2 == 0 else "--", alpha=0.9)
     for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)", "selection recall (mean over layers)")):
         if use_log:
             a.set_xscale("log", base=2)

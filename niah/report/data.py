@@ -124,12 +124,6 @@ def config_infos(manifest: dict[str, Any], df) -> dict[str, ConfigInfo]:
     return out
 
 
-def _order_key(v: Any) -> tuple:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return (0, float(v), "")
-    return (1, 0.0, str(v))
-
-
 def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
     """(A, B, label) for every pair of configurations that differ in exactly one axis
     (same axis names, one value different), plus every sparse configuration against a

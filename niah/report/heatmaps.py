@@ -222,7 +222,8 @@ def diff_figure(rows, grid: Axes2D, name_a: str, name_b: str, label: str, overal
         seen.add((x, y))
         if r.diff != r.diff:
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=style.OUTAGE, edgecolor="#555555", hatch="///", linewidth=0))
-            ax.text(x, y, "no answered\ntrials", ha="center", va="center", fontsize=fs - 1, color="#333333")
+            ax.text(x, y, "no answered\ntrials", ha="center", va="center", fontsize=fs - 1, color="#333333",
+                    bbox=dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.75, edgecolor="none"))
             continue
         star = " *" if r.significant else ""
         p = "" if r.p != r.p else (f"\np={r.p:.2g}" if r.p < 0.1 else "")
@@ -237,7 +238,7 @@ def diff_figure(rows, grid: Axes2D, name_a: str, name_b: str, label: str, overal
                 ax.text(x, y, "no data", ha="center", va="center", fontsize=fs - 1, color="#8a8a8a")
     _frame_axes(ax, grid, fs)
     basis = rows[0].basis if rows else "unpaired"
-    ov = ""
+    ov = "nothing answered on both sides"
     if overall is not None and overall.diff == overall.diff:
         ov = f"overall {100 * overall.diff:+.1f} pp, p={overall.p:.2g} ({overall.verdict})"
     ax.set_title(f"{name_b} − {name_a}\n{label} · {ov}", fontsize=10, loc="left")

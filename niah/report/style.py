@@ -33,12 +33,12 @@ def diff_cmap():
 
 
 def fmt_len(n: int) -> str:
-    """4096 -> 4K, 8000 -> 8k, 1500 -> 1500 (tick labels)."""
+    """4096 -> 4K, 8000 -> 8k, 1200 -> 1.2k, 1234 -> 1234 (tick labels)."""
     n = int(n)
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}K"
-    if n >= 1000 and n % 1000 == 0:
-        return f"{n // 1000}k"
+    if n >= 1000 and n % 100 == 0:
+        return f"{n / 1000:g}k"
     return str(n)
 
 

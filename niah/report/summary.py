@@ -188,7 +188,9 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
                        if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, z-test p).\n")
             out.append(rows_markdown(d["rows"], d["a"], d["b"]))
             sig = [r for r in d["cells"] if r.significant]
-            if sig:
+            if not any(r.n_a and r.n_b for r in d["cells"]):
+                out.append("\nNo cell has answered trials on both sides.\n")
+            elif sig:
                 out.append("\nSignificant cells: " + ", ".join(
                     f"{style.fmt_len(r.group[0])} @ {style.fmt_depth(r.group[1])} ({100 * r.diff:+.0f} pp, p={r.p:.2g})" for r in sig) + "\n")
             else:

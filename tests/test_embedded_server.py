@@ -1,0 +1,220 @@
+"""`niah serve` as a real subprocess on loopback, driven by the official `openai` client.
+
+One server for the module: DSA with fp8 index keys, top-k 64 and a 512-token window, so
+short prompts run the full indexer path while a ~500-token needle stays visible; one
+~800-token request checks that selection recall sees a needle the indexer dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+pytestmark = pytest.mark.slow
+
+TOPK, WINDOW = 64, 512
+WORDS = ("the old mill stood by a quiet river where farmers brought apples and barley each autumn "
+         "while children watched boats drift past green hills under a pale grey sky").split()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    cmd = [sys.executable, "-m", "niah", "serve", "--attention", "dsa", "--index-dtype", "fp8",
+           "--index-topk", str(TOPK), "--window", str(WINDOW), "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            if "ready on" in line:
+                ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + 240                      # the first run converts the GGUF
+    while not ready.is_set() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not ready.is_set():
+        proc.kill()
+        pytest.fail("server did not become ready:\n" + "".join(lines[-30:]))
+    base = f"http://127.0.0.1:{port}"
+    yield {"base": base, "client": openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0,
+                                                 timeout=300), "proc": proc, "lines": lines}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, "".join(lines[-20:])
+    time.sleep(0.2)
+    assert any("stopped" in line for line in lines)
+
+
+def _chat(client, content: str, **kw):
+    return client.chat.completions.create(model="SmolLM2-135M-Instruct",
+                                          messages=[{"role": "user", "content": content}], temperature=0, **kw)
+
+
+def _tokenize(base: str, body: dict) -> dict:
+    r = httpx.post(base + "/tokenize", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_models_health_and_info(server):
+    assert httpx.get(server["base"] + "/health").status_code == 200
+    models = server["client"].models.list().data
+    assert len(models) == 1
+    m = models[0].model_dump()
+    assert m["id"] == "SmolLM2-135M-Instruct" and m["max_model_len"] == 8192
+    assert m["niah_extensions"] == ["needle_span"] and m["attention"] == "dsa" and m["index_dtype"] == "fp8"
+    info = httpx.get(server["base"] + "/server_info").json()
+    assert (info["index_topk"], info["window"], info["max_model_len"]) == (TOPK, WINDOW, 8192)
+
+
+def test_chat_usage_is_exact(server):
+    msgs = [{"role": "user", "content": "Name three colours of the rainbow."}]
+    r = server["client"].chat.completions.create(model="x", messages=msgs, max_tokens=6, temperature=0)
+    tok = _tokenize(server["base"], {"messages": msgs})
+    assert tok["max_model_len"] == 8192 and tok["count"] == len(tok["tokens"])
+    assert r.usage.prompt_tokens == tok["count"]
+    assert r.choices[0].finish_reason in ("stop", "length")
+    if r.choices[0].finish_reason == "length":
+        assert r.usage.completion_tokens == 6
+    assert 1 <= r.usage.completion_tokens <= 6
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+    # /v1/tokenize is the same thing; a prompt is tokenized without a template
+    assert _tokenize(server["base"] + "/v1", {"messages": msgs}) == tok
+    plain = _tokenize(server["base"], {"prompt": "Hello world"})
+    assert 0 < plain["count"] < tok["count"]
+
+
+def test_stream_matches_plain_and_reports_usage(server):
+    c = server["client"]
+    plain = _chat(c, "Write one sentence about the sea.", max_tokens=12)
+    chunks = list(_chat(c, "Write one sentence about the sea.", max_tokens=12, stream=True,
+                        stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    finish = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert text == plain.choices[0].message.content
+    assert finish == [plain.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump(include={"prompt_tokens", "completion_tokens"}) \
+        == plain.usage.model_dump(include={"prompt_tokens", "completion_tokens"})
+    assert len([ch for ch in chunks if ch.choices and ch.choices[0].delta.content]) >= 2   # really streamed
+
+
+def test_completions_max_tokens_and_stop(server):
+    c = server["client"]
+    r = c.completions.create(model="x", prompt="The capital of France is", max_tokens=10, temperature=0)
+    text = r.choices[0].text
+    assert r.usage.prompt_tokens == _tokenize(server["base"], {"prompt": "The capital of France is"})["count"]
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 10 and len(text) > 3
+    stop = text[len(text) // 2: len(text) // 2 + 2]
+    s = c.completions.create(model="x", prompt="The capital of France is", max_tokens=10, temperature=0, stop=[stop])
+    assert s.choices[0].finish_reason == "stop"
+    assert s.choices[0].text == text[: text.find(stop)]
+    assert s.usage.completion_tokens < 10
+    streamed = c.completions.create(model="x", prompt="The capital of France is", max_tokens=10, temperature=0,
+                                    stop=[stop], stream=True)
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == s.choices[0].text
+
+
+def test_overlong_prompt_is_a_400_and_the_server_keeps_serving(server):
+    c = server["client"]
+    with pytest.raises(openai.BadRequestError) as e:
+        _chat(c, "word " * 9000, max_tokens=4)
+    assert e.value.status_code == 400 and "context" in str(e.value)
+    n = _tokenize(server["base"], {"messages": [{"role": "user", "content": "Hi"}]})["count"]
+    with pytest.raises(openai.BadRequestError):                       # prompt + max_tokens > 8192
+        _chat(c, "Hi", max_tokens=8192 - n + 1)
+    ok = _chat(c, "Hi", max_tokens=3)
+    assert ok.usage.completion_tokens >= 1
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"model": "x"}, "messages"),
+    ({"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+    ({"model": "x", "messages": [{"role": "user", "content": "hi"}], "niah_needle_span": [1, 99]}, "niah_needle_span"),
+    ({"model": "x", "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
+])
+def test_bad_requests_get_openai_errors(server, body, param):
+    r = httpx.post(server["base"] + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+    r = httpx.post(server["base"] + "/v1/chat/completions", content=b"{not json", timeout=60)
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+
+
+def test_concurrent_requests_are_served_safely(server):
+    c = server["client"]
+    prompts = ["Count to five.", "Say hello in French.", "What is two plus two?"]
+    want = [_chat(c, p, max_tokens=8).choices[0].message.content for p in prompts]
+    got: dict[int, str] = {}
+
+    def one(i):
+        got[i] = _chat(c, prompts[i], max_tokens=8).choices[0].message.content
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[i] for i in range(3)] == want
+
+
+def needle_prompt(n_words: int, depth: float, secret: str, seed: int = 7) -> tuple[str, list[int]]:
+    """Filler words with the needle sentence at `depth`; returns (content, needle char span)."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(n_words)]
+    sentences = [" ".join(words[i:i + 12]).capitalize() + "." for i in range(0, n_words, 12)]
+    cut = int(len(sentences) * depth)
+    head = " ".join(sentences[:cut])
+    needle = f"The secret number is {secret}."
+    body = head + (" " if head else "") + needle + " " + " ".join(sentences[cut:])
+    question = "\n\nWhat is the secret number in the text above? Answer with the number only."
+    start = len(head) + (1 if head else 0)
+    return body + question, [start, start + len(needle)]
+
+
+def test_needle_comes_back_at_500_tokens(server):
+    content, span = needle_prompt(380, 0.5, "4817263")
+    n = _tokenize(server["base"], {"messages": [{"role": "user", "content": content}]})["count"]
+    assert 420 <= n <= 600
+    r = _chat(server["client"], content, max_tokens=32, extra_body={"niah_needle_span": span})
+    assert "4817263" in r.choices[0].message.content
+    rec = r.model_extra["selection_recall"]
+    assert len(rec) == 30 and rec == [1.0] * 30                     # inside the window: all kept
+
+
+def test_selection_recall_sees_a_dropped_needle(server):
+    content, span = needle_prompt(620, 0.05, "5936041")
+    n = _tokenize(server["base"], {"messages": [{"role": "user", "content": content}]})["count"]
+    assert n > WINDOW + 150                                          # the needle lies before the window
+    chunks = list(_chat(server["client"], content, max_tokens=1, stream=True,
+                        stream_options={"include_usage": True}, extra_body={"niah_needle_span": span}))
+    recs = [ch.model_extra.get("selection_recall") for ch in chunks if ch.model_extra.get("selection_recall")]
+    assert recs, "the stream carries selection_recall"
+    rec = recs[-1]
+    assert len(rec) == 30 and all(0.0 <= x <= 1.0 for x in rec)
+    assert min(rec) < 1.0                                            # top-64 of ~700 keys misses some of it
+    assert json.dumps(rec)

@@ -1,0 +1,51 @@
+"""The project gates itself: a short sweep on the embedded CPU server (a real SmolLM2-135M
+with DeepSeek-style sparse attention), gated against the committed baseline
+results/baselines/embedded-selfgate.json. A change that breaks recall end to end (prompt
+building, the server, the indexer, scoring) fails here.
+
+Regenerate the baseline (after a deliberate change of behaviour) with:
+
+    python -m niah sweep --matrix <the SELFGATE_MATRIX below> <SWEEP_ARGS> --out RUN
+    python -m niah baseline export RUN -o results/baselines/embedded-selfgate.json
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / "results" / "baselines" / "embedded-selfgate.json"
+SELFGATE_MATRIX = """\
+engine = "embedded"
+
+[[config]]
+name = "selfgate"
+attention = "dsa"
+index_dtype = "fp8"
+index_topk = 128
+"""
+SWEEP_ARGS = ["--lengths", "600,1500", "--depths", "10,50,90", "--trials", "2", "--seed", "0", "-q"]
+
+
+def _niah(*args):
+    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_embedded_sweep_holds_the_committed_baseline(tmp_path):
+    matrix = tmp_path / "selfgate.toml"
+    matrix.write_text(SELFGATE_MATRIX)
+    run = tmp_path / "run"
+    r = _niah("sweep", "--matrix", matrix, *SWEEP_ARGS, "--out", run)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    junit = tmp_path / "selfgate.xml"
+    r = _niah("gate", "--baseline", BASELINE, "--candidate", run, "--junit", junit)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "paired by" in r.stdout  # same seeds and prompts as the baseline: a paired test
+    cases = [tc.get("name") for tc in ET.parse(junit).getroot().iter("testcase")]
+    assert cases == ["length 600", "length 1500", "all lengths"]
