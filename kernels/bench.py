@@ -302,8 +302,9 @@ def bench_topk(results, ceil, dev, rows, width, k, tiny=False):
     bytes_moved = rows * width * 4
     floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
     configs = [{}] if tiny else [
-        {}, {"block": 4096, "num_warps": 8}, {"block": 4096, "num_warps": 4}, {"block": 8192, "num_warps": 16},
-        {"block": 16384}, {"block": 2048, "num_warps": 4},
+        {}, {"block": 4096, "num_warps": 4}, {"block": 16384},
+        {"split": True}, {"split": True, "select_warps": 16}, {"split": True, "block": 4096},
+        {"split": True, "block": 4096, "select_warps": 16}, {"split": True, "block": 16384, "select_warps": 32},
     ]
     call = lambda **cfg: topk_indices(x, k, lens, **cfg)  # noqa: E731
     best_cfg, ms, table = sweep(call, configs)
@@ -363,7 +364,7 @@ def bench_store(results, ceil, dev, kind, n_tokens, dim=128):
 
 
 # ----------------------------------------------------------------------------- main
-def run(out_path: str | None, tiny: bool = False, quick: bool = False) -> dict:
+def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str | None = None) -> dict:
     dev = "cuda" if _cuda() else "cpu"
     if dev == "cpu" and not tiny:
         raise SystemExit("no CUDA device: use --tiny (interpreter wiring check) or run on a GPU")
@@ -388,22 +389,27 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False) -> dict:
         bench_topk(results, ceil, dev, 2, 3000, 512, tiny=True)
         bench_store(results, ceil, dev, "fp8", 100)
     else:
-        bench_decode(results, ceil, dev, "bf16", 64, 65536)
-        bench_decode(results, ceil, dev, "fp8", 64, 65536)
-        bench_decode(results, ceil, dev, "bf16", 1, 131072)
-        bench_decode(results, ceil, dev, "fp8", 1, 131072)
-        if not quick:
-            bench_decode(results, ceil, dev, "bf16", 32, 32768, next_n=2)
-        bench_prefill(results, ceil, dev, "bf16", 4096, 22016)
-        bench_prefill(results, ceil, dev, "fp8", 4096, 22016)
-        bench_topk(results, ceil, dev, 4096, 22016, 1024)
-        bench_topk(results, ceil, dev, 1, 131072, 2048)
-        bench_topk(results, ceil, dev, 64, 65536, 2048)
-        if not quick:
-            bench_topk(results, ceil, dev, 4096, 22016, 512)
-            bench_topk(results, ceil, dev, 4096, 22016, 2048)
-        bench_store(results, ceil, dev, "fp8", 22016)
-        bench_store(results, ceil, dev, "bf16", 22016)
+        want = set((only or "decode,prefill,topk,store").split(","))
+        if "decode" in want:
+            bench_decode(results, ceil, dev, "bf16", 64, 65536)
+            bench_decode(results, ceil, dev, "fp8", 64, 65536)
+            bench_decode(results, ceil, dev, "bf16", 1, 131072)
+            bench_decode(results, ceil, dev, "fp8", 1, 131072)
+            if not quick:
+                bench_decode(results, ceil, dev, "bf16", 32, 32768, next_n=2)
+        if "prefill" in want:
+            bench_prefill(results, ceil, dev, "bf16", 4096, 22016)
+            bench_prefill(results, ceil, dev, "fp8", 4096, 22016)
+        if "topk" in want:
+            bench_topk(results, ceil, dev, 4096, 22016, 1024)
+            bench_topk(results, ceil, dev, 1, 131072, 2048)
+            bench_topk(results, ceil, dev, 64, 65536, 2048)
+            if not quick:
+                bench_topk(results, ceil, dev, 4096, 22016, 512)
+                bench_topk(results, ceil, dev, 4096, 22016, 2048)
+        if "store" in want:
+            bench_store(results, ceil, dev, "fp8", 22016)
+            bench_store(results, ceil, dev, "bf16", 22016)
     report = {"info": info, "ceilings": ceil, "results": results}
     summary(results)
     if out_path:
@@ -443,10 +449,11 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="write the JSON report here")
     ap.add_argument("--tiny", action="store_true", help="small shapes on CPU under TRITON_INTERPRET=1")
     ap.add_argument("--quick", action="store_true", help="skip the secondary cases")
+    ap.add_argument("--only", default=None, help="comma list of sections: decode,prefill,topk,store")
     args = ap.parse_args(argv)
     if args.tiny and not _cuda():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    run(args.out, tiny=args.tiny, quick=args.quick)
+    run(args.out, tiny=args.tiny, quick=args.quick, only=args.only)
 
 
 if __name__ == "__main__":

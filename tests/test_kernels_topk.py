@@ -50,14 +50,15 @@ def test_topk_with_neg_inf_masks(k):
     assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "search-then-select"])
 @pytest.mark.parametrize("rows_per_program", [1, 2], ids=["1seg", "2seg"])
 @pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
-def test_long_rows_in_rounds(k, block, rows_per_program):
+def test_long_rows_in_rounds(k, block, rows_per_program, split):
     """Rows longer than one block: chunk-wise top-k, then top-k of the survivors."""
     width = 5 * block + 123
     x = logits(2, width, seed=2).to(DEV)
     lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
-    idx = topk_indices(x, k, lens, block=block, final_block=block, rows_per_program=rows_per_program)
+    idx = topk_indices(x, k, lens, block=block, final_block=block, rows_per_program=rows_per_program, split=split)
     problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
     assert problem is None, problem
 

@@ -26,6 +26,7 @@ def topk_kernel(
     len_ptr,  # HAS_LEN: int32 [R] candidates per row are positions < len
     out_idx_ptr,  # int32 [R, n_chunks * K]
     out_key_ptr,  # OUT_KEYS: int32 [R, n_chunks * K]
+    thr_ptr,  # PHASE 1 writes, PHASE 2 reads: int32 [segments] thresholds
     n_rows,
     W,
     K,
@@ -39,6 +40,7 @@ def topk_kernel(
     FROM_KEYS: tl.constexpr,
     HAS_LEN: tl.constexpr,
     OUT_KEYS: tl.constexpr,
+    PHASE: tl.constexpr,  # 0: search + select; 1: search only; 2: select only (fewer live registers each)
 ):
     seg = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [ROWS] segment = (row, chunk)
     seg_ok = seg < n_rows * n_chunks
@@ -62,16 +64,23 @@ def topk_kernel(
             valid = in_row & (x != float("-inf"))
         key = tl.where(valid, key, -2147483648)
 
-    # per segment: largest t with count(key >= t) >= K, searched over int32 in int64
-    lo = tl.full([ROWS], -2147483648, tl.int64)
-    hi = tl.full([ROWS], 2147483647, tl.int64)
-    for _ in range(32):
-        mid = lo + ((hi - lo + 1) >> 1)  # > INT_MIN: invalid keys never count
-        cnt = tl.sum((key >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1)  # [ROWS]
-        ok = cnt >= K
-        lo = tl.where(ok, mid, lo)
-        hi = tl.where(ok, hi, mid - 1)
-    thr = lo.to(tl.int32)[:, None]
+    if PHASE != 2:
+        # per segment: largest t with count(key >= t) >= K, searched over int32 in int64
+        lo = tl.full([ROWS], -2147483648, tl.int64)
+        hi = tl.full([ROWS], 2147483647, tl.int64)
+        for _ in range(32):
+            mid = lo + ((hi - lo + 1) >> 1)  # > INT_MIN: invalid keys never count
+            cnt = tl.sum((key >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1)  # [ROWS]
+            ok = cnt >= K
+            lo = tl.where(ok, mid, lo)
+            hi = tl.where(ok, hi, mid - 1)
+        thr1 = lo.to(tl.int32)  # [ROWS]
+        if PHASE == 1:
+            tl.store(thr_ptr + seg, thr1, mask=seg_ok)
+            return
+    else:
+        thr1 = tl.load(thr_ptr + seg, mask=seg_ok, other=0)
+    thr = thr1[:, None]
 
     valid = key != -2147483648
     gt = key > thr

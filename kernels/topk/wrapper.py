@@ -14,9 +14,11 @@ import torch
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
-DEFAULT_BLOCK = 8192  # chunk width of the rounds (H200 sweep: kernels/NOTES.md)
+DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: kernels/NOTES.md)
 DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
+MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
+FEW_ROWS_BLOCK = 16384  # chunk width for few rows
 
 
 def _warps(block: int) -> int:
@@ -26,10 +28,14 @@ def _warps(block: int) -> int:
 def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
                  block: int | None = None, final_block: int | None = None,
                  num_warps: int | None = None, rows_per_program: int | None = None,
-                 final_warps: int | None = None) -> torch.Tensor:
+                 final_warps: int | None = None, split: bool | None = None,
+                 select_warps: int | None = None) -> torch.Tensor:
     """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
     block: rows wider than this are cut into chunks of `block` that each keep their top-k;
-    final_block: the survivors are selected by one program once they fit in it."""
+    final_block: the survivors are selected by one program once they fit in it;
+    num_warps / final_warps: warps of the chunk rounds / of the last launch;
+    rows_per_program: segments sharing each reduction; split: search the thresholds in one
+    launch and select in a second (the search then holds few registers), with select_warps."""
     from niah.kernels.topk.kernel import topk_kernel
 
     if logits.dim() != 2 or logits.dtype != torch.float32:
@@ -47,7 +53,12 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if rows == 0:
         return out
     k_pad = next_pow2(k)
-    block = block or DEFAULT_BLOCK
+    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
+    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
+    many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
+    if split is None:
+        split = many
+    block = block or (DEFAULT_BLOCK if many else FEW_ROWS_BLOCK)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
     for name, b in (("block", block), ("final_block", final_block)):
         if b & (b - 1) or b < 2 * k_pad or b > MAX_BLOCK:
@@ -61,14 +72,19 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         seg_rows = 1 if final else (rows_per_program or DEFAULT_ROWS)
         seg_rows = min(seg_rows, next_pow2(rows * n_chunks))
         n_prog = (rows * n_chunks + seg_rows - 1) // seg_rows
-        topk_kernel[(n_prog,)](
-            src, idx_in if idx_in is not None else src, lengths if lengths is not None else src,
-            dst_idx, dst_key if dst_key is not None else dst_idx,
-            rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0, dst_idx.stride(0),
-            BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
-            HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys,
-            num_warps=(final_warps if final else num_warps) or _warps(blk * seg_rows),
-        )
+        two = bool(split)
+        thr = torch.empty(rows * n_chunks if two else 1, dtype=torch.int32, device=src.device)
+        for phase in ((1, 2) if two else (0,)):
+            topk_kernel[(n_prog,)](
+                src, idx_in if idx_in is not None else src, lengths if lengths is not None else src,
+                dst_idx, dst_key if dst_key is not None else dst_idx, thr,
+                rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0,
+                dst_idx.stride(0),
+                BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
+                HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase,
+                num_warps=(select_warps if phase == 2 and select_warps else None)
+                or (final_warps if final else num_warps) or _warps(blk * seg_rows),
+            )
 
     if width <= block:
         launch(logits, None, width, max(16, next_pow2(width)), out, None, False, False, final=True)

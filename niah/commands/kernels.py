@@ -18,6 +18,7 @@ def bench_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the JSON report here."),
     tiny: bool = typer.Option(False, "--tiny", help="Small shapes on CPU under TRITON_INTERPRET=1 (wiring check)."),
     quick: bool = typer.Option(False, "--quick", help="Skip the secondary cases."),
+    only: Optional[str] = typer.Option(None, "--only", help="Comma list of sections: decode,prefill,topk,store."),
 ) -> None:
     """Time the kernels, the naive gather-then-bmm and chunked torch side by side on one GPU,
     with the roofline floor, peak extra memory and a full-size correctness check."""
@@ -27,7 +28,7 @@ def bench_cmd(
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from niah.kernels.bench import run
 
-    run(str(out) if out else None, tiny=tiny, quick=quick)
+    run(str(out) if out else None, tiny=tiny, quick=quick, only=only)
 
 
 @kernels_app.command("test")

@@ -36,7 +36,7 @@ class DSA:
     name = "dsa"
 
     def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512,
-                 dense_when_short: bool = True):
+                 dense_when_short: bool = True, sub: int = 128):
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
         if topk < 1 or window < 0 or chunk < 1:
@@ -46,6 +46,7 @@ class DSA:
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).
         self.dense_when_short = dense_when_short
+        self.sub = sub      # rows per attention call (union-of-kept-keys gather); 0 = whole chunk
 
     # -- the index-key cache ------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
@@ -129,9 +130,31 @@ class DSA:
                 a, b = needle
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
                     (mask[-1, a:b] == 0).float().mean().item() if b > a else 1.0)
-            out[:, :, c0:c1] = F.scaled_dot_product_attention(
-                qc, cache.k[:, :, :Sc], cache.v[:, :, :Sc], attn_mask=mask[None, None], enable_gqa=True)
+            self._attend(qc, cache, mask, out[:, :, c0:c1])
         return out
+
+    def _attend(self, qc: torch.Tensor, cache: LayerCache, mask: torch.Tensor, out: torch.Tensor) -> None:
+        """Attention of qc [1, H, C, D] over the kept keys (mask [C, Sc], additive) -> out.
+
+        Rows are taken `sub` at a time; when the keys any of them keep are few (the union
+        of their top-K sets), only those columns are gathered, so the attention costs
+        C x union instead of C x Sc. Same result either way (masked columns get weight 0)."""
+        C, Sc = mask.shape
+        k, v = cache.k[:, :, :Sc], cache.v[:, :, :Sc]
+        if self.sub <= 0 or Sc <= 2 * self.topk:
+            out.copy_(F.scaled_dot_product_attention(qc, k, v, attn_mask=mask[None, None], enable_gqa=True))
+            return
+        for r0 in range(0, C, self.sub):
+            r1 = min(C, r0 + self.sub)
+            m = mask[r0:r1]                                         # [A, Sc]
+            cols = (m == 0).any(0).nonzero().squeeze(1)             # [U] keys kept by any row
+            if cols.numel() > 0.6 * Sc:
+                o = F.scaled_dot_product_attention(qc[:, :, r0:r1], k, v, attn_mask=m[None, None], enable_gqa=True)
+            else:
+                o = F.scaled_dot_product_attention(
+                    qc[:, :, r0:r1], k.index_select(2, cols), v.index_select(2, cols),
+                    attn_mask=m.index_select(1, cols)[None, None], enable_gqa=True)
+            out[:, :, r0:r1] = o
 
     def describe(self) -> dict:
         return {"attention": "dsa", "index_dtype": self.index_dtype, "index_topk": self.topk,
