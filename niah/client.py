@@ -114,6 +114,11 @@ async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict 
             reply.error = str(e)
             reply.latency_s = round(time.perf_counter() - t0, 6)
             return reply
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
+            # A reply of an unexpected shape: this trial's error, never the sweep's end.
+            reply.error = f"malformed reply: {type(e).__name__}: {e}"
+            reply.latency_s = round(time.perf_counter() - t0, 6)
+            return reply
         if attempt < cfg.retries:
             delay = min(8.0, cfg.backoff_s * (2**attempt)) if wait is None else min(wait, 30.0)
             await asyncio.sleep(delay)
@@ -163,14 +168,21 @@ def _take_usage(reply: Reply, data: dict) -> None:
         reply.selection_recall = [float(x) for x in data["selection_recall"]]
 
 
+def _json_object(text: str) -> dict:
+    """A reply body that must be a JSON object; anything else is a fatal trial error."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise _Fatal(f"not JSON: {text[:200]}") from None
+    if not isinstance(data, dict):
+        raise _Fatal(f"not a JSON object: {text[:200]}")
+    return data
+
+
 async def _plain(client, url: str, body: dict, reply: Reply, mode: str) -> None:
     r = await client.post(url, json=body)
     _check_status(r.status_code, r.text, r.headers)
-    try:
-        data = r.json()
-    except ValueError:
-        raise _Fatal(f"not JSON: {r.text[:200]}") from None
-    _take_message(reply, data, mode)
+    _take_message(reply, _json_object(r.text), mode)
 
 
 async def _stream(client, url: str, body: dict, reply: Reply, t0: float, mode: str) -> None:
@@ -183,8 +195,8 @@ async def _stream(client, url: str, body: dict, reply: Reply, t0: float, mode: s
             _check_status(r.status_code, text, r.headers)
         ctype = r.headers.get("content-type", "")
         if "text/event-stream" not in ctype:  # a server that ignored stream=true
-            data = json.loads(await r.aread())
-            _take_message(reply, data, mode)
+            body_text = (await r.aread()).decode("utf-8", "replace")
+            _take_message(reply, _json_object(body_text), mode)
             return
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
@@ -196,6 +208,8 @@ async def _stream(client, url: str, body: dict, reply: Reply, t0: float, mode: s
             try:
                 data = json.loads(payload)
             except ValueError:
+                continue
+            if not isinstance(data, dict):
                 continue
             if "error" in data and not data.get("choices"):
                 raise _Fatal(f"stream error: {json.dumps(data['error'])[:300]}")

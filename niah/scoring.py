@@ -4,7 +4,8 @@ Outcomes (niah.store.OUTCOMES), decided in this order:
 - `error`: the request failed (HTTP error after retries, timeout, dead server).
 - `correct`: the needle's value appears in the answer, after normalisation (case, and
   separators inside numbers: "4,829,163" and "4 829 163" both hold 4829163; a longer
-  number such as 14829163 does not). The answer
+  number such as 14829163 does not), and no distractor's value does too (an answer
+  that lists every number in the haystack has not recalled the needle). The answer
   is `content`; when `content` is empty, `reasoning_content` is scored instead.
 - `truncated`: finish_reason `length` before the value appeared.
 - `empty`: nothing but whitespace came back.
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-_SEP_IN_NUMBER = re.compile(r"(?<=\d)[\s,._'\u00a0\u202f-](?=\d)")
+# Separators inside one number; not newlines or tabs, which separate two numbers.
+_SEP_IN_NUMBER = re.compile(r"(?<=\d)[ ,._'\u00a0\u202f-](?=\d)")
 _REFUSAL = re.compile(
     r"\b(i\s*(?:can(?:no|')t|cannot|am\s+(?:not\s+able|unable)|'m\s+(?:not\s+able|unable|sorry)|"
     r"do(?:n't| not)\s+(?:know|have|see)|apologi[sz]e)|sorry|unable\s+to|as\s+an\s+ai|"
@@ -51,13 +53,14 @@ def score(
     reasoning: str | None = None,
     finish_reason: str | None = None,
     error: str | None = None,
+    distractors: tuple[str, ...] | list[str] = (),
 ) -> str:
-    """The trial's outcome (see module doc)."""
+    """The trial's outcome (see module doc). `distractors`: the other facts' values."""
     if error:
         return "error"
     text = scored_text(answer, reasoning)
     if holds(text, value):
-        return "correct"
+        return "wrong" if any(holds(text, d) for d in distractors) else "correct"
     if finish_reason == "length":
         return "truncated"
     if not text.strip():

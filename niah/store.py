@@ -34,6 +34,9 @@ ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retri
 OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
 
 
+KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
+
+
 def trial_key(config: str, length: int, depth: float, trial: int) -> str:
     """Stable identity of one trial inside a run."""
     return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}"
@@ -74,6 +77,9 @@ def read_trials(path: Path | str) -> LoadResult:
                 out.skipped_lines.append(lineno)
                 continue
             check_schema(rec.get("schema_version"), f"{path}:{lineno}")
+            missing = [k for k in KEY_FIELDS if k not in rec]
+            if missing:
+                raise BadInput(f"{path}:{lineno}: trial record lacks {', '.join(missing)}")
             out.records.append(rec)
     return out
 
@@ -81,7 +87,9 @@ def read_trials(path: Path | str) -> LoadResult:
 def check_schema(version: Any, where: str) -> None:
     if version is None:
         raise BadInput(f"{where}: record has no schema_version; not a niah run file")
-    if int(version) > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BadInput(f"{where}: schema_version {version!r} is not an integer; not a niah run file")
+    if version > SCHEMA_VERSION:
         raise BadInput(
             f"{where}: schema_version {version} is newer than this niah understands "
             f"({SCHEMA_VERSION}); upgrade niah"

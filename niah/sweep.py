@@ -349,7 +349,10 @@ async def run_target(
             latency_s=reply.latency_s, ttft_s=reply.ttft_s, error=reply.error,
             attempts=reply.attempts, selection_recall=reply.selection_recall,
         )
-        rec["outcome"] = score(p.needle.value, reply.answer, reply.reasoning, reply.finish_reason, reply.error)
+        rec["outcome"] = score(
+            p.needle.value, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
+            distractors=[d.value for d in p.distractors],
+        )
         finish(rec)
 
     async def worker(client) -> None:
@@ -452,6 +455,18 @@ def start_run(out: Path | str, spec: SweepSpec, resume: bool) -> RunStore:
     return store
 
 
+def check_same_tokenizers(manifest: dict, prepared: list[PreparedTarget]) -> None:
+    """A resumed configuration must count tokens as before, or its prompts would differ."""
+    old = manifest.get("configs", {})
+    for p in prepared:
+        was = old.get(p.target.name, {}).get("tokenizer")
+        if was and was != p.tokenizer.spec:
+            raise BadInput(
+                f"--resume: configuration {p.target.name!r} was measured with tokenizer {was}, "
+                f"now {p.tokenizer.spec}; prompts would differ: pass --tokenizer {was}"
+            )
+
+
 def run_sweep(
     targets: list[Target],
     spec: SweepSpec,
@@ -470,17 +485,12 @@ def run_sweep(
     if len(set(names)) != len(names):
         raise BadInput(f"configuration names must be unique: {names}")
     out = Path(out)
+    # Probe every target before touching the run folder: bad input changes nothing.
+    prepared = [prepare_target(t, spec) for t in targets]
+    if resume and (out / "manifest.json").exists():
+        check_same_tokenizers(read_manifest(out), prepared)
     store = start_run(out, spec, resume)
     try:
-        prepared = [prepare_target(t, spec) for t in targets]
-        old = read_manifest(out).get("configs", {})
-        for p in prepared:
-            was = old.get(p.target.name, {}).get("tokenizer")
-            if resume and was and was != p.tokenizer.spec:
-                raise BadInput(
-                    f"--resume: configuration {p.target.name!r} was measured with tokenizer {was}, "
-                    f"now {p.tokenizer.spec}; prompts would differ: pass --tokenizer {was}"
-                )
         for p in prepared:
             record_config(out, p.target.name, p.info)
 

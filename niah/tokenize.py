@@ -301,6 +301,14 @@ def load_tokenizer(
             tok.close()
         if spec == "server":
             raise BadInput(f"--tokenizer server: {endpoint} does not answer /tokenize")
+        if endpoint:
+            import sys
+
+            print(
+                f"niah: warning: {endpoint} does not answer /tokenize; counting with {FALLBACK}, "
+                "so lengths are approximate (the run records the drift); pass --tokenizer to choose",
+                file=sys.stderr,
+            )
         spec = FALLBACK
     kind, _, arg = spec.partition(":")
     if kind == "tiktoken":

@@ -63,6 +63,11 @@ def log_tail(path: Path | str, n: int = TAIL_LINES, max_bytes: int = 256 * 1024)
     except OSError:
         return []
     lines = [ln.rstrip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    # The log is appended to across starts: read only the latest start's lines, so a
+    # cause from an earlier attempt or run is never blamed on this one.
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("=== niah ")]
+    if starts:
+        lines = lines[starts[-1]:]
     return lines[-n:]
 
 

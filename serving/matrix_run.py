@@ -133,11 +133,13 @@ def _run_all(matrix: Matrix, spec, out: Path, store, progress) -> None:
 def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress) -> None:
     """Endpoints someone else runs: probe all (bad input fails before any trial), then
     sweep them concurrently."""
-    from niah.sweep import prepare_target, record_config, run_target
+    from niah.store import read_manifest
+    from niah.sweep import check_same_tokenizers, prepare_target, record_config, run_target
 
     prepared = []
     for cfg in configs:
         p = prepare_target(_target(cfg, cfg.settings["endpoint"]), spec)
+        check_same_tokenizers(read_manifest(out), [p])
         record_config(out, cfg.name, {**p.info, "settings": cfg.settings})
         prepared.append(p)
         _say(f"{cfg.name}: external endpoint {p.endpoint}, model {p.model}")
@@ -151,7 +153,8 @@ def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress
 def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress) -> None:
     """Start one server, sweep it, stop it. Never lets its failure stop the matrix;
     BadInput (a spec the model cannot serve) and Ctrl-C do stop it."""
-    from niah.sweep import pending_trials, prepare_target, record_config, run_target
+    from niah.store import read_manifest
+    from niah.sweep import check_same_tokenizers, pending_trials, prepare_target, record_config, run_target
 
     todo = pending_trials(cfg.name, spec, store.done)
     if not todo:
@@ -179,6 +182,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
         record_config(out, cfg.name, {**base, **srv.describe(), "status": "running"})
         try:
             prepared = prepare_target(_target(cfg, srv.endpoint), spec)
+            check_same_tokenizers(read_manifest(out), [prepared])
         except BadInput:
             cause = srv.dead()
             if cause is None:

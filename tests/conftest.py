@@ -1,5 +1,11 @@
 """Shared pytest fixtures; each issue keeps its own marked block."""
 
+# ---- the embedded model's converted weights: cached in the checkout, not in $HOME, so a
+# test run depends on no state outside it (the first run converts the GGUF, ~17 s) ----
+import os as _os
+
+_os.environ.setdefault("NIAH_CACHE", str(__import__("pathlib").Path(__file__).resolve().parents[1] / ".cache" / "niah"))
+
 # ---- harness (issue #2): the oracle server, a real OpenAI-compatible process on loopback ----
 import subprocess as _subprocess
 import sys as _sys

@@ -190,3 +190,32 @@ def test_plan_cli():
     assert "paired (nested errors)" in r.stdout and "unpaired" in r.stdout
     assert " 141 " in r.stdout  # Fleiss, per side
     assert _niah("plan", "--recall", "0.5", "--drop", "0.7").returncode == 2
+
+
+# -- review fixes: outages on the baseline side, missing configurations, unwritable outputs ----
+def test_baseline_outage_is_skipped_not_blamed_on_the_candidate(tmp_path):
+    # every baseline trial at the longest length errored; the candidate answered them all
+    b = _run(tmp_path / "b", outcome=lambda c, n, d, t, r: "error" if n == LENGTHS[-1] else "correct")
+    c = _run(tmp_path / "c")
+    res = run_gate(b, c)
+    longest = [k for k in res.cases if k.length == LENGTHS[-1]]
+    assert [k.status for k in longest] == ["skipped"]
+    assert not res.failed
+
+
+def test_configuration_missing_from_the_candidate_fails(tmp_path):
+    b = _run(tmp_path / "b", configs={"fp8": {"index_dtype": "fp8"}, "bf16": {"index_dtype": "bf16"}})
+    c = _run(tmp_path / "c", configs={"fp8": {"index_dtype": "fp8"}})
+    r = _niah("gate", "--baseline", b, "--candidate", c, "--junit", tmp_path / "j.xml")
+    assert r.returncode == 1, r.stdout + r.stderr
+    _, cases = _junit_cases(tmp_path / "j.xml")
+    assert any(status == "error" and "bf16" in (tc.get("classname") or "") + (tc.get("name") or "")
+               for status, tc in cases.values())
+
+
+def test_unwritable_junit_path_is_bad_input_not_a_regression(base, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = _niah("gate", "--baseline", base, "--candidate", base, "--junit", blocker / "sub" / "j.xml")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "cannot write" in r.stderr

@@ -123,6 +123,8 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         bl, cl = set(b["length"]), set(c["length"])
         common = sorted(bl & cl)
         if not common:
+            res.cases.append(Case(cname, ALL, OUTAGE, None,
+                                  "no length in common with the baseline: nothing measured to gate"))
             continue
         overlap_any = True
         label = cname if cname == bname else f"{cname} (vs baseline {bname})"
@@ -135,12 +137,14 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         for row in rows:
             sub = c if row.group == ALL else c[c["length"] == row.group]
             err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
-            if row.n_b == 0 or err_rate > max_error_rate:
+            if err_rate > max_error_rate:
                 status = OUTAGE
                 msg = (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
                        f"(max error rate {100 * max_error_rate:g}%)")
             elif row.n_a == 0:
                 status, msg = SKIPPED, "baseline has no answered trials here"
+            elif row.n_b == 0:
+                status, msg = OUTAGE, "candidate has no answered trials here"
             elif row.diff < -tolerance and row.significant:
                 status, msg = REGRESSION, _message(row, tolerance, alpha)
             else:
@@ -151,6 +155,11 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         extra = sorted(cl - bl)
         if extra:
             res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
+    if config is None:
+        for bname in dict.fromkeys(base["config"]):
+            if bname not in res.config_map.values():
+                res.cases.append(Case(bname, ALL, OUTAGE, None,
+                                      "configuration is in the baseline but not in the candidate"))
     if not overlap_any:
         raise BadInput(f"{bwhat} and {cwhat} do not overlap (no length in common for {list(res.config_map)})")
     return res
@@ -225,14 +234,15 @@ def write_outputs(res: GateResult, junit_path: Path | str | None, summary_path: 
     """Write JUnit and Markdown where asked, append Markdown to $GITHUB_STEP_SUMMARY when set;
     returns the Markdown."""
     md = markdown(res)
-    if junit_path:
-        p = Path(junit_path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(junit(res), encoding="utf-8")
-    if summary_path:
-        p = Path(summary_path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(md, encoding="utf-8")
+    for path, text in ((junit_path, junit(res) if junit_path else ""), (summary_path, md)):
+        if not path:
+            continue
+        p = Path(path)
+        try:  # exit 2, not 1: CI must not read an unwritable path as a regression
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise BadInput(f"cannot write {p}: {e.strerror or e}") from None
     step = os.environ.get("GITHUB_STEP_SUMMARY")
     if step:
         with open(step, "a", encoding="utf-8") as f:
