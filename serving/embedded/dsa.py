@@ -20,8 +20,8 @@ Selection: the top-K causal keys by I (all of them while the context p+1 <= K, a
 does), plus the last W positions when W > 0. The main attention then reads only the kept
 keys: an additive mask per query chunk fed to SDPA (rows 128 at a time; when their kept
 keys are few, only that union of columns is gathered). Memory stays bounded: scores exist
-for one chunk of `chunk` queries at a time ([H, chunk, S] at most, a reused buffer), never
-[H, T, S]. Decode steps run the same code with one query against the cached index keys.
+for one chunk of `chunk` queries at a time ([chunk, S], plus the per-head products of one
+256-key tile, [H, chunk, 256]; reused buffers), never [H, T, S]. Decode steps run the same code with one query against the cached index keys.
 
 The index cache holds each key as the indexer reads it back (fp32 values after the
 store round-trip): numerically the same as keeping e4m3 + scale and dequantising on read.
@@ -75,14 +75,17 @@ class DSA:
         return (self._raw, self._tile, self._sum.view(-1)[:C * S].view(C, S),
                 self._mask.view(-1)[:C * S].view(C, S))
 
-    def index_scores(self, q: torch.Tensor, idx_k: torch.Tensor, out: tuple | None = None) -> torch.Tensor:
+    def index_scores(self, q: torch.Tensor, idx_k: torch.Tensor, out: tuple | None = None,
+                     p0: int | None = None) -> torch.Tensor:
         """q: [1, H, C, D] (fp32), idx_k: [Hkv, S, D] -> I: [C, S] fp32 (no causal mask).
 
         I[c, s] = (H*D)^-0.5 * sum_h ReLU(q[c, h] . idx_k[s, h // G]).
 
         Computed TILE key columns at a time so the [Hkv, G*C, TILE] dot products stay in
         cache through ReLU and the head sum (one [Hkv, G*C, S] pass was ~1.4x slower: it
-        streams 100+ MB through memory three times). Same arithmetic per element."""
+        streams 100+ MB through memory three times). Same arithmetic per element.
+        With p0 (the position of row 0), tiles are not computed for rows that see none of
+        their columns (s > p): those entries are left stale and the caller masks them."""
         _, H, C, D = q.shape
         Hkv, S, _ = idx_k.shape
         G = H // Hkv
@@ -93,12 +96,15 @@ class DSA:
         w = torch.full((1, H), (H * D) ** -0.5)                     # w_h, uniform
         for s0 in range(0, S, TILE):
             n = min(TILE, S - s0)
-            raw = raw_buf[:H * C * n].view(Hkv, G * C, n)
-            torch.bmm(qg, idx_k[:, s0:s0 + n].transpose(1, 2), out=raw)   # [Hkv, G*C, n]
+            r = 0 if p0 is None else min(C - 1, max(0, s0 - p0))   # rows < r see no column >= s0
+            A = C - r
+            qr = qg if r == 0 else q[0, :, r:].reshape(Hkv, G * A, D)      # [Hkv, G*A, D]
+            raw = raw_buf[:H * A * n].view(Hkv, G * A, n)
+            torch.bmm(qr, idx_k[:, s0:s0 + n].transpose(1, 2), out=raw)   # [Hkv, G*A, n]
             raw.relu_()
-            part = tile_buf[:C * n].view(C, n)
-            torch.mm(w, raw.view(H, C * n), out=part.view(1, C * n))      # [C, n]; 2.5x faster than sum(0)
-            tot[:, s0:s0 + n] = part
+            part = tile_buf[:A * n].view(A, n)
+            torch.mm(w, raw.view(H, A * n), out=part.view(1, A * n))      # [A, n]; 2.5x faster than sum(0)
+            tot[r:, s0:s0 + n] = part
         return tot
 
     def keep_mask(self, q: torch.Tensor, idx_k: torch.Tensor, p0: int, bufs: tuple | None = None) -> torch.Tensor:
@@ -113,7 +119,7 @@ class DSA:
         if S <= self.topk and self.dense_when_short:               # every row keeps all its (<= K) keys
             mask.zero_()
         else:
-            scores = self.index_scores(q, idx_k, bufs)              # [C, S]
+            scores = self.index_scores(q, idx_k, bufs, p0)          # [C, S]; stale where s > p
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
             top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
             mask.fill_(float("-inf")).scatter_(1, top, 0.0)
@@ -165,11 +171,14 @@ class DSA:
         if self.sub <= 0 or Sc <= 2 * self.topk:
             out.copy_(F.scaled_dot_product_attention(qc, k, v, attn_mask=mask[None, None], enable_gqa=True))
             return
+        p0 = Sc - C                                                 # position of row 0
         for r0 in range(0, C, self.sub):
             r1 = min(C, r0 + self.sub)
-            m = mask[r0:r1]                                         # [A, Sc]
+            n = p0 + r1                                             # keys visible to rows r0..r1-1
+            k, v = cache.k[:, :, :n], cache.v[:, :, :n]             # later columns are all future
+            m = mask[r0:r1, :n]                                     # [A, n]
             cols = (m == 0).any(0).nonzero().squeeze(1)             # [U] keys kept by any row
-            if cols.numel() > 0.6 * Sc:
+            if cols.numel() > 0.6 * n:
                 o = F.scaled_dot_product_attention(qc[:, :, r0:r1], k, v, attn_mask=m[None, None], enable_gqa=True)
             else:
                 o = F.scaled_dot_product_attention(
