@@ -44,5 +44,14 @@ def zero_masked(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isneginf(x), torch.zeros((), dtype=x.dtype, device=x.device), x)
 
 
+def compare_logits(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, bool]:
+    """DeepGEMM's check of index logits against a reference: (calc_diff over the positions
+    the reference keeps, whether the -inf masks are identical). What `out` holds where the
+    reference masks (clean_logits=False leaves it unspecified) is judged by the mask alone."""
+    valid = ~torch.isneginf(ref)
+    diff = calc_diff(zero_masked(torch.where(valid, out, ref)), zero_masked(ref))
+    return diff, bool(torch.equal(torch.isneginf(out), ~valid))
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())

@@ -153,8 +153,8 @@ def sweep(fn, configs):
 
 
 def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, next_n=1, tiny=False):
-    from niah.kernels import bf16_paged_mqa_logits, calc_diff, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
-    from niah.kernels._common import zero_masked
+    from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+    from niah.kernels._common import compare_logits
     from niah.kernels.paged_logits.reference import naive_paged_mqa_logits, ref_paged_mqa_logits
     from niah.kernels.quant import quantize_fp8
 
@@ -192,8 +192,7 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
     best_cfg, ms, table = sweep(call, configs)
     out = call(**best_cfg)
     ref = ref_paged_mqa_logits(q, kv, w, ctx, block_table, ctx_len)
-    diff = calc_diff(zero_masked(out), zero_masked(ref))
-    mask_ok = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    diff, mask_ok = compare_logits(out, ref)
     rerun_ok = bool(torch.equal(out, call(**best_cfg)))
     del out, ref
     gbps = bytes_moved / (ms * 1e-3) / 1e9
@@ -228,8 +227,8 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
 
 
 def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=False):
-    from niah.kernels import bf16_mqa_logits, calc_diff, fp8_mqa_logits
-    from niah.kernels._common import zero_masked
+    from niah.kernels import bf16_mqa_logits, fp8_mqa_logits
+    from niah.kernels._common import compare_logits
     from niah.kernels.mqa_logits.reference import chunked_mqa_logits, ref_mqa_logits
     from niah.kernels.quant import quantize_fp8
 
@@ -265,8 +264,7 @@ def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=Fa
     best_cfg, ms, table = sweep(call, configs)
     out = call(**best_cfg)
     ref = ref_mqa_logits(q, k, w, ks, ke, sf=sf, chunk=64)
-    diff = calc_diff(zero_masked(out), zero_masked(ref))
-    mask_ok = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    diff, mask_ok = compare_logits(out, ref)
     del out, ref
     peak = peak_extra(lambda: call(**best_cfg))
     tflops = flops / (ms * 1e-3) / 1e12

@@ -14,21 +14,16 @@ def _pct(x: float) -> str:
     return "—" if x != x else f"{100 * x:.1f}%"
 
 
-def _cell(r) -> str:
+def _cell(r, interval: bool = False) -> str:
+    """One table cell: recall (correct/answered), with the Wilson interval if asked."""
     if r is None:
         return "no data"
     if r.answered == 0:
         return f"outage ({r.errors} err)"
-    s = f"{r.recall:.2f} ({r.correct}/{r.answered})"
-    return s + (f" ⚠{r.errors} err" if r.errors else "")
-
-
-def _len_cell(r) -> str:
-    if r is None:
-        return "no data"
-    if r.answered == 0:
-        return f"outage ({r.errors} err)"
-    s = f"{_pct(r.recall)} [{100 * r.lo:.0f}–{100 * r.hi:.0f}] ({r.correct}/{r.answered})"
+    if interval:
+        s = f"{_pct(r.recall)} [{100 * r.lo:.0f}–{100 * r.hi:.0f}] ({r.correct}/{r.answered})"
+    else:
+        s = f"{r.recall:.2f} ({r.correct}/{r.answered})"
     return s + (f" ⚠{r.errors} err" if r.errors else "")
 
 
@@ -41,7 +36,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def recall_by_length_table(by_len, overall, infos, lengths) -> str:
     idx = {(r.config, r.length): r for r in by_len.itertuples(index=False)}
     ov = {r.config: r for r in overall.itertuples(index=False)}
-    rows = [[f"`{n}`", *[_len_cell(idx.get((n, L))) for L in lengths], _len_cell(ov.get(n))] for n in infos]
+    rows = [[f"`{n}`", *[_cell(idx.get((n, L)), interval=True) for L in lengths], _cell(ov.get(n), interval=True)] for n in infos]
     return _table(["config", *[style.fmt_len(L) for L in lengths], "all"], rows)
 
 
