@@ -43,6 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         dtype, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
         if dtype not in INDEX_DTYPES:
             raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+        if dtype == "bf16":
+            from niah.serving.sglang.v4 import argv_refusal
+
+            problem = argv_refusal(rest)  # HiCache, HiSparse, MTP, fp4 indexer, ROCm
+            if problem:
+                raise BadInput(problem)
         if not entry_point_registered():
             raise BadInput("niah is not pip-installed in this Python environment, so SGLang's "
                            "model processes would start without its plugin; run "

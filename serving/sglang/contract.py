@@ -144,8 +144,13 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "fp8_paged_mqa_logits_torch",
                 "fp8_paged_mqa_logits_torch_sm120")),
     PatchPoint("sglang.srt.mem_cache.deepseek_v4_memory_pool", "DeepSeekV4TokenToKVPool.__init__",
-               None, "wrap", "bf16", "bf16 keys are not implemented for V4: niah refuses there"),
+               None, "wrap", "bf16", "V4 with bf16 keys: refuses HiCache, HiSparse, MTP, ROCm, fp8 kernel choices"),
 )
+
+# DeepSeek-V4 with bf16 index keys: its own list (callers included), see v4_contract.py.
+from niah.serving.sglang.v4_contract import V4_PATCH_POINTS  # noqa: E402
+
+PATCH_POINTS = PATCH_POINTS + V4_PATCH_POINTS
 
 
 def points_for(index_dtype: str) -> tuple[PatchPoint, ...]:
@@ -191,8 +196,8 @@ def _ast_names(node: ast.AST) -> frozenset[str]:
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-            out.add(n.value)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, (str, int)) and not isinstance(n.value, bool):
+            out.add(str(n.value))  # int constants too: layout numbers (e.g. V4's 132-byte row)
     return frozenset(out)
 
 
@@ -291,7 +296,8 @@ class AstSource:
 
 
 def _code_names(code: types.CodeType) -> set[str]:
-    out = set(code.co_names) | {c for c in code.co_consts if isinstance(c, str)}
+    out = set(code.co_names) | {str(c) for c in code.co_consts
+                                if isinstance(c, (str, int)) and not isinstance(c, bool)}
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             out |= _code_names(c)

@@ -36,6 +36,7 @@ class PluginRefused(BadInput):
 def _replacements() -> dict[str, tuple[str, Callable]]:
     """target -> (when, factory(original) -> replacement). Every target is a PatchPoint."""
     from niah.serving.sglang import replacements as r
+    from niah.serving.sglang import v4
 
     const = lambda fn: (lambda original: fn)  # noqa: E731
     dsa = "sglang.srt.layers.attention.dsa"
@@ -43,10 +44,6 @@ def _replacements() -> dict[str, tuple[str, Callable]]:
     return {
         f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn": ("always", const(r.resolve_fp8_paged_mqa_logits_fn)),
         f"{dsa}.utils.resolve_fp8_mqa_logits_fn": ("always", const(r.resolve_fp8_mqa_logits_fn)),
-        "sglang.srt.layers.attention.dsv4.indexer.fp8_paged_mqa_logits_torch":
-            ("always", const(r.v4_paged_mqa_logits)),
-        "sglang.srt.layers.attention.dsv4.indexer.fp8_paged_mqa_logits_torch_sm120":
-            ("always", const(r.v4_paged_mqa_logits)),
         f"{dsa}.dsa_indexer.Indexer._get_topk_paged": ("bf16", const(r.indexer_get_topk_paged)),
         f"{dsa}.dsa_indexer.Indexer._store_index_k_cache": ("bf16", const(r.indexer_store_index_k_cache)),
         f"{ikc}._buffer_shape": ("bf16", const(r.index_key_cache_buffer_shape)),
@@ -55,9 +52,13 @@ def _replacements() -> dict[str, tuple[str, Callable]]:
         f"{ikc}.move": ("bf16", const(r.index_key_cache_move)),
         "sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_dsa_indexer_cell_size":
             ("bf16", r.wrap_indexer_cell_size),
-        "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool.__init__":
-            ("bf16", r.wrap_refuse_v4),
+        **v4.replacements(),  # DeepSeek-V4: C4 indexer paged logits; bf16 store, sizing, refusals
     }
+
+
+def installed_dtype() -> str | None:
+    """The index dtype the plugin was installed with in this process (None: not installed)."""
+    return _installed
 
 
 def patch_targets(index_dtype: str) -> list[str]:
