@@ -34,7 +34,7 @@ def _butterfly(x, T: tl.constexpr, N: tl.constexpr, M: tl.constexpr):
 def v4_store_kernel(
     kv_ptr, plan_ptr, w_ptr, freq_ptr, loc_ptr, val_ptr, sf_ptr,
     N, n_loc, stride_kv, eps, ratio,
-    IS_DECODE: tl.constexpr, BLOCK_T: tl.constexpr, PAGE: tl.constexpr,
+    IS_DECODE: tl.constexpr, BLOCK_T: tl.constexpr, PAGE: tl.constexpr, PAGE_STRIDE: tl.constexpr,
     IS_FP8: tl.constexpr, INTERP: tl.constexpr,
 ):
     D: tl.constexpr = 128
@@ -68,7 +68,7 @@ def v4_store_kernel(
     s = _pair_halves(s, BLOCK_T, 2)
     s = tl.reshape(_pair_halves(s, BLOCK_T, 1), [BLOCK_T])
     mean = tl.math.div_rn(s, tl.full([BLOCK_T], 128.0, tl.float32))
-    norm = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32), tl.math.sqrt_rn(mean + eps))
+    norm = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32), tl.math.sqrt_rn(mean + tl.full([BLOCK_T], eps, tl.float32)))
     w = tl.load(w_ptr + offs_d).to(tl.float32)
     x = (x * norm[:, None]) * w[None, :]
 
@@ -103,11 +103,11 @@ def v4_store_kernel(
         q = tl.minimum(tl.maximum(x * inv[:, None], -448.0), 448.0)
         if INTERP:
             q = _round_to_e4m3_grid(q)
-        page_bytes = PAGE * (D + 4)
-        tl.store(val_ptr + page[:, None] * page_bytes + off[:, None] * D + offs_d[None, :],
+        tl.store(val_ptr + page[:, None] * PAGE_STRIDE + off[:, None] * D + offs_d[None, :],
                  q.to(tl.float8e4nv), mask=ok[:, None])
-        tl.store(sf_ptr + (page * page_bytes + PAGE * D) // 4 + off, scale, mask=ok)
+        tl.store(sf_ptr + (page * PAGE_STRIDE + PAGE * D) // 4 + off, scale, mask=ok)
     else:
         if INTERP:
             x = _round_to_bf16_grid(x)
-        tl.store(val_ptr + slot[:, None] * D + offs_d[None, :], x.to(tl.bfloat16), mask=ok[:, None])
+        tl.store(val_ptr + (page * (PAGE_STRIDE // 2) + off * D)[:, None] + offs_d[None, :],
+                 x.to(tl.bfloat16), mask=ok[:, None])

@@ -15,7 +15,8 @@ multiply-adds into FMAs and its rsqrt is rsqrtf (approximate); here every produc
 rounded separately and the norm uses IEEE sqrt and division (the Triton kernel is compiled
 without FP fusion to match this reference).
 
-Cache rows (page of P tokens, token `off = out_loc % P` of page `out_loc // P`):
+Cache rows (page of P tokens; pages are kvcache rows, page_stride bytes apart, default
+row bytes * P; token `off = out_loc % P` of page `out_loc // P`):
   fp8:  uint8 [pages, 132 * P]: 128 e4m3 bytes at off*128, fp32 scale at 128*P + off*4
   bf16: uint8 [pages, 256 * P] (a bf16 [pages, P*128] buffer viewed as bytes): row at off*256.
 Plans: decode plan rows [B, 16] bytes (uint32 seq_len first; a token is written only when
@@ -34,6 +35,13 @@ HEAD_DIM, ROPE_DIM = 128, 64
 HADAMARD_SCALE = float(torch.tensor(1 / math.sqrt(HEAD_DIM), dtype=torch.float32))
 FP8_MAX = 448.0
 ROW_BYTES = {"fp8": HEAD_DIM + 4, "bf16": HEAD_DIM * 2}
+
+
+def _rn(op, x: torch.Tensor) -> torch.Tensor:
+    """fp32 sqrt / reciprocal, correctly rounded on every device: computed in float64, then
+    rounded once to fp32 (exact for these ops: 53 >= 2 * 24 + 2 bits). torch's CPU fp32 sqrt
+    is not always correctly rounded; the kernel uses sqrt_rn / div_rn."""
+    return op(x.double()).float()
 
 
 def plan_targets(plan_bytes: torch.Tensor, out_loc: torch.Tensor, is_decode: bool, ratio: int):
@@ -64,8 +72,8 @@ def norm_rope_hadamard(kv: torch.Tensor, weight: torch.Tensor, eps: float,
         s = s[:, :half] + s[:, half : 2 * half]
         half //= 2
     mean = s[:, 0] / torch.full_like(s[:, 0], float(HEAD_DIM))
-    denom = torch.sqrt(mean + torch.tensor(eps, dtype=torch.float32, device=x.device))
-    norm = torch.ones_like(denom) / denom
+    denom = _rn(torch.sqrt, mean + torch.tensor(eps, dtype=torch.float32, device=x.device))
+    norm = _rn(torch.reciprocal, denom)
     x = (x * norm[:, None]) * w[None, :]
     f = freqs[position.clamp_min(0)].float().view(n, ROPE_DIM // 2, 2)
     pairs = x[:, HEAD_DIM - ROPE_DIM :].reshape(n, ROPE_DIM // 2, 2)
@@ -82,14 +90,15 @@ def norm_rope_hadamard(kv: torch.Tensor, weight: torch.Tensor, eps: float,
 def quantize_v4_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, 128] fp32 -> (e4m3 [N, 128], fp32 scale [N]): V4's indexer rule (multiply by 1/scale)."""
     amax = x.abs().amax(dim=1).clamp_min(1e-4)
-    scale = amax / torch.full_like(amax, FP8_MAX)
-    inv = torch.ones_like(scale) / scale
+    scale = (amax.double() / FP8_MAX).float()  # correctly rounded fp32 division (see _rn)
+    inv = _rn(torch.reciprocal, scale)
     return (x * inv[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
 
 
 def ref_store_v4_index_keys(kv, plan_bytes, is_decode, compress_ratio, norm_weight, eps,
-                            freqs, out_loc, kvcache, key_dtype, page_size=64):
-    """Same contract as store_v4_index_keys (writes kvcache in place, returns it)."""
+                            freqs, out_loc, kvcache, key_dtype, page_size=64, page_stride=None):
+    """Same contract as store_v4_index_keys (writes kvcache in place, returns it); the page
+    stride is kvcache's row length (page_stride is accepted for the same call)."""
     valid, position, slot = plan_targets(plan_bytes, out_loc, is_decode, compress_ratio)
     idx = valid.nonzero().flatten()
     if idx.numel() == 0:
@@ -98,13 +107,14 @@ def ref_store_v4_index_keys(kv, plan_bytes, is_decode, compress_ratio, norm_weig
     slot = slot[idx]
     page, off = slot // page_size, slot % page_size
     pages = kvcache.shape[0]
+    kvcache_rows = kvcache[:, : ROW_BYTES[key_dtype] * page_size]
     if key_dtype == "fp8":
         k8, scale = quantize_v4_fp8(x)
-        vals = kvcache[:, : 128 * page_size].view(pages, page_size, 128)
+        vals = kvcache_rows[:, : 128 * page_size].view(pages, page_size, 128)
         vals[page, off] = k8.view(torch.uint8)
-        scales = kvcache[:, 128 * page_size :].view(pages, page_size, 4)
+        scales = kvcache_rows[:, 128 * page_size :].view(pages, page_size, 4)
         scales[page, off] = scale.contiguous().view(torch.uint8).view(-1, 4)
     else:
-        rows = kvcache.view(pages, page_size, 256)
+        rows = kvcache_rows.view(pages, page_size, 256)
         rows[page, off] = x.to(torch.bfloat16).view(torch.uint8)
     return kvcache
