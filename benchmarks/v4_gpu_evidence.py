@@ -167,6 +167,34 @@ def store_case(n, device):
     return res
 
 
+def graph_case(n, device):
+    """The store captured in a CUDA graph and replayed: same bytes as the eager launch."""
+    from niah.kernels import store_v4_index_keys
+
+    inp = make_inputs(n, 1, 1, seed=9, device=device)
+    freqs = torch.view_as_real(inp["freqs"]).flatten(-2)
+    words = torch.zeros(n, 4, dtype=torch.int32)
+    words[:, 0] = RATIO * (torch.arange(n, dtype=torch.int32) + 1)
+    plan = words.view(torch.uint8).reshape(n, 16).to(device)
+    res = {}
+    for dt, stride in (("fp8", 132 * PAGE), ("bf16", 264 * PAGE)):
+        pages = int(inp["table"].max()) + 1
+        eager = torch.zeros(pages, stride, dtype=torch.uint8, device=device)
+        cache = torch.zeros_like(eager)
+        args = (inp["kv"], plan, True, RATIO, inp["weight"], EPS, freqs, slots(inp, n))
+        store_v4_index_keys(*args, eager, dt, PAGE, stride)
+        store_v4_index_keys(*args, cache, dt, PAGE, stride)  # compile outside the capture
+        cache.zero_()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            store_v4_index_keys(*args, cache, dt, PAGE, stride)
+        cache.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        res[dt] = {"graph_replay_bitwise_equal_to_eager": bool(torch.equal(cache, eager))}
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sglang-source", required=True)
@@ -190,6 +218,10 @@ def main():
     res["store"] = store_case(300 if a.smoke else 5649, device)
     print("store:", json.dumps(res["store"]), f"({time.time() - t:.1f}s)", flush=True)
     save()
+    if device == "cuda":
+        res["store_cuda_graph"] = graph_case(5649, device)
+        print("store in a CUDA graph:", json.dumps(res["store_cuda_graph"]), flush=True)
+        save()
     cases = [(1200, 4, 8, (64, 512))] if a.smoke else [(4096, 64, 64, (512, 1024)), (22597, 64, 64, (512, 1024))]
     res["selection"] = []
     for tokens, rows, heads, topks in cases:

@@ -155,3 +155,21 @@ def test_launch_accepts_plain_args_and_checks_the_kernel_env():
     assert "TILELANG" in v4.env_refusal({"SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1",
                                          "SGLANG_OPT_USE_TILELANG_INDEXER": "true"})
     assert v4.env_refusal({"SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1", "SGLANG_OPT_USE_TILELANG_INDEXER": "0"}) is None
+
+
+def test_v4_matrix_dry_run_arms_differ_only_in_index_dtype():
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "niah", "sweep", "--matrix",
+                          str(repo / "serving/examples/sglang-v4.toml"), "--dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if "-m niah.serving.sglang" in ln]
+    assert len(lines) == 4 and "DeepSeek-V4-Flash" in lines[0]
+    by_name = {}
+    for ln in lines:
+        tokens = set(ln.replace("bf16", "DTYPE").replace("fp8", "DTYPE").split())
+        by_name.setdefault("k1024" if "1024" in ln else "k512", []).append(tokens)
+    for arms in by_name.values():  # fp8 vs bf16 at one top-k: the same words once the dtype is masked
+        assert arms[0] == arms[1]
