@@ -181,8 +181,8 @@ def make_backend(src: Source, arm: str, pool, capture: dict):
     logits_fn = v4.paged_logits if arm == "bf16" else stock
     if arm == "bf16":
         imeths["_can_use_nonpaged_indexer"] = v4.never_nonpaged(imeths["_can_use_nonpaged_indexer"])
-        for n in ("_gather_nonpaged_index_k", "_nonpaged_mqa_logits"):
-            imeths[n] = v4.refuser(n, "prefill_logits")(imeths[n])
+        imeths["_gather_nonpaged_index_k"] = v4.refuse_gather_nonpaged_index_k
+        imeths["_nonpaged_mqa_logits"] = v4.refuse_nonpaged_mqa_logits
 
     def captured(*args, **kwargs):
         out = logits_fn(*args, **kwargs)

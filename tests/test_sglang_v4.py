@@ -131,10 +131,8 @@ def test_fp8_writes_and_reads_are_refused_with_bf16_keys(src, monkeypatch):
     with pytest.raises(v4.V4Refused, match="read fp8 index pages"):
         v4.paged_logits(None, torch.zeros(1, 64, 1, 132, dtype=torch.uint8), None, None, None, None, 64, False)
     assert attest.snapshot()["counts"]["decode_logits.fp8"] == before + 1
-    ns = v4_lift.base_ns()
-    nonpaged = v4_lift.lift(src, v4_lift.IDX, "C4IndexerBackendMixin._nonpaged_mqa_logits", ns)
     with pytest.raises(v4.V4Refused, match="non-paged DeepGEMM"):
-        v4.refuser("the non-paged DeepGEMM fp8_mqa_logits path")(nonpaged)(q_indexer=None)
+        v4.refuse_nonpaged_mqa_logits(q_indexer=None, weights=None, kv=None, plan=None, rows=None)
 
 
 @pytest.mark.parametrize("argv,needle", [

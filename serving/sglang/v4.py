@@ -238,18 +238,28 @@ def configured_dtype() -> str | None:
 # Refused paths
 
 
-def refuser(what: str, path: str | None = None) -> Callable:
-    """factory(original) -> a function that refuses (the non-paged DeepGEMM path, fp8 pool I/O)."""
+def refuse_set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
+    refuse("an fp8 key + scale write to the V4 indexer pool is not supported", "store")
 
-    def factory(original):
-        def refused(*args, **kwargs):
-            refuse(f"{what} is not supported", path)
 
-        refused.__wrapped__ = original
-        refused.__name__ = getattr(original, "__name__", "refused")
-        return refused
+def refuse_set_index_fused(self, layer_id, loc, cache_k):
+    refuse("the fused fp8 indexer store is not supported", "store")
 
-    return factory
+
+def refuse_set_index_fp4(self, layer_id, loc, cache_k):
+    refuse("the fp4 indexer store is not supported", "store")
+
+
+def refuse_get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+    refuse("the fp8 key + scale gather is not supported", "prefill_logits")
+
+
+def refuse_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
+    refuse("the non-paged DeepGEMM fp8_mqa_logits path is not supported", "prefill_logits")
+
+
+def refuse_gather_nonpaged_index_k(*, c4_indexer, token_to_kv_pool, plan):
+    refuse("the non-paged fp8 key gather is not supported", "prefill_logits")
 
 
 def never_nonpaged(original: Callable) -> Callable:
@@ -280,14 +290,12 @@ def replacements() -> dict[str, tuple[str, Callable]]:
         f"{pool}.DeepSeekV4TokenToKVPool.__init__": ("bf16", wrap_pool_init),
         f"{pool}.get_dsv4_indexer_bytes_per_token": ("bf16", wrap_bytes_per_token),
         f"{ipool}._create_buffer": ("bf16", wrap_create_buffer),
-        f"{ipool}.set_index_k_scale_buffer": ("bf16", refuser("an fp8 key + scale write to the V4 indexer pool",
-                                                              "store")),
-        f"{ipool}.set_index_fused": ("bf16", refuser("the fused fp8 indexer store", "store")),
-        f"{ipool}.set_index_fp4": ("bf16", refuser("the fp4 indexer store", "store")),
-        f"{ipool}.get_index_k_scale_buffer": ("bf16", refuser("the fp8 key + scale gather", "prefill_logits")),
+        f"{ipool}.set_index_k_scale_buffer": ("bf16", const(refuse_set_index_k_scale_buffer)),
+        f"{ipool}.set_index_fused": ("bf16", const(refuse_set_index_fused)),
+        f"{ipool}.set_index_fp4": ("bf16", const(refuse_set_index_fp4)),
+        f"{ipool}.get_index_k_scale_buffer": ("bf16", const(refuse_get_index_k_scale_buffer)),
         f"{dsv4}.compressor_v2.compress_norm_rope_store": ("bf16", wrap_compress_norm_rope_store),
         f"{idx}._can_use_nonpaged_indexer": ("bf16", never_nonpaged),
-        f"{idx}._nonpaged_mqa_logits": ("bf16", refuser("the non-paged DeepGEMM fp8_mqa_logits path",
-                                                        "prefill_logits")),
-        f"{idx}._gather_nonpaged_index_k": ("bf16", refuser("the non-paged fp8 key gather", "prefill_logits")),
+        f"{idx}._nonpaged_mqa_logits": ("bf16", const(refuse_nonpaged_mqa_logits)),
+        f"{idx}._gather_nonpaged_index_k": ("bf16", const(refuse_gather_nonpaged_index_k)),
     }

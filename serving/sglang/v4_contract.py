@@ -1,8 +1,8 @@
 """The plugin's DeepSeek-V4 patch points (bf16 index keys), callers included.
 
 Registered into contract.PATCH_POINTS. Every writer and reader of the C4 indexer pool in
-SGLang 0.5.23 is here: patched ("replace"/"wrap"), refused ("refuse": the function raises
-with one line), or relied on ("uses", with the names its body must still mention, so a new
+SGLang 0.5.23 is here: patched ("replace"/"wrap"; a refused path is replaced by a function
+that raises with one line, "niah refuses" in its reason), or relied on ("uses", with the names its body must still mention, so a new
 call or a changed row layout fails `niah doctor`). Paths not listed and why they cannot run:
 - deepseek_v4_backend `_low_ratio_compress_fused` / `_low_ratio_write_group` (V4.1 low-ratio
   layers) write fp4 indexer pools, which `_make_indexer_pool(force_fp4=True)` refuses;
@@ -78,10 +78,10 @@ V4_PATCH_POINTS: tuple[PatchPoint, ...] = (
         "_get_nonpaged_indexer_plan", "_gather_nonpaged_index_k", "_nonpaged_mqa_logits")),
     _p(f"{_IDX}._can_use_nonpaged_indexer", ("self", "c4_indexer", "forward_batch", "indexer_metadata"),
        "replace", "routes prefill to DeepGEMM fp8_mqa_logits; niah answers False"),
-    _p(f"{_IDX}._nonpaged_mqa_logits", ("q_indexer", "weights", "kv", "plan", "rows"), "refuse",
-       "DeepGEMM fp8_mqa_logits called directly, around the resolvers", ("deep_gemm", "fp8_mqa_logits")),
-    _p(f"{_IDX}._gather_nonpaged_index_k", ("c4_indexer", "token_to_kv_pool", "plan"), "refuse",
-       "gathers fp8 keys + scales for the non-paged path", ("get_index_k_scale_buffer",)),
+    _p(f"{_IDX}._nonpaged_mqa_logits", ("q_indexer", "weights", "kv", "plan", "rows"), "replace",
+       "DeepGEMM fp8_mqa_logits called directly, around the resolvers; niah refuses", ("deep_gemm", "fp8_mqa_logits")),
+    _p(f"{_IDX}._gather_nonpaged_index_k", ("c4_indexer", "token_to_kv_pool", "plan"), "replace",
+       "gathers fp8 keys + scales for the non-paged path; niah refuses", ("get_index_k_scale_buffer",)),
     # -- the pool: sizing, allocation, every other reader/writer
     _p(f"{_POOL}.get_dsv4_indexer_bytes_per_token", ("index_head_dim", "use_fp4_indexer"), "wrap",
        "index_head_dim + 4 bytes (132); niah makes it 264 (a bf16 page is [64 x 132] bf16)"),
@@ -96,14 +96,14 @@ V4_PATCH_POINTS: tuple[PatchPoint, ...] = (
     _p(f"{_POOL}.DeepSeekV4IndexerPool.get_index_k_with_scale_buffer", ("self", "layer_id"), "uses",
        "returns the layer buffer as allocated", ("index_k_with_scale_buffer",)),
     _p(f"{_POOL}.DeepSeekV4IndexerPool.set_index_k_scale_buffer",
-       ("self", "layer_id", "loc", "index_k", "index_k_scale"), "refuse", "fp8 key + scale write"),
-    _p(f"{_POOL}.DeepSeekV4IndexerPool.set_index_fused", ("self", "layer_id", "loc", "cache_k"), "refuse",
-       "fused fp8 indexer store"),
-    _p(f"{_POOL}.DeepSeekV4IndexerPool.set_index_fp4", ("self", "layer_id", "loc", "cache_k"), "refuse",
-       "fp4 indexer store"),
+       ("self", "layer_id", "loc", "index_k", "index_k_scale"), "replace", "fp8 key + scale write; niah refuses"),
+    _p(f"{_POOL}.DeepSeekV4IndexerPool.set_index_fused", ("self", "layer_id", "loc", "cache_k"), "replace",
+       "fused fp8 indexer store; niah refuses"),
+    _p(f"{_POOL}.DeepSeekV4IndexerPool.set_index_fp4", ("self", "layer_id", "loc", "cache_k"), "replace",
+       "fp4 indexer store; niah refuses"),
     _p(f"{_POOL}.DeepSeekV4IndexerPool.get_index_k_scale_buffer",
-       ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"), "refuse",
-       "fp8 key + scale gather"),
+       ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"), "replace",
+       "fp8 key + scale gather; niah refuses"),
     _p(f"{_POOL}.DeepSeekV4TokenToKVPool._make_indexer_pool",
        ("self", "size", "page_size", "dtype", "index_head_dim", "layer_num", "device", "enable_memory_saver",
         "force_fp4", "global_page_size", "index_k_page8"), "uses",
