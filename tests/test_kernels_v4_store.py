@@ -59,18 +59,20 @@ def case(mode, n, seed):
     return make_plan(seqs, ragged), torch.randperm(5 * 64, generator=g)[:n].long(), False
 
 
-@pytest.mark.parametrize("key_dtype", ["fp8", "bf16"])
+@pytest.mark.parametrize("key_dtype", ["fp8", "bf16", "bf16-padded"])
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["kv-bf16", "kv-fp32"])
 def test_store_bitwise_equal_to_reference(key_dtype, mode, dtype):
+    """bf16-padded: the plugin's V4 pool, 264 bytes a token (a page is [64 x 132] bf16)."""
     kv, w = inputs(37, dtype)
     plan, loc, is_decode = case(mode, 37, 1)
     freqs = freqs_table()
-    row = {"fp8": 132, "bf16": 256}[key_dtype]
-    poison = torch.randint(0, 256, (5, row * 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    stride = {"fp8": 132, "bf16": 256, "bf16-padded": 264}[key_dtype] * 64
+    key_dtype = key_dtype.split("-")[0]
+    poison = torch.randint(0, 256, (5, stride), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
     got, want = poison.clone().to(DEV), poison.clone()
     store_v4_index_keys(kv.to(DEV), plan.to(DEV), is_decode, RATIO, w.to(DEV), EPS, freqs.to(DEV),
-                        loc.to(DEV), got, key_dtype)
+                        loc.to(DEV), got, key_dtype, page_stride=stride)
     ref_store_v4_index_keys(kv, plan, is_decode, RATIO, w, EPS, freqs, loc, want, key_dtype)
     assert not torch.equal(want, poison), "the reference wrote nothing"
     assert torch.equal(got.cpu(), want), f"{int((got.cpu() != want).sum())} bytes differ"
