@@ -73,7 +73,11 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
         text = matrix.path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names()}
+    from niah.serving.matrix import axis_differences, matrix_commands
+
+    manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
+                          "commands": {cfg.name: line for cfg, line in matrix_commands(matrix)},
+                          "differences": axis_differences(matrix)}
     write_manifest(out, manifest)
 
 

@@ -52,7 +52,8 @@ class PatchPoint:
         return f"{self.module}.{self.qualname}"
 
 
-PATCH_POINTS: tuple[PatchPoint, ...] = (
+# Points per model family: adding a family is one more tuple in FAMILY_POINTS.
+SERVER_POINTS: tuple[PatchPoint, ...] = (
     # -- plugin loading: SGLang runs entry-point plugins in every process it spawns.
     PatchPoint("sglang.srt.plugins", "load_plugins", (), "uses", "always",
                "SGLang's entry-point plugin loader (group sglang.srt.plugins)",
@@ -62,12 +63,31 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                 "pipe_writer", "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
                "uses", "always", "scheduler (model) processes load plugins before the model",
                ("load_plugins",)),
+    # -- attestation: /server_info carries each DP scheduler's internal state.
+    PatchPoint("sglang.srt.managers.scheduler_components.internal_state",
+               "SchedulerInternalStateController.get_internal_state", ("self", "recv_req"), "wrap", "always",
+               "/server_info internal_states: niah adds its attestation (niah_attestation)",
+               ("GetInternalStateReqOutput", "internal_state")),
+    PatchPoint("sglang.srt.entrypoints.http_server", "get_server_info", None, "uses", "always",
+               "/server_info returns the schedulers' internal states", ("internal_states", "get_internal_state")),
+    # -- top-k: the torch backend's unfused top-k runs niah.kernels.topk_indices.
+    PatchPoint(f"{_DSA}.dsa_topk_backend", "DSATopKBackend.topk_func",
+               ("self", "score", "lengths", "topk", "row_starts"), "replace", "always",
+               "the unfused top-k (--dsa-topk-backend torch, SGLANG_DSA_FUSE_TOPK=false): niah's kernel",
+               ("is_torch", "_topk_unfused")),
+    PatchPoint(f"{_DSA}.dsa_topk_backend", "DSATopKBackend.topk_transform", None, "uses", "always",
+               "with SGLANG_DSA_FUSE_TOPK false every top-k goes through topk_func",
+               ("SGLANG_DSA_FUSE_TOPK", "topk_func")),
+)
+
+V32_POINTS: tuple[PatchPoint, ...] = (
     # -- DeepSeek-V3.2 (DSA): kernel resolvers (decode paged logits, prefill ragged logits).
     PatchPoint(f"{_DSA}.utils", "resolve_fp8_paged_mqa_logits_fn", (), "replace", "always",
-               "picks DeepGEMM fp8_paged_mqa_logits or the torch fallback; niah returns its kernel",
+               "picks DeepGEMM fp8_paged_mqa_logits or the torch fallback; niah returns its kernel "
+               "(stock: counted, unchanged)",
                ("_use_torch_mqa_logits", "fp8_paged_mqa_logits")),
     PatchPoint(f"{_DSA}.utils", "resolve_fp8_mqa_logits_fn", (), "replace", "always",
-               "picks DeepGEMM fp8_mqa_logits (prefill); niah returns its kernel",
+               "picks DeepGEMM fp8_mqa_logits (prefill); niah returns its kernel (stock: counted, unchanged)",
                ("_use_torch_mqa_logits", "fp8_mqa_logits")),
     PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._get_topk_ragged",
                ("self", "enable_dual_stream", "forward_batch", "layer_id", "q_fp8", "weights",
@@ -83,7 +103,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                 "index_page_size", "paged_mqa_ctx_lens_2d")),
     PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._store_index_k_cache",
                ("self", "forward_batch", "layer_id", "key", "act_quant", "out_cache_loc"),
-               "replace", "bf16", "stores index keys (fp8 quantise); niah stores them unquantised",
+               "replace", "always", "stores index keys (fp8 quantise; counted); bf16: niah stores them unquantised",
                ("get_token_to_kv_pool", "set_index_k_scale_buffer")),
     PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._mask_init_and_local_tokens",
                ("self", "logits", "lengths", "row_starts"), "uses", "bf16",
@@ -109,8 +129,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                "adds the indexer's per-token bytes to the KV cell size",
                ("_compute_dsa_indexer_cell_size", "is_deepseek_dsa")),
     PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache._buffer_shape",
-               ("self", "num_pages"), "replace", "bf16",
-               "allocates (pages, 64 x 132) bytes; niah allocates (pages, 64 x 256)",
+               ("self", "num_pages"), "replace", "always",
+               "allocates (pages, 64 x 132) bytes (attested); bf16: niah allocates (pages, 64 x 256)",
                ("index_head_dim", "quant_block_size")),
     PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.get_k_and_scale",
                ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
@@ -128,29 +148,37 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
                ("self", "kvc", "num_layers", "allocate_all_layers"), "wrap", "bf16",
                "per-token accounting: (128 + 4) bytes x layers; niah makes it 256 x layers",
                ("quant_block_size", "index_k_with_scale_buffer_dtype")),
+)
+
+V4_POINTS: tuple[PatchPoint, ...] = (
     # -- DeepSeek-V4 (C4 indexer): the torch paged-logits fallback niah takes over.
     PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch",
                ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
                 "deep_gemm_metadata", "max_seq_len", "clean_logits"),
-               "replace", "always", "V4 paged logits behind SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"),
+               "replace", "niah", "V4 paged logits behind SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"),
     PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch_sm120",
                ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
                 "deep_gemm_metadata", "max_seq_len", "clean_logits"),
-               "replace", "always", "the same fallback on SM120"),
+               "replace", "niah", "the same fallback on SM120"),
     PatchPoint(f"{_DSV4}.indexer", "C4IndexerBackendMixin.forward_c4_indexer",
                ("self", "x", "q_lora", "c4_indexer", "forward_batch", "alt_streams",
                 "enable_multi_stream", "q_lora_ready", "skip_compressor", "q_lora_quant"),
-               "uses", "always", "selects the torch fallback when SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set",
+               "uses", "niah", "selects the torch fallback when SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set",
                ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "fp8_paged_mqa_logits_torch",
                 "fp8_paged_mqa_logits_torch_sm120")),
     PatchPoint("sglang.srt.mem_cache.deepseek_v4_memory_pool", "DeepSeekV4TokenToKVPool.__init__",
                None, "wrap", "bf16", "bf16 keys are not implemented for V4: niah refuses there"),
 )
 
+FAMILY_POINTS = {"server": SERVER_POINTS, "deepseek-v3.2": V32_POINTS, "deepseek-v4": V4_POINTS}
+PATCH_POINTS: tuple[PatchPoint, ...] = tuple(p for pts in FAMILY_POINTS.values() for p in pts)
 
-def points_for(index_dtype: str) -> tuple[PatchPoint, ...]:
-    """The patch points needed for one index dtype ("fp8" or "bf16")."""
-    return tuple(p for p in PATCH_POINTS if p.when == "always" or p.when == index_dtype)
+
+def points_for(index_dtype: str, kernels: str | None = None) -> tuple[PatchPoint, ...]:
+    """The patch points needed for one arm: index dtype "fp8" / "bf16", kernels "stock" /
+    "niah" (None: both kernels)."""
+    wanted = {"always", index_dtype, *((kernels,) if kernels else ("stock", "niah"))}
+    return tuple(p for p in PATCH_POINTS if p.when in wanted)
 
 
 # ---------------------------------------------------------------------------------------
