@@ -82,3 +82,26 @@ def check_configs(manifest: dict, names, where: str) -> None:
         if not ok:
             raise BadInput(f"{where}: configuration {name!r} is invalid: its server's attestation "
                            f"contradicts its label ({reason})")
+
+
+def report_section(manifest: dict, names) -> str | None:
+    """Markdown for `niah report`: each attested configuration, valid or INVALID, and
+    what its server ran. None when no configuration was attested."""
+    configs = manifest.get("configs") or {}
+    rows = []
+    for name in names:
+        entry = configs.get(name) or {}
+        a = entry.get("attestation")
+        if not a:
+            continue
+        ok, reason = verdict(a, label_of(entry))
+        arm = f"{a.get('index_dtype')}/{a.get('kernels')}"
+        rows.append(f"| `{name}` | {'valid' if ok else '**INVALID**'} | {arm} | "
+                    f"{a.get('pool_bytes_per_token')} | {reason} |")
+    if not rows:
+        return None
+    head = ("## Attestation: what each server's indexer ran\n\n"
+            "An INVALID configuration's server contradicts its label (compare and gate refuse it).\n\n"
+            "| config | verdict | ran (index dtype/kernels) | pool bytes/token | calls / reason |\n"
+            "|---|---|---|---|---|\n")
+    return head + "\n".join(rows) + "\n"

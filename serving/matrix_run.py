@@ -64,6 +64,30 @@ def _target(cfg: MatrixConfig, endpoint: str):
                   engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key)
 
 
+def record_attestation(out: Path, cfg: MatrixConfig, endpoint: str) -> None:
+    """At teardown: ask the server what its indexer ran (/server_info) and write it, with
+    its verdict against the configuration's label, into the manifest."""
+    import httpx
+
+    from niah.attestation import from_server_info, verdict
+    from niah.sweep import record_config
+    from niah.tokenize import root_url
+
+    try:
+        r = httpx.get(root_url(endpoint) + "/server_info", timeout=10.0)
+        info = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        info = None
+    attestation = from_server_info(info)
+    if attestation is None:
+        return
+    valid, reason = verdict(attestation, {**cfg.settings, **cfg.axes})
+    record_config(out, cfg.name, {"attestation": attestation,
+                                  "attestation_verdict": {"valid": valid, "reason": reason}})
+    if not valid:
+        _say(f"{cfg.name}: INVALID configuration: its server's attestation contradicts its label ({reason})")
+
+
 def _manifest_matrix(out: Path, matrix: Matrix) -> None:
     from niah.store import read_manifest, write_manifest
 
@@ -152,6 +176,8 @@ def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress
         await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
 
     asyncio.run(main())
+    for cfg, p in zip(configs, prepared):
+        record_attestation(out, cfg, p.endpoint)
 
 
 def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress) -> None:
@@ -206,6 +232,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
         status = "stopped: bad input"
         raise
     finally:
+        if srv.dead() is None:
+            record_attestation(out, cfg, srv.endpoint)
         srv.stop()
         info = {"status": status}
         if cause:

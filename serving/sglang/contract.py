@@ -67,8 +67,8 @@ SERVER_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint("sglang.srt.managers.scheduler_components.internal_state",
                "SchedulerInternalStateController.get_internal_state", ("self", "recv_req"), "wrap", "always",
                "/server_info internal_states: niah adds its attestation (niah_attestation)",
-               ("GetInternalStateReqOutput", "internal_state")),
-    PatchPoint("sglang.srt.entrypoints.http_server", "get_server_info", None, "uses", "always",
+               ("GetInternalStateReqOutput", "msgspec_to_builtins")),
+    PatchPoint("sglang.srt.entrypoints.http_server", "server_info", None, "uses", "always",
                "/server_info returns the schedulers' internal states", ("internal_states", "get_internal_state")),
     # -- top-k: the torch backend's unfused top-k runs niah.kernels.topk_indices.
     PatchPoint(f"{_DSA}.dsa_topk_backend", "DSATopKBackend.topk_func",
