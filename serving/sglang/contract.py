@@ -15,6 +15,7 @@ import ast
 import importlib
 import inspect
 import re
+import textwrap
 import types
 import zipfile
 from dataclasses import dataclass, field
@@ -22,6 +23,13 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 SUPPORTED_VERSIONS = ("0.5.23",)
+_VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)(\.post\d+)?(\+[A-Za-z0-9.]+)?$")
+
+
+def supported_version(version: str) -> bool:
+    """Any build of a supported release: 0.5.23, 0.5.23.post1, 0.5.23+cu130 (not rc/dev)."""
+    m = _VERSION_RE.match(version or "")
+    return bool(m) and m.group(1) in SUPPORTED_VERSIONS
 
 _DSA = "sglang.srt.layers.attention.dsa"
 _DSV4 = "sglang.srt.layers.attention.dsv4"
@@ -187,11 +195,13 @@ def points_for(index_dtype: str, kernels: str | None = None) -> tuple[PatchPoint
 
 @dataclass
 class Symbol:
-    """What a source knows about one symbol: its parameters (None if not a function)
-    and the names its body mentions."""
+    """What a source knows about one symbol: its parameters (None if not a function),
+    the names its body mentions, where it is (file:line) and its normalised source."""
 
     params: tuple[str, ...] | None
     names: frozenset[str]
+    where: str | None = None
+    text: str = ""
 
 
 class SymbolSource(Protocol):
@@ -302,6 +312,28 @@ class AstSource:
             self._trees[module] = ast.parse(text) if text is not None else None
         return self._trees[module]
 
+    def module_file(self, module: str) -> str | None:
+        base = module.replace(".", "/")
+        for rel in (base + ".py", base + "/__init__.py"):
+            if self._read(rel) is not None:
+                return rel
+        return None
+
+    def files(self) -> dict[str, str]:
+        """Every sglang/**.py file (relative path -> text) that mentions a watched call."""
+        from niah.serving.sglang.contract_sites import WATCHED
+
+        if self._zip is not None:
+            names = [n for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py")]
+        else:
+            names = [str(p.relative_to(self.path)) for p in self.path.glob("sglang/**/*.py")]
+        out = {}
+        for n in names:
+            text = self._read(n) or ""
+            if any(w in text for w in WATCHED):
+                out[n] = text
+        return out
+
     def lookup(self, module: str, qualname: str) -> Symbol | None:
         tree = self._tree(module)
         if tree is None:
@@ -313,9 +345,29 @@ class AstSource:
             if node is None:
                 return None
             body = node.body if isinstance(node, ast.ClassDef) else []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return Symbol(_ast_params(node), _ast_names(node))
-        return Symbol(None, _ast_names(node))
+        where = f"{self.module_file(module)}:{node.lineno}"
+        params = _ast_params(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        return Symbol(params, _ast_names(node), where, ast.unparse(node))
+
+    def near(self, module: str, qualname: str) -> str:
+        """Where a missing symbol might have gone: the module file, and the closest name
+        defined where it should be (file:line), for the error message."""
+        import difflib
+
+        rel = self.module_file(module)
+        tree = self._tree(module)
+        if rel is None or tree is None:
+            return f"{module.replace('.', '/')}.py: module missing"
+        body: list[ast.stmt] = tree.body
+        parts = qualname.split(".")
+        for part in parts[:-1]:
+            node = _find_in_body(body, part)
+            if not isinstance(node, ast.ClassDef):
+                return f"{rel}:1"
+            body = node.body
+        defs = {n.name: n.lineno for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        close = difflib.get_close_matches(parts[-1], list(defs), n=1, cutoff=0.6)
+        return f"{rel}:{defs[close[0]]} (closest: {close[0]})" if close else f"{rel}:1"
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -371,9 +423,36 @@ class LiveSource:
                     return None
                 obj = getattr(obj, part)
         fn = inspect.unwrap(obj) if callable(obj) else obj
-        if inspect.isfunction(fn):
-            return Symbol(_live_params(fn), frozenset(_code_names(fn.__code__)))
-        return Symbol(None, frozenset())
+        if inspect.isfunction(fn) or inspect.isclass(fn):
+            try:
+                where = f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+                text = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+            except (OSError, TypeError, SyntaxError):
+                where, text = None, ""
+            if inspect.isclass(fn):
+                return Symbol(None, frozenset(), where, text)
+            return Symbol(_live_params(fn), frozenset(_code_names(fn.__code__)), where, text)
+        return Symbol(None, frozenset(), None, f"{qualname.split('.')[-1]} = {obj!r}")
+
+    def near(self, module: str, qualname: str) -> str:
+        return module
+
+    def files(self) -> dict[str, str]:
+        """The installed sglang package's files that mention a watched call."""
+        import importlib.util
+
+        from niah.serving.sglang.contract_sites import WATCHED
+
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            return {}
+        root = Path(list(spec.submodule_search_locations)[0]).parent
+        out = {}
+        for p in root.glob("sglang/**/*.py"):
+            text = p.read_text(encoding="utf-8", errors="replace")
+            if any(w in text for w in WATCHED):
+                out[str(p.relative_to(root))] = text
+        return out
 
 
 class ContractImportError(Exception):
@@ -409,11 +488,26 @@ class ContractReport:
         return head
 
 
-def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_POINTS) -> ContractReport:
-    """Check every patch point against `source`; collect every problem (not just the first)."""
+def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_POINTS,
+                   callers: bool | None = None) -> ContractReport:
+    """Check every patch point against `source`, then (for the plugin's own points, or
+    when `callers` is True) the layout constants and every call site of the index-key
+    pool and indexer kernels (contract_sites.py). Collects every problem; each names the
+    file and line where SGLang's source says so."""
+    from niah.serving.sglang.contract_sites import check_call_sites, check_layout
+
+    points = list(points)
     report = ContractReport(version=source.version, source=source.label)
-    if source.version is not None and source.version not in SUPPORTED_VERSIONS:
+    if source.version is not None and not supported_version(source.version):
         report.problems.append(f"version {source.version} is not a supported version")
+    _check_points(source, points, report)
+    if callers if callers is not None else all(p in PATCH_POINTS for p in points):
+        report.problems += check_layout(source)
+        report.problems += check_call_sites(source.files())
+    return report
+
+
+def _check_points(source: SymbolSource, points: list[PatchPoint], report: ContractReport) -> None:
     for p in points:
         report.checked += 1
         try:
@@ -422,14 +516,14 @@ def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_PO
             report.problems.append(f"{p.target}: {e}")
             continue
         if sym is None:
-            report.problems.append(f"missing symbol {p.target} ({p.why})")
+            report.problems.append(f"{source.near(p.module, p.qualname)}: missing symbol {p.target} ({p.why})")
             continue
+        at = f"{sym.where}: " if sym.where else ""
         if p.params is not None and sym.params != p.params:
             got = "not a function" if sym.params is None else f"({', '.join(sym.params)})"
             report.problems.append(
-                f"signature changed: {p.target} expected ({', '.join(p.params)}), found {got}")
+                f"{at}signature changed: {p.target} expected ({', '.join(p.params)}), found {got}")
         missing_refs = [r for r in p.references if r not in sym.names]
         if missing_refs:
             report.problems.append(
-                f"{p.target} no longer references {', '.join(missing_refs)} ({p.why})")
-    return report
+                f"{at}{p.target} no longer references {', '.join(missing_refs)} ({p.why})")
