@@ -67,6 +67,28 @@ def verdict(attestation: dict | None, label: dict) -> tuple[bool, str]:
     return True, ran
 
 
+def record_from_server(out, name: str, label: dict, endpoint: str) -> tuple[bool, str] | None:
+    """At a configuration's end: read the server's attestation (GET /server_info) and
+    write it, with its verdict, into the manifest's configs[name]. None when the server
+    reports none (or does not answer)."""
+    import httpx
+
+    from niah.sweep import record_config
+    from niah.tokenize import root_url
+
+    try:
+        r = httpx.get(root_url(endpoint) + "/server_info", timeout=10.0)
+        info = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        info = None
+    attestation = from_server_info(info)
+    if attestation is None:
+        return None
+    valid, reason = verdict(attestation, label)
+    record_config(out, name, {"attestation": attestation, "attestation_verdict": {"valid": valid, "reason": reason}})
+    return valid, reason
+
+
 def label_of(config_entry: dict) -> dict:
     """The label of a manifest `configs.<name>` entry: its settings, then its axes."""
     return {**(config_entry.get("settings") or {}), **(config_entry.get("axes") or {})}

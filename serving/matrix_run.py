@@ -65,27 +65,12 @@ def _target(cfg: MatrixConfig, endpoint: str):
 
 
 def record_attestation(out: Path, cfg: MatrixConfig, endpoint: str) -> None:
-    """At teardown: ask the server what its indexer ran (/server_info) and write it, with
-    its verdict against the configuration's label, into the manifest."""
-    import httpx
+    """At teardown: the server's attestation and its verdict into the manifest."""
+    from niah.attestation import record_from_server
 
-    from niah.attestation import from_server_info, verdict
-    from niah.sweep import record_config
-    from niah.tokenize import root_url
-
-    try:
-        r = httpx.get(root_url(endpoint) + "/server_info", timeout=10.0)
-        info = r.json() if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        info = None
-    attestation = from_server_info(info)
-    if attestation is None:
-        return
-    valid, reason = verdict(attestation, {**cfg.settings, **cfg.axes})
-    record_config(out, cfg.name, {"attestation": attestation,
-                                  "attestation_verdict": {"valid": valid, "reason": reason}})
-    if not valid:
-        _say(f"{cfg.name}: INVALID configuration: its server's attestation contradicts its label ({reason})")
+    got = record_from_server(out, cfg.name, {**cfg.settings, **cfg.axes}, endpoint)
+    if got is not None and not got[0]:
+        _say(f"{cfg.name}: INVALID configuration: its server's attestation contradicts its label ({got[1]})")
 
 
 def _manifest_matrix(out: Path, matrix: Matrix) -> None:
