@@ -320,6 +320,7 @@ class ContractReport:
     source: str
     checked: int = 0
     problems: list[str] = field(default_factory=list)
+    extra: str = ""  # what else was checked (layout constants, call sites)
 
     @property
     def ok(self) -> bool:
@@ -328,7 +329,7 @@ class ContractReport:
     def summary(self) -> str:
         v = self.version or "unknown version"
         if self.ok:
-            return f"plugin contract OK: sglang {v} ({self.checked} patch points, {self.source})"
+            return f"plugin contract OK: sglang {v} ({self.checked} patch points{self.extra}, {self.source})"
         head = (f"niah's SGLang plugin does not fit sglang {v} ({self.source}): "
                 f"{'; '.join(self.problems)}. Supported SGLang versions: "
                 f"{', '.join(SUPPORTED_VERSIONS)}")
@@ -349,8 +350,13 @@ def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_PO
         report.problems.append(f"version {source.version} is not a supported version")
     _check_points(source, points, report)
     if callers if callers is not None else all(p in PATCH_POINTS for p in points):
+        from niah.serving.sglang.contract_sites import LAYOUT, scan_calls
+
+        files = source.files()
         report.problems += check_layout(source)
-        report.problems += check_call_sites(source.files())
+        report.problems += check_call_sites(files)
+        calls = sum(len(scan_calls(rel, text)) for rel, text in files.items())
+        report.extra = f", {len(LAYOUT)} layout constants, {calls} call sites"
     return report
 
 
