@@ -204,6 +204,7 @@ def main():
     from niah.serving.sglang import attest
 
     device = "cpu" if a.smoke or not torch.cuda.is_available() else "cuda"
+    attest.configure("bf16", "niah")  # as plugin.install records it in a bf16 server process
     src = v4_lift.Source(a.sglang_source)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -506,6 +506,10 @@ def run_sweep(
                 asyncio.run(main())
         else:
             asyncio.run(main())
+        from niah.attestation import record_from_server
+
+        for p in prepared:  # what each server's indexer ran, into the manifest
+            record_from_server(out, p.target.name, dict(p.target.axes), p.endpoint)
     finally:
         store.close()
     return out

@@ -42,7 +42,8 @@ def test_bf16_contract_lists_v4_points_and_holds():
               "sglang.srt.mem_cache.deepseek_v4_memory_pool.get_dsv4_indexer_bytes_per_token"):
         assert t in targets
     assert check_contract(AstSource(sglang_wheel()), points).ok
-    assert set(v4.replacements()) <= {p.target for p in points}  # every V4 patch is a contract point
+    v4_patches = {p.target for p in plugin.patches_for("bf16", "niah") if ".dsv4." in p.target or "_v4_" in p.target}
+    assert len(v4_patches) == 13 and v4_patches <= {p.target for p in points_for("bf16", "niah")}
 
 
 @pytest.mark.parametrize("old,new,where", [
@@ -126,7 +127,7 @@ def test_fp8_writes_and_reads_are_refused_with_bf16_keys(src, monkeypatch):
               kvcache=torch.zeros(1, 64 * 132, dtype=torch.uint8), page_size=64)
     with pytest.raises(v4.V4Refused, match="fp4/fp8 indexer store"):
         store(kv, None, use_fp4=True)
-    monkeypatch.setattr(plugin, "_installed", "bf16")
+    monkeypatch.setattr(plugin, "_installed", ("bf16", "niah"))
     before = attest.snapshot()["counts"].get("decode_logits.fp8", 0)
     with pytest.raises(v4.V4Refused, match="read fp8 index pages"):
         v4.paged_logits(None, torch.zeros(1, 64, 1, 132, dtype=torch.uint8), None, None, None, None, 64, False)
@@ -142,13 +143,22 @@ def test_fp8_writes_and_reads_are_refused_with_bf16_keys(src, monkeypatch):
     (["--speculative-algorithm=NEXTN"], "MTP"),
     (["--enable-deepseek-v4-fp4-indexer"], "fp4"),
 ])
-def test_launch_refusals(argv, needle):
-    problem = v4.argv_refusal(["--model-path", "m", *argv])
+def test_launch_refuses_before_weights_load_with_one_line_and_exit_2(argv, needle):
+    import subprocess
+
+    from niah.serving.sglang.command import refusal
+
+    problem = refusal("bf16", "niah", ["--model-path", "m", *argv])
     assert problem and needle in problem
+    out = subprocess.run([sys.executable, "-m", "niah.serving.sglang", "--niah-index-dtype", "bf16",
+                          "--model-path", "m", *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_launch_accepts_plain_args_and_checks_the_kernel_env():
-    assert v4.argv_refusal(["--model-path", "m", "--speculative-algorithm", "NONE"]) is None
+def test_launch_accepts_plain_args_and_the_pool_checks_the_kernel_env():
+    from niah.serving.sglang.command import refusal
+
+    assert refusal("bf16", "niah", ["--model-path", "m", "--speculative-algorithm", "NONE"]) is None
     assert "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH" in v4.env_refusal({})
     assert "TILELANG" in v4.env_refusal({"SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1",
                                          "SGLANG_OPT_USE_TILELANG_INDEXER": "true"})
@@ -165,9 +175,15 @@ def test_v4_matrix_dry_run_arms_differ_only_in_index_dtype():
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if "-m niah.serving.sglang" in ln]
     assert len(lines) == 4 and "DeepSeek-V4-Flash" in lines[0]
-    by_name = {}
+    assert all(ln.split().count("--disable-prefill-cuda-graph") == 1 for ln in lines)
+    # fp8/stock vs bf16/niah: the index dtype and what the kernels value implies, nothing else
+    kernel_env = {"SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1", "SGLANG_OPT_USE_TILELANG_INDEXER=0"}
+    by_topk: dict[str, list[set]] = {}
     for ln in lines:
-        tokens = set(ln.replace("bf16", "DTYPE").replace("fp8", "DTYPE").split())
-        by_name.setdefault("k1024" if "1024" in ln else "k512", []).append(tokens)
-    for arms in by_name.values():  # fp8 vs bf16 at one top-k: the same words once the dtype is masked
-        assert arms[0] == arms[1]
+        words = ln.replace("bf16", "DTYPE").replace("fp8", "DTYPE").replace("stock", "KERNELS")
+        tokens = set(words.replace("niah", "KERNELS").replace("KERNELS.serving", "niah.serving").split())
+        by_topk.setdefault("k1024" if "1024" in ln else "k512", []).append(tokens)
+    for fp8, bf16 in by_topk.values():
+        assert fp8 ^ bf16 == kernel_env and kernel_env <= bf16
+    diffs = [ln for ln in out.stdout.splitlines() if ln.startswith("# index_dtype:")]
+    assert len(diffs) == 2 and all("--niah-kernels stock -> --niah-kernels niah" in d for d in diffs)

@@ -15,9 +15,11 @@ With bf16 keys:
 - read: the paged logits function `forward_c4_indexer` calls gets the bf16 page view and
   runs niah.kernels.bf16_paged_mqa_logits (the fp8 query is cast to bf16, exact; its
   scale is already in the weights);
-- refused: the non-paged DeepGEMM path, every other writer/reader of the indexer pool,
-  fp4 / V4.1 low-ratio indexer pools, HiCache, HiSparse, speculative decoding (MTP),
-  ROCm, and any indexer kernel other than the paged function niah replaces.
+- refused in the process (one line, the fp8 path attested): the non-paged DeepGEMM path,
+  every other writer/reader of the indexer pool, fp4 / V4.1 low-ratio indexer pools, ROCm,
+  and any indexer kernel other than the paged function niah replaces. HiCache, HiSparse,
+  fp4 index keys and speculative decoding (MTP) are refused at launch (command.refusal).
+The plugin installs these as plugin._v4_patches; their contract is patch_points.V4_POINTS.
 """
 
 from __future__ import annotations
@@ -35,13 +37,6 @@ FP8_TOKEN_BYTES = HEAD_DIM + 4
 BF16_TOKEN_BYTES = 2 * FP8_TOKEN_BYTES  # 256 B row + 8 B padding: a page is [64 x 132] bf16
 PREFIX = "niah bf16 index keys on DeepSeek-V4"
 
-# server argument (SGLang field name) -> the flag a user typed
-REFUSED_ARGS = {
-    "enable_hierarchical_cache": "--enable-hierarchical-cache (HiCache: its host pool moves 132-byte fp8 rows)",
-    "enable_hisparse": "--enable-hisparse (HiSparse-C4 swaps fp8 index pages)",
-    "speculative_algorithm": "--speculative-algorithm (MTP: target-verify rows are not handled by the bf16 path)",
-    "enable_deepseek_v4_fp4_indexer": "--enable-deepseek-v4-fp4-indexer (fp4 index keys)",
-}
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -64,40 +59,6 @@ def env_refusal(env=os.environ) -> str | None:
     return None
 
 
-def platform_refusal() -> str | None:
-    return "ROCm is not supported (V4's HIP indexer paths write fp4/fp8 keys)" if torch.version.hip else None
-
-
-def argv_refusal(argv: list[str]) -> str | None:
-    """Launch-time check of SGLang's command line (bf16 index keys, any model)."""
-    for field, why in REFUSED_ARGS.items():
-        flag = "--" + field.replace("_", "-")
-        for i, a in enumerate(argv):
-            if a == flag or a.startswith(flag + "="):
-                value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
-                if field == "speculative_algorithm" and value.strip().upper() in ("", "NONE"):
-                    continue
-                return f"{why} is not supported with bf16 index keys"
-    return platform_refusal()
-
-
-def server_args_refusal() -> str | None:
-    """The same checks in a scheduler process, from SGLang's runtime context."""
-    import importlib
-
-    try:
-        args = importlib.import_module("sglang.srt.runtime_context").get_server_args()
-    except Exception as e:  # no context: cannot tell, so refuse
-        return f"cannot read SGLang's server arguments ({type(e).__name__}: {e})"
-    for field, why in REFUSED_ARGS.items():
-        value = getattr(args, field, None)
-        if field == "speculative_algorithm":
-            value = value not in (None, "", "NONE") and str(value).upper() != "NONE"
-        if value:
-            return f"{why} is not supported"
-    return None
-
-
 def refuse(problem: str, path: str | None = None) -> None:
     if path:
         attest.record(path, "fp8")
@@ -112,7 +73,9 @@ def wrap_pool_init(original: Callable) -> Callable:
     """DeepSeekV4TokenToKVPool.__init__: refuse what bf16 keys cannot serve, before allocating."""
 
     def __init__(self, *args, **kwargs):
-        problem = platform_refusal() or env_refusal() or server_args_refusal()
+        from niah.serving.sglang.command import platform_refusal
+
+        problem = platform_refusal("niah") or env_refusal()
         if problem:
             refuse(problem)
         original(self, *args, **kwargs)
@@ -148,7 +111,7 @@ def wrap_create_buffer(original: Callable) -> Callable:
             if b.dtype != torch.uint8 or b.dim() != 2 or b.shape[1] != want:
                 refuse(f"SGLang allocated {b.dtype} {tuple(b.shape)}, expected uint8 [pages, {want}]")
         self.index_k_with_scale_buffer = [b.view(torch.bfloat16) for b in bufs]
-        attest.configure("bf16", "niah", BF16_TOKEN_BYTES)
+        attest.set_pool_bytes(BF16_TOKEN_BYTES)
 
     _create_buffer.__wrapped__ = original
     return _create_buffer
@@ -216,14 +179,11 @@ def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_met
     -> niah's fp8 kernel, unless bf16 keys are configured (then an fp8 read is refused)."""
     from niah.serving.sglang import replacements
 
-    if kvcache_fp8.dtype == torch.bfloat16:
-        out = replacements.paged_mqa_logits(q_fp8, bf16_pages(kvcache_fp8), weight, seq_lens, page_table,
-                                            deep_gemm_metadata, max_seq_len, clean_logits=clean_logits)
-        attest.record("decode_logits", "bf16")
-        return out
+    if kvcache_fp8.dtype == torch.bfloat16:  # attested by replacements.paged_mqa_logits
+        return replacements.paged_mqa_logits(q_fp8, bf16_pages(kvcache_fp8), weight, seq_lens, page_table,
+                                             deep_gemm_metadata, max_seq_len, clean_logits=clean_logits)
     if configured_dtype() == "bf16":
         refuse("the C4 indexer read fp8 index pages", "decode_logits")
-    attest.record("decode_logits", "fp8")
     return replacements.v4_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
                                             deep_gemm_metadata, max_seq_len, clean_logits)
 
@@ -231,7 +191,8 @@ def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_met
 def configured_dtype() -> str | None:
     from niah.serving.sglang import plugin
 
-    return plugin.installed_dtype()
+    arm = plugin.installed_arm()
+    return arm[0] if arm else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,32 +231,3 @@ def never_nonpaged(original: Callable) -> Callable:
 
     _can_use_nonpaged_indexer.__wrapped__ = original
     return _can_use_nonpaged_indexer
-
-
-# ---------------------------------------------------------------------------------------
-# The table the plugin installs (target -> (when, factory(original) -> replacement))
-
-
-def replacements() -> dict[str, tuple[str, Callable]]:
-    """V4's entries of plugin._replacements(); every target is in v4_contract.V4_PATCH_POINTS
-    (the two paged-logits functions and the pool __init__ are in contract.PATCH_POINTS)."""
-    const = lambda fn: (lambda original: fn)  # noqa: E731
-    dsv4 = "sglang.srt.layers.attention.dsv4"
-    idx = f"{dsv4}.indexer.C4IndexerBackendMixin"
-    pool = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
-    ipool = f"{pool}.DeepSeekV4IndexerPool"
-    return {
-        f"{dsv4}.indexer.fp8_paged_mqa_logits_torch": ("always", const(paged_logits)),
-        f"{dsv4}.indexer.fp8_paged_mqa_logits_torch_sm120": ("always", const(paged_logits)),
-        f"{pool}.DeepSeekV4TokenToKVPool.__init__": ("bf16", wrap_pool_init),
-        f"{pool}.get_dsv4_indexer_bytes_per_token": ("bf16", wrap_bytes_per_token),
-        f"{ipool}._create_buffer": ("bf16", wrap_create_buffer),
-        f"{ipool}.set_index_k_scale_buffer": ("bf16", const(refuse_set_index_k_scale_buffer)),
-        f"{ipool}.set_index_fused": ("bf16", const(refuse_set_index_fused)),
-        f"{ipool}.set_index_fp4": ("bf16", const(refuse_set_index_fp4)),
-        f"{ipool}.get_index_k_scale_buffer": ("bf16", const(refuse_get_index_k_scale_buffer)),
-        f"{dsv4}.compressor_v2.compress_norm_rope_store": ("bf16", wrap_compress_norm_rope_store),
-        f"{idx}._can_use_nonpaged_indexer": ("bf16", never_nonpaged),
-        f"{idx}._nonpaged_mqa_logits": ("bf16", const(refuse_nonpaged_mqa_logits)),
-        f"{idx}._gather_nonpaged_index_k": ("bf16", const(refuse_gather_nonpaged_index_k)),
-    }
