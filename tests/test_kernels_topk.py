@@ -50,25 +50,57 @@ def test_topk_with_neg_inf_masks(k):
     assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["fused", "search-then-select"])
-@pytest.mark.parametrize("rows_per_program", [1, 2], ids=["1seg", "2seg"])
+@pytest.mark.parametrize("early_exit", [True, False], ids=["early-exit", "4-passes"])
 @pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
-def test_long_rows_in_rounds(k, block, rows_per_program, split):
+def test_long_rows_in_rounds(k, block, early_exit):
     """Rows longer than one block: chunk-wise top-k, then top-k of the survivors."""
     width = 5 * block + 123
     x = logits(2, width, seed=2).to(DEV)
     lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
-    idx = topk_indices(x, k, lens, block=block, final_block=block, rows_per_program=rows_per_program, split=split)
+    idx = topk_indices(x, k, lens, block=block, final_block=block, early_exit=early_exit)
     problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
     assert problem is None, problem
+
+
+@pytest.mark.parametrize("early_exit", [True, False], ids=["early-exit", "4-passes"])
+@pytest.mark.parametrize("block", [None, 256], ids=["one-program", "rounds"])
+def test_special_rows_match_torch_topk(block, early_exit):
+    """-inf rows, all-equal rows, rows shorter than k (lengths 0, 1, k-1, k, k+1), with and
+    without lengths, one program per row and in rounds: exact agreement with the reference
+    (torch.topk by value; candidates in index order for short rows; lowest-index ties)."""
+    k, width = 64, 600
+    x = logits(8, width, seed=4)
+    x[2] = float("-inf")  # no candidate without lengths; all candidates with them
+    x[3] = 1.5  # one value everywhere: the first k positions
+    x[4, : width // 2] = float("-inf")
+    x[5] = torch.where(torch.arange(width) % 7 == 0, 2.0, -2.0)  # 86 ties at the top, k = 64 of them
+    x[6, 40:] = float("-inf")  # 40 candidates < k
+    x = x.to(DEV)
+    lens = torch.tensor([0, 1, width, width, k, k + 1, width, k - 1], dtype=torch.int32, device=DEV)
+    for ln in (None, lens):
+        idx = topk_indices(x, k, ln, block=block, final_block=block, early_exit=early_exit)
+        lc = None if ln is None else ln.cpu()
+        problem = check_topk(x.cpu(), idx.cpu(), k, lc)
+        assert problem is None, problem
+        ref = ref_topk_indices(x.cpu(), k, lc)
+        short = (ref == -1).any(1)
+        assert torch.equal(idx.cpu()[short], ref[short]), "short rows: candidates in index order, then -1"
+        for r in (3, 5):  # exact ties: the lowest indices (a stable descending sort keeps index order)
+            cand = torch.arange(width) < (width if ln is None else int(lens[r]))
+            order = torch.sort(x[r].cpu().masked_fill(~cand, float("-inf")), descending=True, stable=True).indices
+            want = order[: min(k, int(cand.sum()))].int().sort().values
+            got = idx[r].cpu()
+            assert torch.equal(got[got >= 0].sort().values, want)
 
 
 def test_bad_arguments_raise_clear_errors():
     x = logits(2, 100).to(DEV)
     with pytest.raises(ValueError, match="logits must be float32"):
         topk_indices(x.double(), 4)
-    with pytest.raises(ValueError, match="k must be >= 1"):
+    with pytest.raises(ValueError, match="k must be in"):
         topk_indices(x, 0)
+    with pytest.raises(ValueError, match="k must be in"):
+        topk_indices(x, 16385)
     with pytest.raises(ValueError, match="lengths must be int32"):
         topk_indices(x, 4, torch.tensor([1, 2], device=DEV))
 
