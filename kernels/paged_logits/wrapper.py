@@ -126,7 +126,7 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
 
 
 def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, fp8,
-            pages_per_split=None, num_warps=None, num_stages=None):
+            pages_per_split=None, num_warps=None, num_stages=None, live_loop=None):
     from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel
 
     _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8)
@@ -170,6 +170,7 @@ def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cl
         page_stride, sf_page_stride,
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_KV=block_kv,
         IS_FP8=fp8, CLEAN=bool(clean_logits), UPCAST=interp,
+        LIVE_LOOP=(not interp) if live_loop is None else bool(live_loop),
         num_warps=num_warps or 4, num_stages=num_stages or (1 if interp else 3),
     )
     return out
