@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-INT_MIN = -2147483648
+INT_MIN: tl.constexpr = tl.constexpr(-2147483648)
 
 
 @triton.jit
