@@ -362,4 +362,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the imported module's main: the per-op bench modules import niah.kernels.bench, and
+    # its incremental JSON state must be the one this run set up (not a __main__ copy)
+    from niah.kernels import bench as _bench
+
+    sys.exit(_bench.main())

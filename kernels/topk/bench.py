@@ -8,26 +8,15 @@ import torch
 
 
 def topk_configs(rows, width, k, tiny):
+    """The launch configurations swept (run 7 of NOTES.md found the defaults among them)."""
     if tiny:
-        return [{}, {"early_exit": False}]
-    cfgs = [{}, {"early_exit": False}]
-    many = rows >= 256
-    for block in ((8192, 16384, 32768) if many else (4096, 8192, 16384)):
-        if block < 2 * k:
-            continue
-        for warps in (4, 8, 16):
-            for fb in ((16384,) if many else (16384, 32768)):
-                cfgs.append({"block": block, "num_warps": warps, "final_block": max(fb, block),
-                             "final_warps": 16 if fb == 32768 else 8})
-    if many and width <= 32768:  # one program per row, more warps
-        cfgs.append({"block": 32768, "num_warps": 32, "final_warps": 32})
-    out, seen = [], set()
-    for c in cfgs:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+        return [{}, {"split": True, "block": 1024}]
+    if rows >= 256:
+        cfgs = [{}, {"split": True, "block": 4096}, {"split": True, "select_warps": 16},
+                {"split": False, "block": 8192}, {"split": False, "block": 4096, "num_warps": 4}]
+    else:
+        cfgs = [{}, {"block": 8192}, {"split": True}, {"block": 4096}]
+    return [c for c in cfgs if c.get("block", 4096) >= 2 * (1 << max(0, (k - 1).bit_length()))]
 
 
 def bench_topk(results, ceil, dev, rows, width, k, tiny=False, ragged=False, ties=False):
