@@ -291,15 +291,7 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str
         bench_store(results, ceil, dev, "fp8", 100)
     else:
         want = set((only or "decode,ragged,prefill,topk,store").split(","))
-        if "topk" in want:
-            for k in (512, 1024, 2048):
-                bench_topk(results, ceil, dev, 4096, 22016, k)
-            bench_topk(results, ceil, dev, 64, 65536, 2048)
-            bench_topk(results, ceil, dev, 1, 131072, 2048)
-            if not quick:
-                bench_topk(results, ceil, dev, 64, 65536, 2048, ragged=True, ties=True)
-                bench_topk(results, ceil, dev, 1, 131072, 512)
-        if "ragged" in want:
+        if "ragged" in want:  # lengths uniform in 1..65,536 (the issue-13 batch)
             bench_decode(results, ceil, dev, "bf16", 64, 65536, ragged=True)
             bench_decode(results, ceil, dev, "fp8", 64, 65536, ragged=True)
         if "decode" in want:
@@ -309,6 +301,14 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str
             bench_decode(results, ceil, dev, "fp8", 1, 131072)
             if not quick:
                 bench_decode(results, ceil, dev, "bf16", 32, 32768, next_n=2)
+        if "topk" in want:
+            for k in (512, 1024, 2048):
+                bench_topk(results, ceil, dev, 4096, 22016, k)
+            bench_topk(results, ceil, dev, 64, 65536, 2048)
+            bench_topk(results, ceil, dev, 1, 131072, 2048)
+            if not quick:
+                bench_topk(results, ceil, dev, 64, 65536, 2048, ragged=True, ties=True)
+                bench_topk(results, ceil, dev, 1, 131072, 512)
         if "prefill" in want:
             bench_prefill(results, ceil, dev, "bf16", 4096, 22016)
             bench_prefill(results, ceil, dev, "fp8", 4096, 22016)
