@@ -19,6 +19,7 @@ DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
 FEW_ROWS_BLOCK = 16384  # chunk width for few rows
+MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200 run 2 of 2026-11-30: 1.05-1.11x over 8)
 
 
 def _warps(block: int) -> int:
@@ -58,6 +59,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
     if split is None:
         split = many
+    if select_warps is None and many and split:
+        select_warps = MANY_SELECT_WARPS
     block = block or (DEFAULT_BLOCK if many else FEW_ROWS_BLOCK)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
     for name, b in (("block", block), ("final_block", final_block)):
