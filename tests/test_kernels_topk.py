@@ -94,12 +94,24 @@ def test_special_rows_match_torch_topk(block, split):
             assert torch.equal(got[got >= 0].sort().values, want)
 
 
+def test_large_k_grows_the_chunk():
+    """k > 2048: the default chunk grows to 2 * next_pow2(k) keys; rows shorter than k pad with -1."""
+    k = 3000
+    x = logits(2, 9000, seed=6).to(DEV)
+    lens = torch.tensor([9000, 2500], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens)
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+
+
 def test_bad_arguments_raise_clear_errors():
     x = logits(2, 100).to(DEV)
     with pytest.raises(ValueError, match="logits must be float32"):
         topk_indices(x.double(), 4)
     with pytest.raises(ValueError, match="k must be >= 1"):
         topk_indices(x, 0)
+    with pytest.raises(ValueError, match="k must be <= 16384"):
+        topk_indices(x, 16385)
     with pytest.raises(ValueError, match="lengths must be int32"):
         topk_indices(x, 4, torch.tensor([1, 2], device=DEV))
 

@@ -4,7 +4,8 @@ logits fp32 [R, W] (row stride may exceed W). Candidates of row r: positions < l
 when lengths (int32 [R]) is given, else every position whose logit is not -inf. Order is
 unspecified; a row with L <= k candidates returns them in index order (0..L-1 when
 lengths are given), then -1. Ties at the threshold keep the lowest indices.
-Any 1 <= k <= 2048 (larger k work too, within register limits of one block).
+Any 1 <= k <= 16,384 and any width (measured on the H200 up to k = 2048; larger k use
+chunks of 2 * next_pow2(k) keys, up to 32,768 a program). Graph-safe: no host sync.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         split = many
     if select_warps is None and many and split:
         select_warps = MANY_SELECT_WARPS
-    block = block or (DEFAULT_BLOCK if many else FEW_ROWS_BLOCK)
+    if 2 * k_pad > MAX_BLOCK:
+        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), got {k}")
+    # the default chunk grows with k: a chunk must hold at least 2 * next_pow2(k) keys to shrink the row
+    block = block or max(DEFAULT_BLOCK if many else FEW_ROWS_BLOCK, 2 * k_pad)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
     for name, b in (("block", block), ("final_block", final_block)):
         if b & (b - 1) or b < 2 * k_pad or b > MAX_BLOCK:
