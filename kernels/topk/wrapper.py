@@ -27,6 +27,21 @@ def _warps(block: int) -> int:
     return 4 if interpreting() else max(4, min(16, block // 1024))  # ~32 positions a thread
 
 
+def _check_args(logits: torch.Tensor, k, lengths: torch.Tensor | None) -> int:
+    """k as an int; a clear ValueError for any argument the kernels do not take."""
+    if logits.dim() != 2 or logits.dtype != torch.float32:
+        raise ValueError(f"topk_indices: logits must be float32 [R, W], got {logits.dtype} {tuple(logits.shape)}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"topk_indices: k must be >= 1, got {k}")
+    if 2 * next_pow2(k) > MAX_BLOCK:
+        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), got {k}")
+    rows = logits.shape[0]
+    if lengths is not None and (lengths.shape != (rows,) or lengths.dtype != torch.int32):
+        raise ValueError(f"topk_indices: lengths must be int32 [{rows}], got {lengths.dtype} {tuple(lengths.shape)}")
+    return k
+
+
 def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
                  block: int | None = None, final_block: int | None = None,
                  num_warps: int | None = None, rows_per_program: int | None = None,
@@ -40,14 +55,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     launch and select in a second (the search then holds few registers), with select_warps."""
     from niah.kernels.topk.kernel import topk_kernel
 
-    if logits.dim() != 2 or logits.dtype != torch.float32:
-        raise ValueError(f"topk_indices: logits must be float32 [R, W], got {logits.dtype} {tuple(logits.shape)}")
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"topk_indices: k must be >= 1, got {k}")
+    k = _check_args(logits, k, lengths)
     rows, width = logits.shape
-    if lengths is not None and (lengths.shape != (rows,) or lengths.dtype != torch.int32):
-        raise ValueError(f"topk_indices: lengths must be int32 [{rows}], got {lengths.dtype} {tuple(lengths.shape)}")
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
@@ -62,8 +71,6 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         split = many
     if select_warps is None and many and split:
         select_warps = MANY_SELECT_WARPS
-    if 2 * k_pad > MAX_BLOCK:
-        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), got {k}")
     # the default chunk grows with k: a chunk must hold at least 2 * next_pow2(k) keys to shrink the row
     block = block or max(DEFAULT_BLOCK if many else FEW_ROWS_BLOCK, 2 * k_pad)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
