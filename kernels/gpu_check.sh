@@ -2,7 +2,7 @@
 # One device call: the kernel tests on CUDA, then the full-size benchmark.
 # Usage (repo root, on the GPU machine): bash kernels/gpu_check.sh OUTDIR
 # Env: TESTS (test files), TEST_TIMEOUT, SKIP_BENCH, BENCH_TIMEOUT, BENCH_ARGS (e.g. "--only topk,ragged"),
-#      PROFILE_TOPK=1 (ncu on TOPK_SHAPE="rows width k", default "4096 22016 1024")
+#      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
 OUT_DIR=${1:-/tmp/niah-kernels}
@@ -16,13 +16,16 @@ timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconf
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
 [ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
-if [ -n "${PROFILE_TOPK:-}" ]; then
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 150 "$NCU" --clock-control none --kernel-name regex:topk --launch-count ${NCU_LAUNCHES:-3} \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
-    python3 -c "import sys, torch; from niah.kernels import topk_indices; r,w,k=map(int,sys.argv[1:4]); \
-x=torch.randn(r,w,device='cuda'); l=torch.full((r,),w,dtype=torch.int32,device='cuda'); topk_indices(x,k,l); torch.cuda.synchronize()" \
-    ${TOPK_SHAPE:-4096 22016 1024} \
-    > "$OUT_DIR/ncu_topk.txt" 2>&1
-  grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Issue Slots|Executed Ipc|Compute \(SM\)|Memory Throughput|Warp Cycles" "$OUT_DIR/ncu_topk.txt" | head -60
-fi
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
+profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) of the kernel, under ncu
+  local name=$1 regex=$2; shift 2
+  timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS --print-details all python3 -m niah.kernels.bench_profile "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1 \
+  || timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS python3 -m niah.kernels.bench_profile "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Executed Ipc A|Compute \(SM\)|Memory Throughput|DRAM Throughput|Waves|Tail|Warp Cycles Per Issued" "$OUT_DIR/ncu_$name.txt" | head -40
+}
+# PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16 (the ragged B=64 batch)
+[ -z "${PROFILE_TOPK:-}" ] || profile topk "topk" topk $PROFILE_TOPK
+[ -z "${PROFILE_PAGED:-}" ] || profile paged "paged_mqa_logits" paged-ragged "$PROFILE_PAGED"

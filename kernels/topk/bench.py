@@ -10,12 +10,14 @@ import torch
 def topk_configs(rows, width, k, tiny):
     """The launch configurations swept (run 7 of NOTES.md found the defaults among them)."""
     if tiny:
-        return [{}, {"split": True, "block": 1024}]
+        return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}]
+    # the search kernel explicitly (its defaults), then the sample-bracketed select's variants
+    sample = [{"method": "sample"}, {"method": "sample", "tile": 2048}, {"method": "sample", "num_warps": 8},
+              {"method": "sample", "tile": 8192}]
     if rows >= 256:
-        cfgs = [{}, {"split": True, "block": 4096}, {"split": True, "select_warps": 16},
-                {"split": False, "block": 8192}, {"split": False, "block": 4096, "num_warps": 4}]
+        cfgs = [{}, {"method": "search"}, {"split": True, "block": 4096}, {"split": False, "block": 8192}] + sample
     else:
-        cfgs = [{}, {"block": 8192}, {"split": True}, {"block": 4096}]
+        cfgs = [{}, {"method": "search"}, {"method": "search", "block": 8192}, {"split": True}] + sample
     return [c for c in cfgs if c.get("block", 4096) >= 2 * (1 << max(0, (k - 1).bit_length()))]
 
 

@@ -10,6 +10,8 @@ chunks of 2 * next_pow2(k) keys, up to 32,768 a program). Graph-safe: no host sy
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from niah.kernels._common import check_device, interpreting, next_pow2
@@ -20,6 +22,11 @@ DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
 FEW_ROWS_BLOCK = 16384  # chunk width for few rows
+DEFAULT_METHOD = "search"  # or "sample" (sample_topk)
+SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample would exceed MAX_SAMPLE)
+MAX_SAMPLE = 8192
+SAMPLE_TILE = 4096  # keys a program reads per step of its pass over the row
+SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200 run 2 of 2026-11-30: 1.05-1.11x over 8)
 
 
@@ -46,16 +53,24 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                  block: int | None = None, final_block: int | None = None,
                  num_warps: int | None = None, rows_per_program: int | None = None,
                  final_warps: int | None = None, split: bool | None = None,
-                 select_warps: int | None = None) -> torch.Tensor:
+                 select_warps: int | None = None, method: str | None = None,
+                 tile: int | None = None, sample_stride: int | None = None, cap: int | None = None) -> torch.Tensor:
     """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
     block: rows wider than this are cut into chunks of `block` that each keep their top-k;
     final_block: the survivors are selected by one program once they fit in it;
     num_warps / final_warps: warps of the chunk rounds / of the last launch;
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
-    launch and select in a second (the search then holds few registers), with select_warps."""
+    launch and select in a second (the search then holds few registers), with select_warps.
+    method: "search" (the 32-step search in registers) or "sample" (the sample-bracketed
+    select of sample_kernel.py, one program per row; tile / sample_stride / cap / num_warps)."""
     from niah.kernels.topk.kernel import topk_kernel
 
     k = _check_args(logits, k, lengths)
+    method = method or DEFAULT_METHOD
+    if method not in ("search", "sample"):
+        raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")
+    if method == "sample":
+        return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps)
     rows, width = logits.shape
     if logits.stride(1) != 1:
         logits = logits.contiguous()
@@ -114,4 +129,44 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         if w <= final_block:
             break
     launch(src, idx_in, w, max(16, next_pow2(w)), out, None, True, False, final=True)
+    return out
+
+
+def sample_brackets(k: int, stride: int) -> tuple[int, int]:
+    """Sample ranks (hi, lo) around the k-th key's expected rank k / stride (~4 sigma each side)."""
+    r = k / stride
+    d = SAMPLE_SIGMAS * math.sqrt(r) + 4
+    return math.floor(r - d), math.ceil(r + d)
+
+
+def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
+                stride: int | None = None, cap: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
+    any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
+    sized from the shapes alone (graph-safe)."""
+    from niah.kernels.topk.sample_kernel import sample_topk_kernel
+
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    check_device(logits, lengths)
+    rows, width = logits.shape
+    out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    if rows == 0:
+        return out
+    stride = stride or SAMPLE_STRIDE
+    while (width + stride - 1) // stride > MAX_SAMPLE:
+        stride *= 2
+    cap = cap or (4096 if k <= 2048 else 16384)
+    tile = tile or (256 if interpreting() else SAMPLE_TILE)
+    for name, v in (("tile", tile), ("cap", cap)):
+        if v & (v - 1) or v < 16 or v > MAX_BLOCK:
+            raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
+    r_hi, r_lo = sample_brackets(k, stride)
+    scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
+    sample_topk_kernel[(rows,)](
+        logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
+        width, k, logits.stride(0), r_hi, r_lo,
+        TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
+        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0, num_warps=num_warps or (4 if interpreting() else 16),
+    )
     return out
