@@ -6,6 +6,8 @@ unspecified; a row with L <= k candidates returns them in index order (0..L-1 wh
 lengths are given), then -1. Ties at the threshold keep the lowest indices.
 Any 1 <= k <= 16,384 and any width (measured on the H200 up to k = 2048; larger k use
 chunks of 2 * next_pow2(k) keys, up to 32,768 a program). Graph-safe: no host sync.
+Two kernels, same results: "sample" (sample_kernel.py, one program a row; the default for
+many rows and k <= 2048) and "search" (kernel.py; the default otherwise).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
 FEW_ROWS_BLOCK = 16384  # chunk width for few rows
-DEFAULT_METHOD = "search"  # or "sample" (sample_topk)
+SAMPLE_MAX_DEFAULT_K = 2048  # many rows and k <= this -> "sample" by default (H200-measured range); else "search"
 SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample would exceed MAX_SAMPLE)
 MAX_SAMPLE = 8192
-SAMPLE_TILE = 4096  # keys a program reads per step of its pass over the row
+SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 run 3: 2048 x 8 warps best)
+SAMPLE_WARPS = 8
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200 run 2 of 2026-11-30: 1.05-1.11x over 8)
 
@@ -61,17 +64,20 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     num_warps / final_warps: warps of the chunk rounds / of the last launch;
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
-    method: "search" (the 32-step search in registers) or "sample" (the sample-bracketed
-    select of sample_kernel.py, one program per row; tile / sample_stride / cap / num_warps)."""
+    method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps)."""
     from niah.kernels.topk.kernel import topk_kernel
 
     k = _check_args(logits, k, lengths)
-    method = method or DEFAULT_METHOD
+    rows, width = logits.shape
+    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
+    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
+    many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
+    # 2026-11-30 run 3: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
+    method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search")
     if method not in ("search", "sample"):
         raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")
     if method == "sample":
         return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps)
-    rows, width = logits.shape
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
@@ -79,9 +85,6 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if rows == 0:
         return out
     k_pad = next_pow2(k)
-    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
-    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
-    many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
     if split is None:
         split = many
     if select_warps is None and many and split:
@@ -167,6 +170,6 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
         width, k, logits.stride(0), r_hi, r_lo,
         TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
-        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0, num_warps=num_warps or (4 if interpreting() else 16),
+        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0, num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out
