@@ -6,9 +6,10 @@ over its causal candidates, the keys it kept, and the scores the same query give
 exact (fp32, never stored) keys. Definitions (docs/embedded-server.md, "Indexer probe"):
 
 - kept: share of the needle value's tokens among the kept keys;
-- rank of a token: 1 + the number of candidates scoring strictly higher (1 = top);
-  `rank_best` / `rank_worst` are the best and worst value token's rank divided by k
-  (> 1: below the cut, not kept by the top-k);
+- rank of a token: the number of candidates scoring at least as high, itself included
+  (1 = top; a tie ranks at the bottom of its group: ReLU'd index scores tie at 0, and a
+  tied token is kept only by the top-k's tie-break); `rank_best` / `rank_worst` are the
+  best and worst value token's rank divided by k (> 1: not kept, except by a tie-break);
 - margin: (score of the lowest-scoring KEPT value token - the k-th score) /
   (top score - the k-th score): 0 = at the cut, 1 = the top; None when none is kept;
 - fidelity: |top-k by these scores ∩ top-k by exact-key scores| / k.
@@ -33,7 +34,7 @@ def row_stats(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: 
     needle = scores[a:b]                                         # [n]
     if needle.numel() == 0:
         return dict.fromkeys(STAT_KEYS)
-    ranks = 1 + (scores[None, :] > needle[:, None]).sum(1)       # [n]
+    ranks = (scores[None, :] >= needle[:, None]).sum(1)          # [n], ties at the bottom
     kept_n = kept[a:b]
     margin = None
     if bool(kept_n.any()):
