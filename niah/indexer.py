@@ -31,8 +31,9 @@ def summarise(detail: dict | None) -> dict | None:
     """The trial's `indexer` object from the server's probe detail (None -> None).
 
     Aggregates run over every (layer, probed step) where selection happened: means for
-    `kept` and `fidelity`, medians for the ranks and the margin (a few layers sit far
-    below the cut in every trial; a median is not moved by them)."""
+    `kept` and `fidelity`, geometric means for the ranks / k (they span orders of
+    magnitude; a value token whose score ties at 0 ranks at the bottom, S / k, in many
+    cells, so a median sits on that plateau and does not move), the median for the margin."""
     if not isinstance(detail, dict):
         return None
     steps = detail.get("steps") or []
@@ -47,7 +48,7 @@ def summarise(detail: dict | None) -> dict | None:
     if not active:
         return out
     for key, agg in (("kept", statistics.fmean), ("fidelity", statistics.fmean),
-                     ("rank_best", statistics.median), ("rank_worst", statistics.median),
+                     ("rank_best", statistics.geometric_mean), ("rank_worst", statistics.geometric_mean),
                      ("margin", statistics.median)):
         vals = _cells(detail, key)
         out[key] = round(agg(vals), 5) if vals else None
@@ -119,6 +120,23 @@ def config_topk(entry: dict | None) -> int | None:
         if isinstance(k, int) and not isinstance(k, bool) and k > 0:
             return k
     return None
+
+
+def matrix_topks(path) -> tuple[dict[str, int | None], int | None]:
+    """{config: index_topk (None: dense)} of a matrix file (read by its own loader), and the
+    model's context where the matrix says it (the embedded engine: its model's block size)."""
+    from niah.serving.matrix import load_matrix
+
+    topks: dict[str, int | None] = {}
+    context = None
+    for c in load_matrix(path).configs:
+        dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
+        topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
+        if c.engine == "embedded":
+            from niah.serving.embedded.model import ModelArgs
+
+            context = ModelArgs.block_size
+    return topks, context
 
 
 def at_or_below_k(lengths: Iterable[int], k: int | None) -> list[int]:

@@ -52,7 +52,7 @@ def rank_section(da, db, name_a: str, name_b: str, alpha: float) -> str:
     if not any(r.n for r in rows):
         return head + ("No pair has a needle rank on both sides (no indexer probe, or no prompt longer "
                        "than k).\n")
-    return head + ("Per trial: median over layers and probed steps of the worst needle-value token's rank / k "
+    return head + ("Per trial: geometric mean over layers and probed steps of the worst needle-value token's rank / k "
                    "(> 1: below the cut). Paired on identical prompts; Wilcoxon signed-rank on log2(rank_B / rank_A) "
                    f"decides at alpha = {alpha:g}; sign test shown; r = rank-biserial (> 0: B deeper).\n\n"
                    + rank_markdown(rows, name_a, name_b))

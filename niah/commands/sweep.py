@@ -31,17 +31,9 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     from niah.errors import BadInput
 
     if matrix is not None:
-        from niah.serving.matrix import load_matrix
+        from niah.indexer import matrix_topks
 
-        topks, context = {}, None
-        for c in load_matrix(matrix).configs:
-            dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
-            topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
-            if c.engine == "embedded":
-                from niah.serving.embedded.model import ModelArgs
-
-                context = ModelArgs.block_size
-        return topks, context
+        return matrix_topks(matrix)
     import httpx
 
     from niah.indexer import config_topk

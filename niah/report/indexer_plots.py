@@ -2,7 +2,7 @@
 
 Three panels, from the trials' `indexer` summaries and the RUN/indexer/ side files:
 1. needle rank / k against length, per configuration (median over trials of each trial's
-   median over layers and probed steps of the worst value token's rank / k); the line at
+   geometric mean over layers and probed steps of the worst value token's rank / k); the line at
    1 is the top-k cut (above it: not kept);
 2. fidelity against length: overlap of the configuration's top-k with the top-k that exact
    fp32 keys give for the same query (1 = identical selection; the precision effect alone);
@@ -71,7 +71,7 @@ def indexer_figure(by_len, layers: dict[str, list[float]], infos: dict, lengths:
         ax.minorticks_off()
         ax.set_xlabel("context length (tokens)")
     axes[0].set_ylabel("needle rank / k (median)")
-    axes[0].set_title("Where the needle ranks against k\n(worst value token; layers x decode steps, median)",
+    axes[0].set_title("Where the needle ranks against k\n(worst value token; geometric mean over layers x steps; median over trials)",
                       fontsize=10, loc="left")
     axes[1].set_ylabel("top-k overlap with exact fp32 keys")
     axes[1].set_title("Fidelity: this top-k vs the exact-key top-k\n(same query; the precision effect alone)",

@@ -83,7 +83,7 @@ def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str 
     out = ["\n## The indexer: where the needle ranks against k\n"]
     if figure:
         out.append(f"![indexer]({figure})\n")
-    out.append("Per cell: **needle rank / k** (median over trials of the median over layers and probed steps of the "
+    out.append("Per cell: **needle rank / k** (median over trials of the geometric mean over layers and probed steps of the "
                "worst needle-value token's rank / k; > 1 = below the cut) · **fidelity** (mean top-k overlap with "
                "exact fp32 keys for the same query) · **kept** (mean share of the value's tokens kept). Probed steps: "
                "the last prompt token and each decode step until the answer holds the value.\n")
