@@ -19,6 +19,7 @@ import random
 import re
 
 from niah.scoring import normalise
+from niah.store import trial_key
 
 _NUMBER = re.compile(r"(?<![0-9])[0-9]+(?![0-9])")
 
@@ -42,3 +43,11 @@ def classify(answer: str | None, prompt: str, known: set[str], error: str | None
     if any(v in known for v in foreign):
         return "leak"
     return "hallucinated" if foreign else "clean"
+
+
+def pending_controls(name: str, spec, done: set[str]) -> list[tuple[int, float]]:
+    """(length, depth) cells whose no-needle control trial is not yet in the store."""
+    if not spec.control:
+        return []
+    return [(int(n), float(d)) for n in spec.lengths for d in spec.depths
+            if trial_key(name, n, d, 0, control=True) not in done]

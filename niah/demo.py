@@ -20,9 +20,9 @@ from importlib import resources
 from pathlib import Path
 
 # Lengths from 500 (at or below k = 512: no selection there) to 6K tokens (the model's
-# context is 8K), three depths, one trial per cell: 15 prompts, ~41K prompt tokens per
+# context is 8K), three depths, one trial per cell: 18 prompts, ~50K prompt tokens per
 # configuration; 5 configurations (dense, fp8/bf16 x top-k 64/512).
-DEMO_LENGTHS = [500, 1000, 2000, 4000, 6000]
+DEMO_LENGTHS = [500, 1000, 2000, 3000, 4000, 6000]
 DEMO_DEPTHS = [10.0, 50.0, 90.0]
 QUICK_LENGTHS = [600, 1500]
 QUICK_DEPTHS = [50.0]

@@ -72,6 +72,19 @@ def layer_rows(detail: dict) -> list[dict[str, float | None]]:
     return rows
 
 
+def request_fields(prepared, p) -> dict | None:
+    """The niah request extensions this server takes: the needle's char span, and the
+    value's (for the indexer probe)."""
+    extra: dict = {}
+    if prepared.needle_span:
+        extra["niah_needle_span"] = list(p.needle_span)
+    if prepared.indexer_probe:
+        a, b = p.needle_span
+        at = p.content.rindex(p.needle.value, a, b)
+        extra["niah_value_span"] = [at, at + len(p.needle.value)]
+    return extra or None
+
+
 # -- the side file ----------------------------------------------------------------------
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "config"

@@ -259,14 +259,6 @@ def pending_trials(name: str, spec: SweepSpec, done: set[str]) -> list[tuple[int
     ]
 
 
-def pending_controls(name: str, spec: SweepSpec, done: set[str]) -> list[tuple[int, float]]:
-    """(length, depth) cells whose no-needle control trial is not yet in the store."""
-    if not spec.control:
-        return []
-    return [(int(n), float(d)) for n in spec.lengths for d in spec.depths
-            if trial_key(name, n, d, 0, control=True) not in done]
-
-
 async def run_target(
     prepared: PreparedTarget,
     spec: SweepSpec,
@@ -286,9 +278,9 @@ async def run_target(
     ServerError is raised after the trials in flight finish.
     """
     from niah.client import RequestConfig, complete, make_client
-    from niah.control import classify
+    from niah.control import classify, pending_controls
     from niah.control import sweep_values as control_values
-    from niah.indexer import append_detail, summarise
+    from niah.indexer import append_detail, request_fields, summarise
     from niah.needles import trial_seed
     from niah.prompts import build_prompt
     from niah.scoring import score, scored_text
@@ -360,7 +352,7 @@ async def run_target(
             prompt_tokens_local=p.tokens, depth_achieved=p.depth_achieved,
             prompt_sha256=p.sha256, needle=None if control else p.needle.value, needle_key=p.needle.key,
         )
-        reply = await complete(client, cfg, p.body(), None if control else _span_fields(prepared, p))
+        reply = await complete(client, cfg, p.body(), None if control else request_fields(prepared, p))
         if reply.error and reply.connection_error:
             cause = check_dead()
             if cause:
@@ -402,19 +394,6 @@ async def run_target(
             f"{prepared.endpoint} stopped answering ({gone[0]}); finished trials are saved, "
             f"{left} of {name!r} are left: rerun with --resume once it is back"
         )
-
-
-def _span_fields(prepared: PreparedTarget, p) -> dict | None:
-    """The niah request extensions this server takes: the needle's char span, and the
-    value's (for the indexer probe)."""
-    extra: dict = {}
-    if prepared.needle_span:
-        extra["niah_needle_span"] = list(p.needle_span)
-    if prepared.indexer_probe:
-        a, b = p.needle_span
-        at = p.content.rindex(p.needle.value, a, b)
-        extra["niah_value_span"] = [at, at + len(p.needle.value)]
-    return extra or None
 
 
 # -- the manifest ------------------------------------------------------------------------------
