@@ -108,11 +108,18 @@ def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, 
     typer.echo(f"{len(pairs)} observed pairs ({b} vs {a}, selection on both sides): median rank ratio B/A "
                f"{2 ** d[len(d) // 2]:.3g}, B deeper in {sum(x > 0 for x in d)}, higher in {sum(x < 0 for x in d)}; "
                f"answers differ in {disc}")
-    typer.echo(f"bootstrap: {reps} resamples per n, one-sided (B worse) at alpha={alpha:g}, power {100 * power:g}%\n")
+    typer.echo(f"bootstrap: {reps} resamples of n pairs per n; a resample counts when the two-sided test is "
+               f"significant at alpha={alpha:g} with B worse; target power {100 * power:g}%\n")
     for r in trials_needed_bootstrap(pairs, alpha, power, reps=reps):
-        need = f"{r.n}" if r.n else f"> 1000 (power {r.power_at_max:.2f} there)" if r.power_at_max else \
-            "never: no pair's answers differ in the data"
-        typer.echo(f"{r.metric:<38} paired trials needed: {need}")
+        typer.echo(f"{r.metric:<38} paired trials needed: {_need(r, 'rank' in r.metric)}")
+
+
+def _need(r, rank: bool) -> str:
+    if r.n:
+        return str(r.n)
+    if r.power_at_max:
+        return f"more than 1000 (power {r.power_at_max:.2f} there)"
+    return "never: " + ("no pair's needle rank differs" if rank else "no pair's answers differ") + " in the data"
 
 
 @baseline_app.command("export")

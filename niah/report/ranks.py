@@ -156,11 +156,12 @@ def trials_needed_bootstrap(pairs, alpha: float = 0.05, power: float = 0.8, max_
     sample = [(float(ra), float(rb), bool(ca), bool(cb)) for ra, rb, ca, cb in
               zip(pairs["rank_a"], pairs["rank_b"], pairs["correct_a"], pairs["correct_b"])]
     discordant = any(ca != cb for _, _, ca, cb in sample)
+    moved = any(ra != rb for ra, rb, _, _ in sample)
     out = []
     for name, test in (("needle rank (Wilcoxon signed-rank)", _rank_test), ("answer (McNemar exact)", _answer_test)):
         rng = random.Random(seed)
         found, pw, n = None, 0.0, 4
-        if sample and (test is _rank_test or discordant):    # no discordant pair: never significant
+        if sample and (moved if test is _rank_test else discordant):    # nothing differs: never significant
             while n <= max_n:
                 pw = _power(sample, n, test, alpha, reps, rng)
                 if pw >= power:
