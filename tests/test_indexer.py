@@ -155,3 +155,13 @@ def test_plan_bootstrap_needs_fewer_rank_pairs(tmp_path):
     rank, answer = trials_needed_bootstrap(pairs, reps=200)
     assert rank.n is not None and answer.n is not None and rank.n < answer.n
     assert math.isfinite(rank.power_at_max)
+
+
+def test_matrix_topks_feed_lengths_auto():
+    from niah.demo import demo_matrix
+    from niah.indexer import auto_lengths, matrix_topks
+
+    topks, context = matrix_topks(demo_matrix())
+    assert topks == {"dense": None, "fp8-k64": 64, "fp8-k512": 512, "bf16-k64": 64, "bf16-k512": 512}
+    assert context == 8192
+    assert auto_lengths([k for k in topks.values() if k], context, 24) == [128, 256, 512, 1024, 2048, 4096]
