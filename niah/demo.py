@@ -98,7 +98,8 @@ def print_findings(out: Path) -> None:
         pooled.append(rank_pairs(a, b))
     if pooled:
         for res in trials_needed_bootstrap(pd.concat(pooled, ignore_index=True)):
-            need = res.n if res.n else f"more than 1000 (power there {res.power_at_max:.2f}; 0 = nothing differs)"
+            need = res.n if res.n else (f"more than 1000 (power there {res.power_at_max:.2f}: the observed pairs show "
+                                        "no effect in that direction)")
             print(f"paired trials to see fp8 worse than bf16 (80% power, alpha 0.05), {res.metric}: {need}")
 
 

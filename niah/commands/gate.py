@@ -117,8 +117,8 @@ def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, 
 def _need(r, rank: bool) -> str:
     if r.n:
         return str(r.n)
-    if r.power_at_max:
-        return f"more than 1000 (power {r.power_at_max:.2f} there)"
+    if r.power_at_max or r.tried:
+        return f"more than 1000 (power {r.power_at_max:.2f} there: the pairs show no effect in that direction)"
     return "never: " + ("no pair's needle rank differs" if rank else "no pair's answers differ") + " in the data"
 
 

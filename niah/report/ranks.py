@@ -123,6 +123,7 @@ class PowerResult:
     metric: str  # "needle rank (Wilcoxon)" or "answer (McNemar exact)"
     n: int | None  # smallest n reaching the power; None: not within max_n
     power_at_max: float
+    tried: bool = False  # resampled at all (False: nothing differs between the sides)
 
 
 def _power(sample: list[tuple], n: int, test, alpha: float, reps: int, rng: random.Random) -> float:
@@ -161,12 +162,13 @@ def trials_needed_bootstrap(pairs, alpha: float = 0.05, power: float = 0.8, max_
     for name, test in (("needle rank (Wilcoxon signed-rank)", _rank_test), ("answer (McNemar exact)", _answer_test)):
         rng = random.Random(seed)
         found, pw, n = None, 0.0, 4
-        if sample and (moved if test is _rank_test else discordant):    # nothing differs: never significant
+        tried = bool(sample and (moved if test is _rank_test else discordant))   # nothing differs: never significant
+        if tried:
             while n <= max_n:
                 pw = _power(sample, n, test, alpha, reps, rng)
                 if pw >= power:
                     found = n
                     break
                 n = max(n + 2, int(n * 1.25))
-        out.append(PowerResult(name, found, pw))
+        out.append(PowerResult(name, found, pw, tried))
     return out

@@ -73,12 +73,13 @@ def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str 
             r, k = at.get((n, L)), topks.get(n)
             if info.dense or (k is None and r is None):
                 cells.append("— (dense: no selection)" if info.dense else "—")
-            elif k is not None and L <= k:
+            elif k is not None and L <= k and r is None:
                 cells.append(f"≤ k={k}: no selection")
             elif r is None:
                 cells.append("—")
             else:
-                cells.append(f"{r.rank:.3g} · {r.fidelity:.3f} · {r.kept:.2f} (n={r.n})")
+                low = f"≤ k={k}, decode steps past k only: " if k is not None and L <= k else ""
+                cells.append(f"{low}{r.rank:.3g} · {r.fidelity:.3f} · {r.kept:.2f} (n={r.n})")
         rows.append([f"`{n}`", *cells])
     out = ["\n## The indexer: where the needle ranks against k\n"]
     if figure:
@@ -86,7 +87,9 @@ def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str 
     out.append("Per cell: **needle rank / k** (median over trials of the geometric mean over layers and probed steps of the "
                "worst needle-value token's rank / k; > 1 = below the cut) · **fidelity** (mean top-k overlap with "
                "exact fp32 keys for the same query) · **kept** (mean share of the value's tokens kept). Probed steps: "
-               "the last prompt token and each decode step until the answer holds the value.\n")
+               "the last prompt token and each decode step until the answer holds the value. A prompt no longer than k "
+               "has no selection at the prompt; decode steps whose context (prompt + generated tokens) passes k do "
+               "select, and only those count there.\n")
     out.append(_table(["config", *[style.fmt_len(L) for L in lengths]], rows))
     for n, per_layer in layers.items():
         ranked = sorted((v, i) for i, v in enumerate(per_layer) if v == v)[::-1][:4]
