@@ -135,9 +135,10 @@ def config_topk(entry: dict | None) -> int | None:
     return None
 
 
-def matrix_topks(path) -> tuple[dict[str, int | None], int | None]:
-    """{config: index_topk (None: dense)} of a matrix file (read by its own loader), and the
-    model's context where the matrix says it (the embedded engine: its model's block size)."""
+def matrix_topks(path, context_too: bool = False) -> tuple[dict[str, int | None], int | None]:
+    """{config: index_topk (None: dense)} of a matrix file (read by its own loader), and,
+    with context_too, the model's context where the matrix says it (the embedded engine:
+    its model's block size; that imports torch, so only `--lengths auto` asks)."""
     from niah.serving.matrix import load_matrix
 
     topks: dict[str, int | None] = {}
@@ -145,7 +146,7 @@ def matrix_topks(path) -> tuple[dict[str, int | None], int | None]:
     for c in load_matrix(path).configs:
         dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
         topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
-        if c.engine == "embedded":
+        if context_too and c.engine == "embedded":
             from niah.serving.embedded.model import ModelArgs
 
             context = ModelArgs.block_size

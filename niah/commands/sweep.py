@@ -25,7 +25,8 @@ def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrenc
     return spec
 
 
-def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str]) -> tuple[dict, Optional[int]]:
+def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
+           auto: bool = False) -> tuple[dict, Optional[int]]:
     """{config: index_topk} and the model's context (None: unknown), read from the matrix
     file (its loader) or, for one endpoint, from GET /v1/models."""
     from niah.errors import BadInput
@@ -33,7 +34,7 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     if matrix is not None:
         from niah.indexer import matrix_topks
 
-        return matrix_topks(matrix)
+        return matrix_topks(matrix, context_too=auto)
     import httpx
 
     from niah.indexer import config_topk
@@ -106,7 +107,8 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
-    topks, context = _topks(matrix, endpoint, model, api_key) if matrix is not None or lengths.strip() == "auto" else ({}, None)
+    is_auto = lengths.strip() == "auto"
+    topks, context = _topks(matrix, endpoint, model, api_key, is_auto) if matrix is not None or is_auto else ({}, None)
     auto = _auto_lengths(topks, context, max_tokens) if lengths.strip() == "auto" else None
     spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                  not no_stream, needles, control, auto)
