@@ -124,6 +124,7 @@ class _Builder:
         distractors: list[tuple[Needle, float]] = (),
     ):
         self.tok, self.mode, self.needle, self.depth = tok, mode, needle, depth
+        self.control = False  # True: the haystack holds no needle (a no-needle control)
         self.distractors = list(distractors)  # (needle, depth percent)
         self.c = load_corpus()
         self.start = start
@@ -151,7 +152,7 @@ class _Builder:
 
     def make(self, words: int) -> tuple[str, tuple[int, int]]:
         hay = self.haystack(words)
-        inserts = [(self.insertion_point(hay, self.depth), 0, self.needle.sentence)]
+        inserts = [] if self.control else [(self.insertion_point(hay, self.depth), 0, self.needle.sentence)]
         for i, (n, d) in enumerate(self.distractors, start=1):
             inserts.append((self.insertion_point(hay, d), i, n.sentence))
         return _assemble(self.mode, self.needle, hay, inserts)
@@ -186,12 +187,14 @@ def fixed_tokens(tok: Tokenizer, mode: str) -> int:
 
 
 def build_prompt(
-    tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1
+    tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
+    control: bool = False,
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
     With `needles` > 1, that many - 1 distractor facts (other cities, other values) go at
-    seeded random depths; the question still asks for the one at `depth`.
+    seeded random depths; the question still asks for the one at `depth`. With `control`
+    the same question is asked of a haystack that holds no needle (needle_span is empty).
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
@@ -212,6 +215,7 @@ def build_prompt(
             values.add(n.value)
             distractors.append((n, round(rng.uniform(0, 100), 3)))
     b = _Builder(tok, mode, needle, start, depth, distractors)
+    b.control = control
 
     tried: dict[int, int] = {}
 
@@ -243,9 +247,9 @@ def build_prompt(
         raise BadInput(f"length {length} is longer than the bundled corpus can fill")
     words = min(tried, key=lambda w: (abs(tried[w] - length), tried[w] > length, w))
     content, span = b.make(words)
-    assert content[span[0] : span[1]] == needle.sentence
+    assert control or content[span[0] : span[1]] == needle.sentence
     for v in values:  # the corpus holds no digits; guard anyway
-        if content.count(v) != 1:
+        if content.count(v) != (0 if control and v == needle.value else 1):
             raise RuntimeError(f"needle value {v} occurs elsewhere in the prompt")
 
     p = Prompt(
@@ -254,7 +258,7 @@ def build_prompt(
     )
     if mode == "chat":
         p.messages = [{"role": "user", "content": content}]
-    p.depth_achieved = _achieved_depth(tok, needle, content, span)
+    p.depth_achieved = depth if control else _achieved_depth(tok, needle, content, span)
     p.distractors = [n for n, _ in distractors]
     return p
 

@@ -47,6 +47,7 @@ class SweepSpec:
     retries: int = 3
     stream: bool = True
     needles: int = 1  # facts in each haystack; the question asks for the one at `depth`
+    control: bool = False  # add one no-needle control trial per (length, depth) cell
 
 
 @dataclass
@@ -70,6 +71,13 @@ class PreparedTarget:
     server: dict  # {"models": GET /v1/models body, "server_info": GET /server_info body}
     needle_span: bool  # the server accepts `niah_needle_span` and returns selection_recall
     endpoint: str = ""
+    indexer_probe: bool = False  # the server accepts `niah_value_span` and returns niah_indexer
+
+    @property
+    def index_topk(self) -> int | None:
+        from niah.indexer import config_topk
+
+        return config_topk({"axes": self.target.axes, "server": self.server})
 
     @property
     def info(self) -> dict:
@@ -87,6 +95,8 @@ class PreparedTarget:
             "tokenizer_chat": getattr(self.tokenizer, "chat_via", None),
             "chat_template_tokens": getattr(self.tokenizer, "chat_overhead", None),
             "needle_span": self.needle_span,
+            "indexer_probe": self.indexer_probe,
+            "index_topk": self.index_topk,
         }
 
 
@@ -192,6 +202,7 @@ def prepare_target(target: Target, spec: SweepSpec) -> PreparedTarget:
         server={"models": models, "server_info": server_info},
         needle_span="needle_span" in (entry.get("niah_extensions") or []),
         endpoint=endpoint,
+        indexer_probe="indexer_probe" in (entry.get("niah_extensions") or []),
     )
     too_long = [n for n in spec.lengths if max_len and n + spec.max_tokens > max_len]
     if too_long:
@@ -233,7 +244,7 @@ def _record(prepared: PreparedTarget, length: int, depth: float, trial: int, see
         "prompt_sha256": None, "needle": None, "needle_key": None,
         "answer": None, "reasoning": None, "correct": False, "outcome": "error",
         "finish_reason": None, "completion_tokens": None, "latency_s": None, "ttft_s": None,
-        "error": None, "attempts": 0, "selection_recall": None, "finished_at": None,
+        "error": None, "attempts": 0, "selection_recall": None, "indexer": None, "finished_at": None,
     }
 
 
@@ -267,12 +278,17 @@ async def run_target(
     ServerError is raised after the trials in flight finish.
     """
     from niah.client import RequestConfig, complete, make_client
+    from niah.control import classify, pending_controls
+    from niah.control import sweep_values as control_values
+    from niah.indexer import append_detail, request_fields, summarise
     from niah.needles import trial_seed
     from niah.prompts import build_prompt
-    from niah.scoring import score
+    from niah.scoring import score, scored_text
 
     name = prepared.target.name
-    todo = pending_trials(name, spec, store.done)
+    todo = [(*t, False) for t in pending_trials(name, spec, store.done)]
+    todo += [(n, d, 0, True) for n, d in pending_controls(name, spec, store.done)]
+    known = control_values(spec) if spec.control else set()
     if progress is not None:
         progress.start_target(name, total=len(todo))
     if not todo:
@@ -306,21 +322,23 @@ async def run_target(
 
     def finish(rec: dict) -> None:
         rec["finished_at"] = _now()
-        rec["correct"] = rec["outcome"] == "correct"
+        rec["correct"] = rec["outcome"] == "correct" and not rec.get("control")
         store.append(rec)
         if progress is not None:
             progress.advance(name, rec)
 
-    async def one(client, length: int, depth: float, trial: int) -> None:
+    async def one(client, length: int, depth: float, trial: int, control: bool) -> None:
         seed = trial_seed(spec.seed, length, depth, trial)
         rec = _record(prepared, length, depth, trial, seed)
+        if control:
+            rec["control"] = True
         cause = check_dead()
         if cause:
             rec["error"] = f"server died: {cause}"
             return finish(rec)
         try:
             p = await asyncio.to_thread(
-                build_prompt, prepared.tokenizer, length, depth, seed, spec.mode, spec.needles
+                build_prompt, prepared.tokenizer, length, depth, seed, spec.mode, spec.needles, control
             )
         except Exception as e:  # ServerError or httpx errors from /tokenize
             cause = check_dead()
@@ -332,10 +350,9 @@ async def run_target(
             return finish(rec)
         rec.update(
             prompt_tokens_local=p.tokens, depth_achieved=p.depth_achieved,
-            prompt_sha256=p.sha256, needle=p.needle.value, needle_key=p.needle.key,
+            prompt_sha256=p.sha256, needle=None if control else p.needle.value, needle_key=p.needle.key,
         )
-        extra = {"niah_needle_span": list(p.needle_span)} if prepared.needle_span else None
-        reply = await complete(client, cfg, p.body(), extra)
+        reply = await complete(client, cfg, p.body(), None if control else request_fields(prepared, p))
         if reply.error and reply.connection_error:
             cause = check_dead()
             if cause:
@@ -348,11 +365,17 @@ async def run_target(
             finish_reason=reply.finish_reason, completion_tokens=reply.completion_tokens,
             latency_s=reply.latency_s, ttft_s=reply.ttft_s, error=reply.error,
             attempts=reply.attempts, selection_recall=reply.selection_recall,
+            indexer=summarise(reply.indexer),
         )
-        rec["outcome"] = score(
-            p.needle.value, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
-            distractors=[d.value for d in p.distractors],
-        )
+        if control:
+            rec["outcome"] = classify(scored_text(reply.answer, reply.reasoning), p.content, known, reply.error)
+        else:
+            rec["outcome"] = score(
+                p.needle.value, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
+                distractors=[d.value for d in p.distractors],
+            )
+        if reply.indexer is not None and not reply.error:
+            append_detail(store.dir, rec, reply.indexer)
         finish(rec)
 
     async def worker(client) -> None:
@@ -489,6 +512,10 @@ def run_sweep(
     prepared = [prepare_target(t, spec) for t in targets]
     if resume and (out / "manifest.json").exists():
         check_same_tokenizers(read_manifest(out), prepared)
+    from niah.indexer import length_warnings
+
+    for line in length_warnings(spec.lengths, {p.target.name: p.index_topk for p in prepared}):
+        print(f"niah: {line}", file=sys.stderr)
     store = start_run(out, spec, resume)
     try:
         for p in prepared:

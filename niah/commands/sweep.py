@@ -11,24 +11,63 @@ import typer
 from niah.cli import app
 
 
-def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, stream, needles=1):
+def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, stream,
+          needles=1, control=False, auto=None):
     from niah.specs import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
     spec = SweepSpec(
-        lengths=parse_lengths(lengths), depths=parse_depths(depths), trials=trials, seed=seed,
-        max_tokens=max_tokens, mode=mode, tokenizer=tokenizer, concurrency=concurrency,
-        timeout_s=timeout, retries=retries, stream=stream, needles=needles,
+        lengths=auto if lengths.strip() == "auto" else parse_lengths(lengths), depths=parse_depths(depths),
+        trials=trials, seed=seed, max_tokens=max_tokens, mode=mode, tokenizer=tokenizer, concurrency=concurrency,
+        timeout_s=timeout, retries=retries, stream=stream, needles=needles, control=control,
     )
     check_spec(spec)
     return spec
+
+
+def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
+           auto: bool = False) -> tuple[dict, Optional[int]]:
+    """{config: index_topk} and the model's context (None: unknown), read from the matrix
+    file (its loader) or, for one endpoint, from GET /v1/models."""
+    from niah.errors import BadInput
+
+    if matrix is not None:
+        from niah.indexer import matrix_topks
+
+        return matrix_topks(matrix, context_too=auto)
+    import httpx
+
+    from niah.indexer import config_topk
+    from niah.tokenize import api_url
+
+    try:
+        models = httpx.get(api_url(endpoint) + "/models", timeout=30.0,
+                           headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
+    except (httpx.HTTPError, ValueError) as e:
+        raise BadInput(f"cannot read {endpoint}/models: {e}") from None
+    entries = [m for m in models.get("data") or [] if isinstance(m, dict)]
+    entry = next((m for m in entries if not model or m.get("id") == model), {})
+    return {"default": config_topk({"server": {"models": {"data": [entry]}}})}, entry.get("max_model_len")
+
+
+def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
+    from niah.errors import BadInput
+    from niah.indexer import auto_lengths
+
+    ks = [k for k in topks.values() if k]
+    if not ks:
+        raise BadInput("--lengths auto needs an index_topk (a sparse configuration in the matrix, or a server "
+                       "whose /v1/models reports index_topk); none found")
+    if not context:
+        raise BadInput("--lengths auto needs the model's context (max_model_len); the server did not report it")
+    return auto_lengths(ks, context, max_tokens)
 
 
 @app.command()
 def sweep(
     endpoint: str = typer.Option("http://127.0.0.1:30000/v1", help="OpenAI-compatible base URL (…/v1)."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    lengths: str = typer.Option("300,1k,4k", help="Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (log-spaced)."),
+    lengths: str = typer.Option("300,1k,4k", help="Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (log-spaced), or auto: k/2, k, 2k, 4k, ... of every index_topk, up to the model's context."),
     depths: str = typer.Option("0,25,50,75,100", help="Needle depths in percent: 0,50,100 or LO:HI:N (N evenly spaced)."),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
     seed: int = typer.Option(0, help="Base seed; each trial's prompt depends on (seed, length, depth, trial)."),
@@ -45,6 +84,7 @@ def sweep(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
     needles: int = typer.Option(1, help="Facts per haystack: the asked one plus NEEDLES-1 distractors at random depths."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    control: bool = typer.Option(False, "--control", help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak / hallucinated)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --matrix: print each configuration's exact command and environment; start nothing."),
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -67,7 +107,18 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
-    spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, not no_stream, needles)
+    is_auto = lengths.strip() == "auto"
+    topks, context = _topks(matrix, endpoint, model, api_key, is_auto) if matrix is not None or is_auto else ({}, None)
+    auto = _auto_lengths(topks, context, max_tokens) if lengths.strip() == "auto" else None
+    spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
+                 not no_stream, needles, control, auto)
+    if auto:
+        print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
+    if matrix is not None:
+        from niah.indexer import length_warnings
+
+        for line in length_warnings(spec.lengths, topks):
+            print(f"niah: {line}", file=sys.stderr)
     if out is None:
         import datetime as dt
 
