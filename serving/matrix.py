@@ -531,9 +531,10 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
         print(line, file=file)
 
 
-def run_matrix(matrix_path: Path | str, spec, out: Path | str, resume: bool = False, progress=None) -> Path:
+def run_matrix(matrix_path: Path | str, spec, out: Path | str, resume: bool = False, progress=None,
+               force_config: bool = False) -> Path:
     """Sweep every configuration of the matrix on identical prompts into one run folder
     (serving/matrix_run.py); `progress` is a niah.progress.SweepProgress or None."""
-    from niah.serving.matrix_run import run_matrix as _run
+    from niah.serving.matrix_run import sweep_matrix
 
-    return _run(load_matrix(matrix_path), spec, Path(out), resume, progress)
+    return sweep_matrix(load_matrix(matrix_path), spec, Path(out), resume, progress, force_config)
