@@ -188,8 +188,10 @@ def test_external_server_gone_stops_and_resume_fills_the_gap(oracle_factory, tmp
     kept = read_trials(out).records
     assert 3 <= len(kept) < 12 and all(r["outcome"] == "correct" for r in kept)
 
-    again = oracle_factory()
-    r = niah("sweep", "--endpoint", again.url, *args, "--resume")
+    again = oracle_factory()  # back, on another port: another endpoint as far as niah knows
+    line = _one_line_exit_2(niah("sweep", "--endpoint", again.url, *args, "--resume"))
+    assert "was measured at endpoint" in line and "--force-config" in line
+    r = niah("sweep", "--endpoint", again.url, *args, "--resume", "--force-config")
     assert r.returncode == 0, r.stderr
     _, recs = load_run(out)
     assert len({record_key(x) for x in recs}) == len(recs) == 12
