@@ -11,8 +11,9 @@ import typer
 from niah.cli import app
 
 
-DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values "
-               "(0:100:10 is 10 values, 0, 11.1, ..., 100); LO:HI/STEP steps by STEP (0:100/10 is 0, 10, ..., 100).")
+DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
+               "included: N is a count, not a step (10:90:5 is 10, 30, 50, 70, 90); LO:HI/STEP steps by "
+               "STEP (0:100/10 is 0, 10, ..., 100).")
 LENGTHS_HELP = "Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (N log-spaced)."
 TOKENIZER_HELP = ("auto | server | usage | hf:<path> | tiktoken:<encoding>. auto: the server's /tokenize, else "
                   "usage.prompt_tokens probes (max_tokens=1). Checked against the server before the run.")
@@ -66,12 +67,10 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
 
 def _refuse_with_matrix(ctx: typer.Context) -> None:
     """--matrix names its own servers: --endpoint, --model, --api-key would be ignored."""
-    from click.core import ParameterSource
-
     from niah.errors import BadInput
 
     given = [f"--{n.replace('_', '-')}" for n in ("endpoint", "model", "api_key")
-             if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+             if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
     if given:
         raise BadInput(f"--matrix names its own servers: {', '.join(given)} would be ignored; "
                        "set endpoint, model or api_key_env in the matrix file instead")
