@@ -1,5 +1,9 @@
 """Run a configuration matrix: every configuration on identical prompts, one run folder.
 
+Each configuration is a niah.targets.Target run through the same stages as a plain sweep
+(prepare: niah.targets, call: niah.run, store: niah.runfolder); a launched one has a
+lifecycle (serving/launch.py's ServerProcess: start, dead, describe, stop).
+
 External endpoints are swept first, concurrently; then each launched configuration in
 turn: start its server (serving/launch.py), probe it, sweep it with `dead()` watching the
 process, stop it. A configuration that fails to start, or whose server dies, gets its
@@ -38,7 +42,7 @@ def record_errors(store, cfg: MatrixConfig, spec, error: str) -> int:
 
 
 def _target(cfg: MatrixConfig, endpoint: str):
-    from niah.sweep import Target
+    from niah.targets import Target
 
     key_env = cfg.settings.get("api_key_env")
     api_key = os.environ.get(key_env) if key_env else None
@@ -87,7 +91,8 @@ def sweep_matrix(matrix: Matrix, spec, out: Path, resume: bool = False, progress
                  force_config: bool = False) -> Path:
     """Sweep every configuration of a loaded `matrix` into `out`; returns `out`
     (serving.matrix.run_matrix is the entry point that reads the file)."""
-    from niah.sweep import check_spec, load_prompt_set, start_run
+    from niah.runfolder import start_run
+    from niah.sweep import check_spec, load_prompt_set
 
     check_spec(spec)
     out = Path(out)
@@ -123,8 +128,9 @@ class _MatrixRun:
             _run_launched(cfg, f"[{i}/{len(launched)}]", self)
 
     def prepare(self, cfg: MatrixConfig, endpoint: str):
+        from niah.runfolder import check_same_tokenizers
         from niah.store import read_manifest
-        from niah.sweep import check_same_tokenizers, prepare_target
+        from niah.targets import prepare_target
 
         p = prepare_target(_target(cfg, endpoint), self.spec, self.prompt_set)
         check_same_tokenizers(read_manifest(self.out), [p], self.force)
@@ -134,7 +140,8 @@ class _MatrixRun:
 def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
     """Endpoints someone else runs: probe all (bad input fails before any trial), then
     sweep them concurrently."""
-    from niah.sweep import record_config, run_target
+    from niah.run import run_target
+    from niah.runfolder import record_config
 
     spec, out, store, progress = run.spec, run.out, run.store, run.progress
     prepared = []
@@ -153,8 +160,8 @@ def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
 def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
     """Start one server, sweep it, stop it. Never lets its failure stop the matrix;
     BadInput (a spec the model cannot serve), a length drift and Ctrl-C do stop it."""
-    from niah.run import pending_trials
-    from niah.sweep import record_config, run_target
+    from niah.run import pending_trials, run_target
+    from niah.runfolder import record_config
 
     spec, out, store, progress = run.spec, run.out, run.store, run.progress
 

@@ -175,3 +175,23 @@ def test_one_trial_record_definition_matches_the_docs():
 
     src = Path(matrix_run.__file__).read_text() + Path(sweep.__file__).read_text()
     assert '"prompt_tokens_local": None' not in src  # no second copy of the layout
+
+
+def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
+    import ast
+
+    defs: dict[str, list[str]] = {}
+    for f in [*ROOT.glob("niah/**/*.py"), *ROOT.glob("serving/**/*.py"), *ROOT.glob("kernels/**/*.py")]:
+        if "niah/serving" in str(f) or "niah/kernels" in str(f):
+            continue  # the symlinks to serving/ and kernels/
+        for node in ast.parse(f.read_text()).body:
+            names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [
+                t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            for n in names:
+                defs.setdefault(n, []).append(str(f.relative_to(ROOT)))
+    for name in ("run_matrix", "trials_frame", "check_spec", "INDEX_DTYPES", "error_record", "length_tolerance"):
+        assert len(defs.get(name, [])) == 1, (name, defs.get(name))
+    src = (ROOT / "serving" / "matrix_run.py").read_text()
+    for internal in ("prepare_target", "run_target", "record_config", "start_run"):
+        assert f"from niah.sweep import {internal}" not in src and not re.search(
+            rf"from niah\.sweep import [^\n]*\b{internal}\b", src)

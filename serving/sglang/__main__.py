@@ -37,12 +37,12 @@ def split_niah_args(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from niah.serving.sglang.plugin import INDEX_DTYPES, entry_point_registered, install
+    from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, entry_point_registered, install
 
     try:
         dtype, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
-        if dtype not in INDEX_DTYPES:
-            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+        if dtype not in SGLANG_INDEX_DTYPES:
+            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         if not entry_point_registered():
             raise BadInput("niah is not pip-installed in this Python environment, so SGLang's "
                            "model processes would start without its plugin; run "

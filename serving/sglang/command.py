@@ -29,9 +29,9 @@ import sys
 from dataclasses import dataclass, field
 
 from niah.errors import BadInput
+from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES
 
 LAUNCH_MODULE = "niah.serving.sglang"
-INDEX_DTYPES = ("fp8", "bf16")
 MAX_INDEX_TOPK = 2048  # SGLang's v2 top-k: 0 < k <= 2048
 
 
@@ -52,8 +52,8 @@ class SGLangLaunch:
     def validate(self) -> None:
         if not self.model_path:
             raise BadInput("sglang: model_path is required")
-        if self.index_dtype not in INDEX_DTYPES:
-            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+        if self.index_dtype not in SGLANG_INDEX_DTYPES:
+            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         if not isinstance(self.tp, int) or self.tp < 1:
             raise BadInput(f"sglang: tp must be a positive integer, got {self.tp!r}")
         if not isinstance(self.port, int) or not 0 < self.port < 65536:

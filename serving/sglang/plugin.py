@@ -22,7 +22,8 @@ from niah.errors import BadInput
 log = logging.getLogger("niah.sglang")
 
 ENV_INDEX_DTYPE = "NIAH_INDEX_DTYPE"
-INDEX_DTYPES = ("fp8", "bf16")
+# Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
+SGLANG_INDEX_DTYPES = ("fp8", "bf16")
 ENTRY_POINT_GROUP = "sglang.srt.plugins"
 ENTRY_POINT_NAME = "niah"
 
@@ -129,8 +130,8 @@ def install(index_dtype: str) -> None:
     global _installed
     from niah.serving.sglang.contract import LiveSource, check_contract, points_for
 
-    if index_dtype not in INDEX_DTYPES:
-        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(INDEX_DTYPES)}")
+    if index_dtype not in SGLANG_INDEX_DTYPES:
+        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
     if _installed == index_dtype:
         return
     if _installed is not None:
