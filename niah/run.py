@@ -76,11 +76,12 @@ class _TargetRun:
         from niah.promptset import entry_from_prompt
 
         if self.p.prompts is not None:
-            return self.p.prompts.get(length, depth, trial)
-        s = self.spec
-        built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                        s.needles, s.kind, s.haystack)
-        entry = entry_from_prompt(built, trial)
+            entry = self.p.prompts.get(length, depth, trial)
+        else:
+            s = self.spec
+            built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
+                                            s.needles, s.kind, s.haystack)
+            entry = entry_from_prompt(built, trial)
         log = getattr(self.store, "prompts", None)
         if log is not None:
             log.add(entry)

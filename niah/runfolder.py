@@ -105,7 +105,7 @@ def _open_run(out: Path, spec, resume: bool) -> RunStore:
     manifest.setdefault("created", _now())
     manifest.setdefault("configs", {})
     write_manifest(out, manifest)
-    store.prompts = RunPrompts(out) if spec.prompts is None else None
+    store.prompts = RunPrompts(out)  # what was sent, built here or taken from --prompts
     if store.skipped_lines:
         print(
             f"niah: {out / 'trials.jsonl'}: skipped unreadable line(s) {store.skipped_lines} "

@@ -40,6 +40,19 @@ def test_tokenize_of_an_unknown_shape_or_zero_counts_is_not_a_tokenizer(oracle_f
     assert cfg["tokenizer_check"]["tried"][0]["tokenizer"] == "server"
 
 
+def test_a_counter_that_disagrees_with_usage_is_not_used(oracle_factory, tmp_path):
+    srv = oracle_factory("--tokenize-shape", "off")  # /tokenize answers, 25 tokens off
+    line = one_line_exit_2(niah("sweep", "--endpoint", srv.url, "--tokenizer", "server", "--lengths", "500",
+                                "--out", tmp_path / "x"))
+    assert "--tokenizer server is not exact" in line and "counted 300 tokens where the server counts 275" in line
+    run_sweep([Target(srv.url)], SweepSpec(lengths=[600], depths=[50], trials=1), tmp_path / "auto")
+    manifest, (rec,) = load_run(tmp_path / "auto")
+    check = manifest["configs"]["default"]["tokenizer_check"]
+    assert manifest["configs"]["default"]["tokenizer"] == "usage" and abs(rec["prompt_tokens"] - 600) <= 4
+    assert check["tried"][0] == {"tokenizer": "server", "ok": False,
+                                 "note": "counted 300 tokens where the server counts 275"}
+
+
 def test_a_counter_the_server_cannot_check_is_refused(oracle_factory, tmp_path):
     srv = oracle_factory("--no-usage")
     line = one_line_exit_2(niah("sweep", "--endpoint", srv.url, "--lengths", "500", "--out", tmp_path / "x"))

@@ -208,6 +208,8 @@ def make_handler(oracle: Oracle):
                     return self._json(200, {"n_tokens": len(ids)})
                 if args.tokenize_shape == "zero":
                     return self._json(200, {"tokens": [], "count": 0})
+                if args.tokenize_shape == "off":
+                    return self._json(200, {"count": len(ids) + 25, "max_model_len": args.max_model_len})
                 return self._json(200, {"tokens": ids, "count": len(ids), "max_model_len": args.max_model_len})
             if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 return self._json(404, {"error": "not found"})
@@ -304,8 +306,9 @@ def main(argv=None) -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
     p.add_argument("--api-key", help="require this bearer token")
-    p.add_argument("--tokenize-shape", choices=("known", "odd", "zero"), default="known",
-                   help="odd: /tokenize answers {\"n_tokens\": ...}; zero: it counts 0 for everything")
+    p.add_argument("--tokenize-shape", choices=("known", "odd", "zero", "off"), default="known",
+                   help="odd: /tokenize answers {\"n_tokens\": ...}; zero: it counts 0 for everything; "
+                        "off: its counts are 25 more than the model sees")
     args = p.parse_args(argv)
     oracle = Oracle(args)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(oracle))
