@@ -138,6 +138,7 @@ class _Builder:
         self.start = start
         self.question = kind.question(list(dict.fromkeys(f.key for f in facts if f.asked)))
         self.prefix = kind.answer_prefix(list(dict.fromkeys(f.key for f in facts if f.asked)))
+        self.tried: dict[int, int] = {}  # haystack words -> whole-prompt tokens (filled by _fit)
         self.first_word = bisect.bisect_right(self.c.word_ends, start)
         self.max_words = bisect.bisect_right(self.c.word_ends, start + self.c.size) - self.first_word
 
@@ -282,7 +283,7 @@ def build_prompt(
 
 def _fit(b: _Builder, tok: Tokenizer, length: int, c: Corpus) -> tuple[int, int]:
     """Haystack words whose whole prompt counts closest to `length` (secant steps)."""
-    b.tried = tried = {}
+    tried = b.tried
 
     def f(words: int) -> int:
         if words not in tried:

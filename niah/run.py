@@ -143,7 +143,7 @@ class _TargetRun:
             self.drift.append(
                 f"{self.name}: length {rec.length}, depth {rec.depth:g}, trial {rec.trial} was "
                 f"{rec.prompt_tokens} tokens as the server counts it (off by {dev}, tolerance "
-                f"{length_tolerance(rec.length):g}) with counter {rec_counter(self.p)}; stopped after "
+                f"{length_tolerance(rec.length):g}) with counter {self.p.info.get('tokenizer')}; stopped after "
                 "that trial (it is saved). Use another --tokenizer, or pass --approximate-lengths"
             )
 
@@ -154,10 +154,6 @@ class _TargetRun:
             except asyncio.QueueEmpty:
                 return
             await self.one(client, *item)
-
-
-def rec_counter(prepared) -> str:
-    return prepared.info.get("tokenizer") or "?"
 
 
 async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None = None) -> None:

@@ -73,6 +73,9 @@ def test_a_tampered_or_broken_set_is_refused(oracle, tmp_path):
     r = niah("sweep", "--endpoint", oracle.url, "--prompts", tmp_path / "bad.jsonl", "--out", tmp_path / "run")
     assert r.returncode == 2 and "does not match its prompt_sha256" in r.stderr
     assert not (tmp_path / "run").exists()
+    r = niah("sweep", "--endpoint", oracle.url, "--prompts", tmp_path / "set.jsonl", "--lengths", "900",
+             "--out", tmp_path / "run")
+    assert r.returncode == 2 and "--prompts fixes the prompts: --lengths would be ignored" in r.stderr
 
 
 def test_rescore_reproduces_an_unchanged_run_and_fixes_a_changed_outcome(oracle_factory, tmp_path):

@@ -65,15 +65,24 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
     return spec
 
 
-def _refuse_with_matrix(ctx: typer.Context) -> None:
-    """--matrix names its own servers: --endpoint, --model, --api-key would be ignored."""
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` set on the command line."""
+    return [f"--{n.replace('_', '-')}" for n in names
+            if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+
+
+def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
+    """Options another one makes meaningless are refused, never silently ignored."""
     from niah.errors import BadInput
 
-    given = [f"--{n.replace('_', '-')}" for n in ("endpoint", "model", "api_key")
-             if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
-    if given:
+    if matrix is not None and (given := _given(ctx, ("endpoint", "model", "api_key"))):
         raise BadInput(f"--matrix names its own servers: {', '.join(given)} would be ignored; "
                        "set endpoint, model or api_key_env in the matrix file instead")
+    fixed = ("lengths", "depths", "trials", "seed", "mode", "tokenizer", "needles", "needle_key",
+             "needle_value", "values", "queries", "haystack")
+    if prompts is not None and (given := _given(ctx, fixed)):
+        raise BadInput(f"--prompts fixes the prompts: {', '.join(given)} would be ignored; "
+                       "build another set with niah prompts build")
 
 
 @app.command()
@@ -116,8 +125,7 @@ def sweep(
     from niah.progress import SweepProgress
     from niah.sweep import Target, run_sweep
 
-    if matrix is not None:
-        _refuse_with_matrix(ctx)
+    _refuse_ignored(ctx, matrix, prompts)
     if dry_run:
         from niah.errors import BadInput
         from niah.serving.matrix import print_matrix_commands
