@@ -159,7 +159,8 @@ class _TargetRun:
 async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None = None) -> None:
     """Run this target's trials that are not yet in `store.done`.
 
-    `dead()` is polled before each trial and after each connection error; once it
+    `dead()` (by default the target's lifecycle's) is polled before each trial and after
+    each connection error; once it
     returns a cause, no request is sent any more and every remaining trial of this target
     is recorded as `error` with "server died: <cause>".
 
@@ -172,7 +173,8 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
     """
     from niah.client import make_client
 
-    run = _TargetRun(prepared, spec, store, progress, dead)
+    lifecycle = prepared.target.lifecycle
+    run = _TargetRun(prepared, spec, store, progress, dead or (lifecycle.dead if lifecycle else None))
     todo = pending_trials(run.name, spec, store.done)
     if progress is not None:
         progress.start_target(run.name, total=len(todo))

@@ -3,7 +3,7 @@ and prepared once before any trial.
 
     prepared = prepare_target(Target(endpoint, name="bf16", engine="sglang"), spec)
     prepared.info          # the manifest's configs[name] entry
-    await niah.run.run_target(prepared, spec, store, dead=lifecycle.dead)
+    await niah.run.run_target(prepared, spec, store)   # polls target.lifecycle.dead(), if any
 
 An external endpoint is a Target with no lifecycle. A launched one (serving.matrix_run)
 has a `Lifecycle`: start, the endpoint it serves, dead() -> cause or None, describe(),
@@ -35,7 +35,8 @@ class Lifecycle(Protocol):
 
 @dataclass
 class Target:
-    """Who answers."""
+    """Who answers: an endpoint (and model, key), and for a server niah launched, its
+    lifecycle (whose `dead()` the call stage polls)."""
 
     endpoint: str
     model: str | None = None
@@ -43,6 +44,7 @@ class Target:
     engine: str = "external"
     axes: dict = field(default_factory=dict)
     api_key: str | None = None
+    lifecycle: Lifecycle | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -41,7 +41,8 @@ def record_errors(store, cfg: MatrixConfig, spec, error: str) -> int:
     return len(todo)
 
 
-def _target(cfg: MatrixConfig, endpoint: str):
+def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None):
+    """The configuration as a niah.targets.Target (a launched one carries its server)."""
     from niah.targets import Target
 
     key_env = cfg.settings.get("api_key_env")
@@ -49,7 +50,7 @@ def _target(cfg: MatrixConfig, endpoint: str):
     if key_env and not api_key:
         raise BadInput(f"{cfg.name}: api_key_env {key_env} is not set in the environment")
     return Target(endpoint=endpoint, model=cfg.settings.get("model"), name=cfg.name,
-                  engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key)
+                  engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
 
 
 def _manifest_matrix(out: Path, matrix: Matrix) -> None:
@@ -127,12 +128,12 @@ class _MatrixRun:
         for i, cfg in enumerate(launched, start=1):
             _run_launched(cfg, f"[{i}/{len(launched)}]", self)
 
-    def prepare(self, cfg: MatrixConfig, endpoint: str):
+    def prepare(self, cfg: MatrixConfig, endpoint: str, lifecycle=None):
         from niah.runfolder import check_same_tokenizers
         from niah.store import read_manifest
         from niah.targets import prepare_target
 
-        p = prepare_target(_target(cfg, endpoint), self.spec, self.prompt_set)
+        p = prepare_target(_target(cfg, endpoint, lifecycle), self.spec, self.prompt_set)
         check_same_tokenizers(read_manifest(self.out), [p], self.force)
         return p
 
@@ -154,7 +155,12 @@ def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
     async def main() -> None:
         await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        for cfg, p in zip(configs, prepared):
+            if hasattr(p.tokenizer, "cost"):
+                record_config(out, cfg.name, {"tokenizer_cost": p.tokenizer.cost})
 
 
 def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
@@ -190,7 +196,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         _say(f"{tag} {cfg.name}: ready in {srv.ready_s:.1f} s on {srv.endpoint} (pid {srv.pid})")
         record_config(out, cfg.name, {**base, **srv.describe(), "status": "running"})
         try:
-            prepared = run.prepare(cfg, srv.endpoint)
+            prepared = run.prepare(cfg, srv.endpoint, lifecycle=srv)
         except BadInput:
             cause = srv.dead()
             if cause is None:
@@ -199,7 +205,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         if prepared is not None:
             record_config(out, cfg.name, {**base, **srv.describe(), **prepared.info})
             try:
-                asyncio.run(run_target(prepared, spec, store, progress, dead=srv.dead))
+                asyncio.run(run_target(prepared, spec, store, progress))  # polls srv.dead()
             finally:
                 if hasattr(prepared.tokenizer, "cost"):
                     record_config(out, cfg.name, {"tokenizer_cost": prepared.tokenizer.cost})
