@@ -138,6 +138,10 @@ def run_sweep(
             for p in prepared:
                 if p.tokenizer is not None and hasattr(p.tokenizer, "cost"):
                     record_config(out, p.target.name, {"tokenizer_cost": p.tokenizer.cost})
+        from niah.attestation import record_from_server
+
+        for p in prepared:  # what each server's indexer ran, into the manifest
+            record_from_server(out, p.target.name, dict(p.target.axes), p.endpoint)
     finally:
         store.close()
     return out

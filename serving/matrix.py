@@ -104,6 +104,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "model_path": _string,
         "tp": _int_range(1),
         "index_dtype": _choice("fp8", "bf16"),
+        "kernels": _choice("stock", "niah"),
         "index_topk": _int_range(1, 2048),
         "python": _string,
         "model": _string,
@@ -134,6 +135,7 @@ REQUIRED = {"sglang": ("model_path",), "external": ("endpoint",), "embedded": ()
 # Keys that may be crossed in [axes], and how each shows in a configuration's name.
 AXIS_NAMES: dict[str, Callable[[Any], str]] = {
     "index_dtype": lambda v: f"{v}",
+    "kernels": lambda v: f"{v}",
     "index_topk": lambda v: f"k{v}",
     "attention": lambda v: f"{v}",
     "window": lambda v: f"w{v}",
@@ -153,7 +155,7 @@ _RESERVED_FLAGS = {
     "--model-path": "use model_path", "--tp-size": "use tp", "--tp": "use tp",
     "--json-model-override-args": "use index_topk", "--niah-index-dtype": "use index_dtype",
     "--attention": "use attention", "--index-dtype": "use index_dtype",
-    "--index-topk": "use index_topk", "--window": "use window",
+    "--index-topk": "use index_topk", "--window": "use window", "--niah-kernels": "use kernels",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -330,6 +332,8 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
             point = dict(zip(keys, combo))
             name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
             settings = {**base, **point}
+            if _impossible(engine, settings):
+                continue  # bf16 keys run on niah's kernels: no bf16/stock arm
             _check_required(settings, engine, lines.of("axes"), fail)
             if engine == "command":
                 _check_placeholders(settings, lines.of("", "command"), fail)
@@ -350,6 +354,8 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
             merged = {k: v for k, v in merged.items() if k in entry or k in ENGINE_KEYS.get(entry["engine"], {})}
         settings = _check_settings(merged, section, lines, fail, partial=False, own=set(entry))
         engine = settings.pop("engine")
+        if _impossible(engine, settings):
+            raise fail(lines.of(section, "kernels"), "sglang: bf16 index keys run on kernels = \"niah\", not stock")
         axes_of = {k: entry[k] for k in AXIS_KEYS if k in entry}
         configs.append(MatrixConfig(name, engine, settings, axes_of, line))
 
@@ -362,6 +368,10 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
             raise fail(c.line, f"configuration name {c.name!r} is used twice (also line {seen[c.name].line})")
         seen[c.name] = c
     return Matrix(path, configs)
+
+
+def _impossible(engine: str, settings: dict[str, Any]) -> bool:
+    return engine == "sglang" and settings.get("index_dtype") == "bf16" and settings.get("kernels") == "stock"
 
 
 def _check_engine(engine: Any, line: int, fail, hint: str = "") -> None:
@@ -456,12 +466,16 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
     s = cfg.settings
     launch = SGLangLaunch(
         model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
-        host=HOST, index_dtype=s.get("index_dtype", "fp8"), index_topk=s.get("index_topk"),
+        host=HOST, index_dtype=s.get("index_dtype", "fp8"), kernels=s.get("kernels"),
+        index_topk=s.get("index_topk"),
         extra_args=list(s.get("args", [])), env=cfg.env,
     )
     if "python" in s:
         launch.python = s["python"]
-    argv, env = build_sglang_command(launch)
+    try:
+        argv, env = build_sglang_command(launch)
+    except BadInput as e:
+        raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
     return _with_placeholder(argv, port), env
 
 
@@ -503,9 +517,9 @@ def format_command(argv: list[str], env: dict[str, str]) -> str:
     return " ".join(parts)
 
 
-def matrix_commands(matrix_path: Path | str) -> list[tuple[MatrixConfig, str]]:
+def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig, str]]:
     """(configuration, what would run) for every configuration, without starting anything."""
-    matrix = load_matrix(matrix_path)
+    matrix = matrix_path if isinstance(matrix_path, Matrix) else load_matrix(matrix_path)
     out = []
     for cfg in matrix.configs:
         if cfg.launched:
@@ -517,18 +531,60 @@ def matrix_commands(matrix_path: Path | str) -> list[tuple[MatrixConfig, str]]:
     return out
 
 
+def _argv_diff(a: list[str], b: list[str]) -> list[str]:
+    import difflib
+
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op != "equal":
+            flag = a[i1 - 1] + " " if i1 and j1 and a[i1 - 1].startswith("--") else ""
+            out.append(f"{flag}{' '.join(a[i1:i2]) or '(nothing)'} -> {flag}{' '.join(b[j1:j2]) or '(nothing)'}")
+    return out
+
+
+def axis_differences(matrix: Matrix) -> list[dict[str, Any]]:
+    """For each axis, every pair of configurations whose axes differ in that axis only,
+    with what differs between their commands ("argv": old -> new segments) and
+    environments ("env": {NAME: [a, b]}). One factor at a time: nothing else may differ."""
+    launched = [c for c in matrix.configs if c.launched and c.axes]
+    built = {c.name: server_command(c, PORT_PLACEHOLDER) for c in launched}
+    out = []
+    for i, a in enumerate(launched):
+        for b in launched[i + 1:]:
+            if set(a.axes) != set(b.axes):
+                continue
+            diff = [k for k in a.axes if a.axes[k] != b.axes[k]]
+            if len(diff) != 1:
+                continue
+            (argv_a, env_a), (argv_b, env_b) = built[a.name], built[b.name]
+            env = {k: [env_a.get(k), env_b.get(k)] for k in sorted(set(env_a) | set(env_b))
+                   if env_a.get(k) != env_b.get(k)}
+            out.append({"axis": diff[0], "a": a.name, "b": b.name,
+                        "argv": _argv_diff(argv_a, argv_b), "env": env})
+    return out
+
+
 def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
-    """The dry run: each configuration's exact command line and environment."""
+    """The dry run: each configuration's exact command line and environment, then what
+    differs between the arms of each axis."""
     import sys
 
     file = file or sys.stdout
-    rows = matrix_commands(matrix_path)
+    matrix = load_matrix(matrix_path)
+    rows = matrix_commands(matrix)
     print(f"# {len(rows)} configuration(s) from {matrix_path}; "
           f"{PORT_PLACEHOLDER} is a free loopback port chosen at launch", file=file)
     for cfg, line in rows:
         axes = " ".join(f"{k}={v}" for k, v in cfg.axes.items())
         print(f"\n# {cfg.name}  [{cfg.engine}]" + (f"  {axes}" if axes else ""), file=file)
         print(line, file=file)
+    diffs = axis_differences(matrix)
+    if diffs:
+        print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
+    for d in diffs:
+        parts = d["argv"] + [f"{k}={v[0] if v[0] is not None else '(unset)'} -> "
+                             f"{k}={v[1] if v[1] is not None else '(unset)'}" for k, v in d["env"].items()]
+        print(f"# {d['axis']}: {d['a']} -> {d['b']}: {'; '.join(parts) or 'nothing'}", file=file)
 
 
 def run_matrix(matrix_path: Path | str, spec, out: Path | str, resume: bool = False, progress=None,

@@ -53,6 +53,15 @@ def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None):
                   engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
 
 
+def record_attestation(out: Path, cfg: MatrixConfig, endpoint: str) -> None:
+    """At teardown: the server's attestation and its verdict into the manifest."""
+    from niah.attestation import record_from_server
+
+    got = record_from_server(out, cfg.name, {**cfg.settings, **cfg.axes}, endpoint)
+    if got is not None and not got[0]:
+        _say(f"{cfg.name}: INVALID configuration: its server's attestation contradicts its label ({got[1]})")
+
+
 def _manifest_matrix(out: Path, matrix: Matrix) -> None:
     from niah.store import read_manifest, write_manifest
 
@@ -62,7 +71,11 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
         text = matrix.path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names()}
+    from niah.serving.matrix import axis_differences, matrix_commands
+
+    manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
+                          "commands": {cfg.name: line for cfg, line in matrix_commands(matrix)},
+                          "differences": axis_differences(matrix)}
     write_manifest(out, manifest)
 
 
@@ -161,6 +174,8 @@ def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
         for cfg, p in zip(configs, prepared):
             if hasattr(p.tokenizer, "cost"):
                 record_config(out, cfg.name, {"tokenizer_cost": p.tokenizer.cost})
+    for cfg, p in zip(configs, prepared):
+        record_attestation(out, cfg, p.endpoint)
 
 
 def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
@@ -220,6 +235,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         status = "stopped: bad input"
         raise
     finally:
+        if srv.dead() is None:
+            record_attestation(out, cfg, srv.endpoint)
         srv.stop()
         info = {"status": status}
         if cause:

@@ -91,7 +91,31 @@ def main() -> None:
     replacements.store_bf16_keys(by_torch, loc, new_keys, use_kernel=False)
     out["store_kernel_equals_torch"] = bool(torch.equal(by_kernel, by_torch))
     out["store_kernel_changed_buffer"] = not torch.equal(by_kernel, buf)
+    out.update(topk_vs_sglang(g))
     json.dump(out, sys.stdout)
+
+
+def topk_vs_sglang(g: torch.Generator) -> dict:
+    """The plugin's top-k (niah.kernels.topk_indices) against SGLang 0.5.23's own unfused
+    torch top-k (`_topk_unfused`, lifted from the wheel): same selections, same -1s."""
+    from typing import Callable, Dict, Optional, Tuple
+
+    ns = {"torch": torch, "Optional": Optional, "Callable": Callable, "Dict": Dict, "Tuple": Tuple}
+    sglang_topk = load_function(sglang_wheel(), "sglang.srt.layers.attention.dsa.dsa_topk_backend",
+                                "_topk_unfused", ns)
+    rows, width, k = 6, 300, 32
+    score = torch.randn(rows, width, generator=g)
+    score[2, 5] = float("-inf")  # a masked position inside a row's window
+    lengths = torch.tensor([300, 10, 100, 32, 0, 250], dtype=torch.int32)
+    starts = torch.tensor([0, 5, 7, 100, 3, 20], dtype=torch.int32)
+    lengths_s = torch.minimum(lengths, width - starts)
+    same = []
+    for st, ln in ((None, lengths), (starts, lengths_s)):
+        want = sglang_topk(score, ln, k, row_starts=st)
+        got = replacements.niah_topk(score, ln, k, row_starts=st)
+        same.append(got.shape == want.shape and all(
+            sorted(got[r].tolist()) == sorted(want[r].tolist()) for r in range(rows)))
+    return {"topk_equal_sglang": same[0], "topk_equal_sglang_row_starts": same[1]}
 
 
 if __name__ == "__main__":

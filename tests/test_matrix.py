@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_examples_expand_as_their_comments_say():
     emb = load_matrix(EXAMPLES / "embedded.toml")
     assert emb.names() == ["dense", "fp8-k128", "fp8-k512", "bf16-k128", "bf16-k512"]
     sg = load_matrix(EXAMPLES / "sglang.toml")
-    assert sg.names() == ["fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
+    assert sg.names() == SGLANG_ARMS
     assert {c.settings["model_path"] for c in sg.configs} == {"deepseek-ai/DeepSeek-V3.2"}
     demo = load_matrix(EXAMPLES / "demo.toml")
     assert demo.names()[0] == "dense"
@@ -145,9 +146,13 @@ def test_command_engine_fills_placeholders():
         ["srv", "--port=5000", "--k", "7"], ["srv", "--port=5000", "--k", "9"]]
 
 
+SGLANG_ARMS = ["fp8-stock-k512", "fp8-stock-k1024", "fp8-niah-k512", "fp8-niah-k1024",
+               "bf16-niah-k512", "bf16-niah-k1024"]
+
+
 def test_sglang_dry_run_commands_for_the_fp8_bf16_by_512_1024_matrix():
     rows = matrix_commands(EXAMPLES / "sglang.toml")
-    assert [c.name for c, _ in rows] == ["fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
+    assert [c.name for c, _ in rows] == SGLANG_ARMS
     for cfg, line in rows:
         words = shlex.split(line.replace("$PORT", "PORTVALUE"))
         env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and w[0].isupper())
@@ -163,7 +168,90 @@ def test_sglang_dry_run_commands_for_the_fp8_bf16_by_512_1024_matrix():
         assert flags["--dsa-topk-backend"] == "torch" and env["SGLANG_DSA_FUSE_TOPK"] == "false"
         assert flags["--mem-fraction-static"] == "0.85"  # the file's extra args, passed through
         assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "1"  # the file's env
-        assert ("--disable-prefill-cuda-graph" in argv) == (cfg.axes["index_dtype"] == "bf16")
+        assert flags["--niah-kernels"] == cfg.axes["kernels"]
+        # a flag one arm needs goes into every arm
+        assert "--disable-prefill-cuda-graph" in argv and env["SGLANG_DISABLE_DSA_INDEXER_FUSION"] == "1"
+        # stock means stock: nothing forces SGLang off DeepGEMM
+        assert ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH" in env) == (cfg.axes["kernels"] == "niah")
+
+
+def _fp8_bf16_matrix(kernels_axis: bool) -> str:
+    return ('engine = "sglang"\nmodel_path = "M"\ntp = 8\nargs = ["--trust-remote-code"]\n[axes]\n'
+            'index_dtype = ["fp8", "bf16"]\n' + ('kernels = ["stock", "niah"]\n' if kernels_axis else "")
+            + "index_topk = [512, 1024]\n")
+
+
+def test_one_factor_at_a_time_arms_differ_only_in_their_axis(tmp_path):
+    """The fp8/bf16 x 512/1024 matrix: the arms of each axis differ in that axis only."""
+    from niah.serving.matrix import axis_differences
+
+    path = tmp_path / "m.toml"
+    path.write_text(_fp8_bf16_matrix(kernels_axis=True))
+    diffs = axis_differences(load_matrix(path))
+    by_axis: dict[str, list] = {}
+    for d in diffs:
+        by_axis.setdefault(d["axis"], []).append(d)
+    assert sorted(by_axis) == ["index_dtype", "index_topk", "kernels"]
+    for d in by_axis["index_dtype"]:
+        assert (d["a"], d["b"]) in {("fp8-niah-k512", "bf16-niah-k512"), ("fp8-niah-k1024", "bf16-niah-k1024")}
+        assert d["argv"] == ["--niah-index-dtype fp8 -> --niah-index-dtype bf16"]
+        assert d["env"] == {"NIAH_INDEX_DTYPE": ["fp8", "bf16"]}
+    for d in by_axis["index_topk"]:
+        assert d["argv"] == ['--json-model-override-args {"index_topk": 512} -> '
+                             '--json-model-override-args {"index_topk": 1024}'] and d["env"] == {}
+    for d in by_axis["kernels"]:
+        assert d["argv"] == ["--niah-kernels stock -> --niah-kernels niah"]
+        assert set(d["env"]) == {"NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
+                                 "SGLANG_OPT_USE_TILELANG_INDEXER"}
+    # without a kernels axis, bf16 brings niah's kernels with it (bf16 implies niah), nothing else
+    path.write_text(_fp8_bf16_matrix(kernels_axis=False))
+    for d in axis_differences(load_matrix(path)):
+        if d["axis"] == "index_dtype":
+            assert d["argv"] == ["--niah-index-dtype fp8 -> --niah-index-dtype bf16",
+                                 "--niah-kernels stock -> --niah-kernels niah"]
+            assert set(d["env"]) == {"NIAH_INDEX_DTYPE", "NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
+                                     "SGLANG_OPT_USE_TILELANG_INDEXER"}
+
+
+@pytest.mark.parametrize("example", ["embedded.toml", "demo.toml", "sglang.toml"])
+def test_every_example_matrix_changes_one_thing_per_axis(example):
+    from niah.serving.matrix import axis_differences
+
+    flag = {"index_dtype": ("--index-dtype", "--niah-index-dtype", "--niah-kernels"),
+            "index_topk": ("--index-topk", "--json-model-override-args"), "kernels": ("--niah-kernels",)}
+    diffs = axis_differences(load_matrix(EXAMPLES / example))
+    assert diffs
+    for d in diffs:
+        for seg in d["argv"]:
+            assert seg.split()[0] in flag[d["axis"]], (example, d)
+        assert set(d["env"]) <= {"NIAH_INDEX_DTYPE", "NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
+                                 "SGLANG_OPT_USE_TILELANG_INDEXER"}, (example, d)
+
+
+def test_bf16_stock_is_not_an_arm():
+    m = parse_matrix(_fp8_bf16_matrix(kernels_axis=True), "m.toml")
+    assert "bf16-stock-k512" not in m.names() and len(m.names()) == 6
+    with pytest.raises(BadInput, match=r"m.toml:5: sglang: bf16 index keys run on kernels = \"niah\""):
+        parse_matrix('engine = "sglang"\nmodel_path = "M"\n[[config]]\nname = "a"\nkernels = "stock"\n'
+                     'index_dtype = "bf16"\n', "m.toml")
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--enable-hierarchical-cache"], "--enable-hierarchical-cache is not supported with bf16/niah"),
+    (["--enable-hicache"], "--enable-hierarchical-cache is not supported"),
+    (["--enable-hisparse"], "--enable-hisparse is not supported"),
+    (["--dcp-size", "2"], "--dcp-size is not supported"),
+    (["--enable-dsa-cache-layer-split"], "--enable-dsa-cache-layer-split is not supported"),
+    (["--enable-kv-cache-sharding"], "--enable-kv-cache-sharding is not supported"),
+    (["--speculative-algorithm", "NEXTN"], "--speculative-algorithm NEXTN (speculative decoding / MTP)"),
+])
+def test_unsupported_sglang_features_are_refused_before_anything_starts(args, what):
+    m = parse_matrix('engine = "sglang"\nmodel_path = "M"\nargs = ' + json.dumps(args)
+                     + '\n[axes]\nindex_dtype = ["fp8", "bf16"]\n', "m.toml")
+    with pytest.raises(BadInput, match="bf16 .line 4.: sglang: " + re.escape(what)):
+        matrix_commands(m)
+    assert matrix_commands(parse_matrix('engine = "sglang"\nmodel_path = "M"\nkernels = "stock"\nargs = '
+                                        + json.dumps(args) + '\n[[config]]\nname = "fp8"\n', "m.toml"))
 
 
 def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):
@@ -173,9 +261,11 @@ def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert r.returncode == 0, r.stderr
-    for name in ("fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"):
+    for name in SGLANG_ARMS:
         assert f"# {name}  [sglang]" in r.stdout
-    assert r.stdout.count("--json-model-override-args") == 4
+    assert r.stdout.count("--json-model-override-args '") == 6
+    assert ("# index_dtype: fp8-niah-k512 -> bf16-niah-k512: --niah-index-dtype fp8 -> --niah-index-dtype bf16; "
+            "NIAH_INDEX_DTYPE=fp8 -> NIAH_INDEX_DTYPE=bf16") in r.stdout
     assert not (tmp_path / "run").exists()
 
 

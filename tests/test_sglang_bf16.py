@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from niah.serving.sglang import bf16_cache, replacements
-from niah.serving.sglang.plugin import _replacements
+from niah.serving.sglang.plugin import all_patches
 from sglang_source import load_function, sglang_wheel
 
 IKC = "sglang.srt.mem_cache.index_key_cache.IndexKeyCache"
@@ -38,10 +38,10 @@ def _pool(layers=2):
 def _bf16_class(base):
     """base with the plugin's bf16 IndexKeyCache replacements, applied from its patch table."""
     cls = type("IndexKeyCacheBF16", (base,), {})
-    for target, (when, factory) in _replacements().items():
-        if target.startswith(IKC + ".") and when == "bf16":
-            name = target.rsplit(".", 1)[1]
-            setattr(cls, name, factory(getattr(base, name)))
+    for p in all_patches():
+        if p.target.startswith(IKC + ".") and p.when == "bf16":
+            name = p.target.rsplit(".", 1)[1]
+            setattr(cls, name, p.factory(getattr(base, name)))
     return cls
 
 

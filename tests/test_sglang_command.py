@@ -28,16 +28,16 @@ def _cfg(dtype, k, **kw):
 @pytest.mark.parametrize("k", [512, 1024])
 def test_matrix_command_lines(dtype, k):
     argv, env = build_sglang_command(_cfg(dtype, k))
-    expected = [PY, "-m", "niah.serving.sglang", "--niah-index-dtype", dtype,
+    kernels = "niah" if dtype == "bf16" else "stock"  # the defaults: bf16 implies niah
+    expected = [PY, "-m", "niah.serving.sglang", "--niah-index-dtype", dtype, "--niah-kernels", kernels,
                 "--model-path", "deepseek-ai/DeepSeek-V3.2-Exp", "--tp-size", "8",
                 "--host", "127.0.0.1", "--port", "31234",
                 "--json-model-override-args", json.dumps({"index_topk": k}),
-                "--dsa-topk-backend", "torch"]
-    expected_env = {"NIAH_INDEX_DTYPE": dtype, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1",
-                    "SGLANG_OPT_USE_TILELANG_INDEXER": "0", "SGLANG_DSA_FUSE_TOPK": "false"}
-    if dtype == "bf16":
-        expected.append("--disable-prefill-cuda-graph")
-        expected_env["SGLANG_DISABLE_DSA_INDEXER_FUSION"] = "1"
+                "--dsa-topk-backend", "torch", "--disable-prefill-cuda-graph"]
+    expected_env = {"NIAH_INDEX_DTYPE": dtype, "NIAH_KERNELS": kernels, "SGLANG_DSA_FUSE_TOPK": "false",
+                    "SGLANG_DISABLE_DSA_INDEXER_FUSION": "1"}
+    if kernels == "niah":  # route V4's C4 indexer to the function niah replaces; stock forces nothing
+        expected_env.update(SGLANG_FP8_PAGED_MQA_LOGITS_TORCH="1", SGLANG_OPT_USE_TILELANG_INDEXER="0")
     assert argv == expected
     assert env == expected_env
     line = format_command(argv, env)
@@ -63,6 +63,9 @@ def test_model_default_topk_adds_no_override():
     (dict(index_topk=0), "index_topk"), (dict(tp=0), "tp"), (dict(port=70000), "port"),
     (dict(model_path=""), "model_path"),
     (dict(extra_args=["--json-model-override-args", "{}"]), "--json-model-override-args"),
+    (dict(index_dtype="bf16", kernels="stock"), "bf16 index keys run on niah's kernels"),
+    (dict(kernels="deepgemm"), "kernels"),
+    (dict(extra_args=["--enable-hicache"], kernels="niah"), "HiCache"),
 ])
 def test_bad_configuration_is_one_clear_error(bad, field):
     kw = dict(model_path="m", index_dtype="fp8", index_topk=512) | bad
@@ -86,8 +89,8 @@ def test_every_flag_and_env_var_exists_in_sglang_0_5_23():
     fields = _sglang_fields(wheel)
     with zipfile.ZipFile(wheel) as z:
         environ = z.read("sglang/srt/environ.py").decode()
-    for dtype in ("fp8", "bf16"):
-        argv, env = build_sglang_command(_cfg(dtype, 512))
+    for dtype, kernels in (("fp8", "stock"), ("fp8", "niah"), ("bf16", "niah")):
+        argv, env = build_sglang_command(_cfg(dtype, 512, kernels=kernels))
         flags = [a for a in argv[3:] if a.startswith("--") and not a.startswith("--niah-")]
         for flag in flags:
             assert flag[2:].replace("-", "_") in fields, f"{flag} is not an SGLang 0.5.23 server argument"
@@ -99,8 +102,9 @@ def test_every_flag_and_env_var_exists_in_sglang_0_5_23():
 
 
 def test_split_niah_args():
-    assert split_niah_args(["--niah-index-dtype", "bf16", "--port", "1"]) == ("bf16", ["--port", "1"])
-    assert split_niah_args(["--port", "1", "--niah-index-dtype=fp8"]) == ("fp8", ["--port", "1"])
+    assert split_niah_args(["--niah-index-dtype", "bf16", "--port", "1"]) == ("bf16", None, ["--port", "1"])
+    assert split_niah_args(["--port", "1", "--niah-index-dtype=fp8", "--niah-kernels", "niah"]) == (
+        "fp8", "niah", ["--port", "1"])
     with pytest.raises(BadInput):
         split_niah_args(["--niah-index-dtype"])
 
@@ -127,3 +131,42 @@ def test_importing_the_plugin_package_imports_neither_sglang_nor_torch():
             "print('torch' in sys.modules, 'sglang' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("args, first", [
+    (["--niah-index-dtype", "bf16", "--enable-hicache"], "niah: error: --enable-hierarchical-cache is not supported"),
+    (["--niah-index-dtype", "bf16", "--speculative-algorithm", "EAGLE"], "niah: error: --speculative-algorithm EAGLE"),
+    (["--niah-index-dtype", "fp8", "--niah-kernels", "niah", "--decode-context-parallel-size", "2"],
+     "niah: error: --dcp-size is not supported with fp8/niah"),
+    (["--niah-index-dtype", "bf16", "--json-model-override-args", '{"index_kpool": 4}'],
+     "niah: error: index_kpool 4 is not supported"),
+    (["--niah-index-dtype", "bf16", "--niah-kernels", "stock"], "niah: error: bf16 index keys run on niah's kernels"),
+])
+def test_launch_entry_refuses_what_the_arm_cannot_serve_before_anything_loads(args, first):
+    r = _run([*args, "--model-path", "x"])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith(first), r.stderr
+
+
+def test_a_failure_while_patching_is_refused_naming_the_symbol():
+    """apply_all turns any exception (here: the real import of an SGLang module that is
+    not installed) into one PluginRefused line naming the symbol."""
+    from niah.serving.sglang.plugin import PluginRefused, apply_all, patches_for
+
+    patch = next(p for p in patches_for("bf16", "niah") if p.target.endswith("IndexKeyCache.move"))
+    with pytest.raises(PluginRefused) as e:
+        apply_all([patch])
+    msg = str(e.value)
+    assert msg.startswith("patching sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move failed: "
+                          "ModuleNotFoundError") and "\n" not in msg
+
+
+def test_plugin_entry_point_exits_on_any_failure_in_one_line():
+    """SGLang's loader swallows plugin exceptions; the entry point must not let any through."""
+    code = ("import niah.serving.sglang.plugin as p\n"
+            "def boom(*a):\n    raise RuntimeError('half-patched sglang.srt.x.y')\n"
+            "p.install = boom\np.sglang_plugin()\nprint('served anyway')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=os.environ | {"NIAH_INDEX_DTYPE": "bf16"})
+    assert r.returncode == 2 and "served anyway" not in r.stdout
+    assert r.stderr.strip() == "niah: error: RuntimeError: half-patched sglang.srt.x.y"

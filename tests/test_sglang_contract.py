@@ -9,7 +9,7 @@ import pytest
 
 from niah.serving.sglang.contract import (
     PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
-from niah.serving.sglang.plugin import _replacements, patch_targets
+from niah.serving.sglang.plugin import all_patches, patch_targets
 from sglang_source import extract_tree, sglang_wheel
 
 MODULES = sorted({p.module for p in PATCH_POINTS})
@@ -63,14 +63,15 @@ def test_removed_parameter_fails_naming_symbol(tree):
           "    ) -> None:\n        \"\"\"\n        Store DSA")
     report = check_contract(AstSource(tree))
     assert not report.ok
-    assert any(p.startswith(f"signature changed: {mod}.Indexer._store_index_k_cache") for p in report.problems), report.problems
+    assert any(p.startswith(f"{mod.replace('.', '/')}.py:1806: signature changed: {mod}.Indexer._store_index_k_cache")
+               for p in report.problems), report.problems
 
 
 def test_renamed_method_in_class_fails(tree):
     mod = "sglang.srt.mem_cache.index_key_cache"
-    _edit(tree, mod, "def _buffer_shape(", "def _buffer_shape_v2(")
+    _edit(tree, mod, "def move(", "def move_v2(")
     report = check_contract(AstSource(tree), points_for("bf16"))
-    assert f"missing symbol {mod}.IndexKeyCache._buffer_shape" in report.summary()
+    assert f"missing symbol {mod}.IndexKeyCache.move" in report.summary()
     # fp8 mode does not touch the key buffer, so it still fits
     assert check_contract(AstSource(tree), points_for("fp8")).ok
 
@@ -94,13 +95,20 @@ def test_other_version_is_refused_by_name(tree):
 def test_missing_module_fails(tree):
     (tree / "sglang/srt/layers/attention/dsv4/indexer.py").unlink()
     report = check_contract(AstSource(tree))
-    assert any(p.startswith("missing symbol sglang.srt.layers.attention.dsv4.indexer.") for p in report.problems)
+    assert any(p.startswith("sglang/srt/layers/attention/dsv4/indexer.py: module missing: missing symbol "
+                            "sglang.srt.layers.attention.dsv4.indexer.") for p in report.problems), report.problems
 
 
 def test_every_patch_is_a_contract_point_and_back():
     contract = {p.target for p in PATCH_POINTS if p.action in ("replace", "wrap")}
-    assert set(_replacements()) == contract
-    assert set(patch_targets("fp8")) < set(patch_targets("bf16"))
+    assert {p.target for p in all_patches()} == contract
+    assert set(patch_targets("fp8", "stock")) <= set(patch_targets("fp8", "niah")) < set(patch_targets("bf16"))
+    # stock replaces no logits kernel: its resolver patches only count calls
+    stock = [p for p in all_patches() if p.when in ("always", "fp8", "stock")]
+    assert not any("fp8_paged_mqa_logits_torch" in p.target for p in stock)
+    assert {p.target for p in all_patches() if p.when == "stock"} == {
+        "sglang.srt.layers.attention.dsa.utils.resolve_fp8_paged_mqa_logits_fn",
+        "sglang.srt.layers.attention.dsa.utils.resolve_fp8_mqa_logits_fn"}
 
 
 def _params(fn) -> tuple[str, ...]:
@@ -110,12 +118,14 @@ def _params(fn) -> tuple[str, ...]:
 def test_replacements_keep_the_replaced_signatures():
     """What SGLang calls must accept the same arguments as the original (contract params)."""
     by_target = {p.target: p for p in PATCH_POINTS}
-    for target, (_, factory) in _replacements().items():
-        point = by_target[target]
+    for patch in all_patches():
+        point = by_target[patch.target]
         if point.params is None:
             continue
         original = lambda *a, **k: None  # noqa: E731  (wrappers only close over it)
-        assert _params(factory(original)) == point.params, target
+        got = _params(patch.factory(original))
+        # pass-through counters take anything and hand it on unchanged
+        assert got == point.params or got == ("args", "kwargs"), patch.target
 
 
 def test_live_source_runs_the_same_check_on_imported_modules():
@@ -136,8 +146,12 @@ def test_live_source_runs_the_same_check_on_imported_modules():
            PatchPoint(mod, "no_such_function", None, "uses", "always", "t"),
            PatchPoint("niah.no_such_module", "f", None, "uses", "always", "t")]
     problems = check_contract(live, bad).problems
-    assert problems[0].startswith(f"signature changed: {mod}.indexer_get_topk_paged")
-    assert problems[1].startswith(f"missing symbol {mod}.no_such_function")
+    import re
+
+    assert re.search(r"replacements\.py:\d+: signature changed: " + re.escape(
+        f"{mod}.indexer_get_topk_paged expected (self, forward_batch), found "
+        "(self, forward_batch, layer_id, q_fp8, weights, metadata)") + "$", problems[0]), problems[0]
+    assert problems[1].startswith(f"{mod}: missing symbol {mod}.no_such_function")
     assert problems[2].startswith("niah.no_such_module.f: cannot import niah.no_such_module")
 
 

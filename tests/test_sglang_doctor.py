@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from sglang_source import sglang_wheel
 
 
@@ -27,7 +29,7 @@ def test_doctor_bf16_only_points_and_bad_inputs(tmp_path):
     wheel = sglang_wheel()
     r = _doctor("--sglang-source", str(wheel), "--index-dtype", "bf16", "--points")
     assert r.returncode == 0 and "plugin contract OK" in r.stdout
-    assert "replace bf16   sglang.srt.mem_cache.index_key_cache.IndexKeyCache._buffer_shape" in r.stdout
+    assert "replace bf16   sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale" in r.stdout
     r = _doctor("--sglang-source", str(tmp_path / "nope.whl"))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not found" in r.stderr
     r = _doctor("--index-dtype", "fp16")
@@ -43,4 +45,118 @@ def test_doctor_fails_on_a_mismatched_source(tmp_path):
     f.write_text(f.read_text().replace("def get_k_and_scale(", "def get_keys_and_scales("))
     r = _doctor("--sglang-source", str(tree))
     assert r.returncode == 1
-    assert "missing symbol sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale" in r.stdout
+    assert ("contract break          sglang/srt/mem_cache/index_key_cache.py:107 (closest: get_keys_and_scales): "
+            "missing symbol sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale") in r.stdout
+
+
+# -- mutated copies of the real wheel: one test per kind of break ------------------------------
+WHEEL_PY: list = []
+
+
+def mutated_wheel(tmp_path, edits: dict[str, tuple[str, str]], version: str | None = None):
+    """A copy of the real 0.5.23 wheel (its Python sources and metadata; compiled
+    extensions left out: the contract reads source only) with `edits` applied:
+    {path in wheel: (old text, new text)}, and optionally another Version."""
+    import zipfile
+
+    if not WHEEL_PY:
+        with zipfile.ZipFile(sglang_wheel()) as z:
+            WHEEL_PY.extend((n, z.read(n)) for n in z.namelist() if n.endswith(".py") or ".dist-info/" in n)
+    out = tmp_path / "sglang-0.5.23-py3-none-any.whl"
+    seen = set()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name, data in WHEEL_PY:
+            if name in edits:
+                old, new = edits[name]
+                text = data.decode()
+                assert old in text, f"{old!r} not in {name}"
+                data = text.replace(old, new, 1).encode()
+                seen.add(name)
+            if version and name.endswith(".dist-info/METADATA"):
+                data = data.decode().replace("Version: 0.5.23", f"Version: {version}", 1).encode()
+            z.writestr(name, data)
+    assert seen == set(edits)
+    return out
+
+
+def _breaks(r) -> list[str]:
+    assert r.returncode == 1, r.stdout + r.stderr
+    return [line.split(None, 2)[2] for line in r.stdout.splitlines() if line.startswith("contract break")]
+
+
+DSA_IDX = "sglang/srt/layers/attention/dsa/dsa_indexer.py"
+
+
+def test_mutated_wheel_new_direct_deep_gemm_call_next_to_the_resolver(tmp_path):
+    """A caller change the symbol checks cannot see: decode calls DeepGEMM directly."""
+    old = "                return resolve_fp8_paged_mqa_logits_fn()("
+    new = ("                import deep_gemm\n\n                deep_gemm.fp8_paged_mqa_logits(q_fp8, kv_cache_fp8, weights)\n"
+           + old)
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{DSA_IDX}:1351: new call site: Indexer._get_topk_paged._chunked_fp8_paged_mqa_logits "
+                          "calls fp8_paged_mqa_logits"), brk
+
+
+def test_mutated_wheel_scale_bytes_changed(tmp_path):
+    ikc = "sglang/srt/mem_cache/index_key_cache.py"
+    whl = mutated_wheel(tmp_path, {ikc: ("pool.index_head_dim // pool.quant_block_size * 4", "pool.index_head_dim // pool.quant_block_size * 8")})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{ikc}:40: layout changed: sglang.srt.mem_cache.index_key_cache.IndexKeyCache._buffer_shape"), brk
+
+
+def test_mutated_wheel_quant_block_changed(tmp_path):
+    mp = "sglang/srt/mem_cache/memory_pool.py"
+    whl = mutated_wheel(tmp_path, {mp: ("    quant_block_size = 128\n", "    quant_block_size = 64\n")})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{mp}:5280: layout changed: sglang.srt.mem_cache.memory_pool.DSATokenToKVPool.quant_block_size"), brk
+
+
+def test_mutated_wheel_accounting_row_changed(tmp_path):
+    pc = "sglang/srt/model_executor/pool_configurator.py"
+    whl = mutated_wheel(tmp_path, {pc: ("index_head_dim + index_head_dim // DSATokenToKVPool.quant_block_size * 4,\n            get_dsa_index_kpool",
+                                        "index_head_dim + 8,\n            get_dsa_index_kpool")})
+    brks = _breaks(_doctor("--sglang-source", str(whl)))
+    assert any(b.startswith(f"{pc}:560: layout changed: ") and "132 bytes a token" in b for b in brks), brks
+
+
+def test_mutated_wheel_page_size_changed(tmp_path):
+    whl = mutated_wheel(tmp_path, {DSA_IDX: ("block_tables = metadata.get_page_table_64()", "block_tables = metadata.get_page_table_1()")})
+    brks = _breaks(_doctor("--sglang-source", str(whl)))
+    assert any(b.startswith(f"{DSA_IDX}:1219: layout changed: ") and "get_page_table_64()" in b for b in brks), brks
+
+
+def test_mutated_wheel_removed_parameter_names_file_and_line(tmp_path):
+    old = "        out_cache_loc: Optional[torch.Tensor] = None,\n    ) -> None:\n        \"\"\"\n        Store DSA"
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, "    ) -> None:\n        \"\"\"\n        Store DSA")})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{DSA_IDX}:1806: signature changed: sglang.srt.layers.attention.dsa.dsa_indexer."
+                          "Indexer._store_index_k_cache"), brk
+
+
+def test_mutated_wheel_dropped_reference_names_file_and_line(tmp_path):
+    utils = "sglang/srt/layers/attention/dsa/utils.py"
+    whl = mutated_wheel(tmp_path, {utils: ("    if _use_torch_mqa_logits():\n        return _fp8_paged_mqa_logits_torch",
+                                           "    if False:\n        return _fp8_paged_mqa_logits_torch")})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{utils}:457: sglang.srt.layers.attention.dsa.utils.resolve_fp8_paged_mqa_logits_fn "
+                          "no longer references _use_torch_mqa_logits"), brk
+
+
+def test_mutated_wheel_renamed_symbol_names_where_it_went(tmp_path):
+    utils = "sglang/srt/layers/attention/dsa/utils.py"
+    whl = mutated_wheel(tmp_path, {utils: ("def resolve_fp8_mqa_logits_fn(", "def resolve_fp8_mqa_logits_fn_v2(")})
+    brks = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brks[0].startswith(f"{utils}:499 (closest: resolve_fp8_mqa_logits_fn_v2): missing symbol "
+                              "sglang.srt.layers.attention.dsa.utils.resolve_fp8_mqa_logits_fn"), brks
+
+
+@pytest.mark.parametrize("version, ok", [("0.5.23.post1", True), ("0.5.23+cu130", True),
+                                         ("0.5.23.post2+cu129", True), ("0.5.24", False), ("0.5.23rc1", False)])
+def test_any_0_5_23_build_is_accepted_other_versions_refused(tmp_path, version, ok):
+    whl = mutated_wheel(tmp_path, {}, version=version)
+    r = _doctor("--sglang-source", str(whl))
+    if ok:
+        assert r.returncode == 0 and f"plugin contract OK: sglang {version}" in r.stdout, r.stdout
+    else:
+        assert _breaks(r) == [f"version {version} is not a supported version"]

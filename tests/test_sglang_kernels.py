@@ -20,7 +20,8 @@ def results():
     from sglang_source import sglang_wheel
 
     sglang_wheel()  # fail clearly (make setup) before spawning
-    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": str(HERE)}
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)  # keep this checkout first
+    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": path}
     r = subprocess.run([sys.executable, str(HERE / "sglang_interp_worker.py")], capture_output=True,
                        text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -45,3 +46,7 @@ def test_bf16_keys_are_closer_to_unquantised_scores_than_fp8(results):
 def test_bundled_store_kernel_writes_what_the_torch_path_writes(results):
     assert results["store_kernel_changed_buffer"]
     assert results["store_kernel_equals_torch"]
+
+
+def test_plugin_topk_selects_what_sglang_unfused_topk_selects(results):
+    assert results["topk_equal_sglang"] and results["topk_equal_sglang_row_starts"]

@@ -75,10 +75,11 @@ def compare_cmd(
     from niah.report.baseline import load_side
     from niah.report.compare import compare, rows_markdown
 
-    manifest_a, fa, wa = load_side(run_a)
+    ma, fa, wa = load_side(run_a)
+    mb = ma
     if run_b is None:
         fb, wb = fa, wa
-        names = config_order(manifest_a, fa)
+        names = config_order(ma, fa)
         if not (a and b):
             if len(names) != 2:
                 raise BadInput(f"{run_a} has configurations {names}; name the two to compare with --a and --b")
@@ -93,9 +94,13 @@ def compare_cmd(
         if ca == cb:
             raise BadInput("--a and --b name the same configuration")
     else:
-        _, fb, wb = load_side(run_b)
+        mb, fb, wb = load_side(run_b)
         ca = _pick(list(dict.fromkeys(fa["config"])), a, str(run_a), "--a")
         cb = _pick(list(dict.fromkeys(fb["config"])), b, str(run_b), "--b")
+    from niah.attestation import check_configs
+
+    check_configs(ma, [ca], str(run_a))  # an attestation that contradicts its label: exit 2
+    check_configs(mb, [cb], str(run_b or run_a))
     da, db = fa[fa["config"] == ca], fb[fb["config"] == cb]
     rows, method = compare(da, db, ["length"], alpha)
     name_a = f"A: {ca}" if run_b is None else f"A: {run_a.name}/{ca}"

@@ -85,6 +85,9 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
             })
         data["configs"][name] = {"model": infos[name].model, "axes": infos[name].axes,
                                  "summary": _summary(d), "trials": trials}
+        attestation = ((manifest.get("configs") or {}).get(name) or {}).get("attestation")
+        if attestation:
+            data["configs"][name]["attestation"] = attestation
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -113,7 +116,9 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
                 raise BadInput(f"{path}: trial record of {name!r} lacks one of {_TRIAL_FIELDS}")
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model")})
     manifest = {"created": (data.get("source") or {}).get("created"), "git_sha": (data.get("source") or {}).get("git_sha"),
-                "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {}} for n, c in configs.items()}}
+                "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {},
+                                **({"attestation": c["attestation"]} if c.get("attestation") else {})}
+                            for n, c in configs.items()}}
     return manifest, records
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from niah.attestation import check_configs
 from niah.errors import BadInput
 from niah.report.compare import ALL, Row, compare
 
@@ -112,10 +113,12 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         raise BadInput(f"--alpha must be in (0, 1), got {alpha}")
     if not 0 <= max_error_rate <= 1:
         raise BadInput(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
-    _, base, bwhat = load_side(baseline)
-    _, cand, cwhat = load_side(candidate)
+    bman, base, bwhat = load_side(baseline)
+    cman, cand, cwhat = load_side(candidate)
     res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate)
     res.config_map = _match_configs(base, cand, config)
+    check_configs(bman, res.config_map.values(), bwhat)  # attestation contradicts label: exit 2
+    check_configs(cman, res.config_map.keys(), cwhat)
     overlap_any = False
     for cname, bname in res.config_map.items():
         b = base[base["config"] == bname]

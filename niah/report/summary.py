@@ -148,6 +148,11 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
         ("depths", ", ".join(style.fmt_depth(d) for d in depths)),
     ]
     out.append("\n".join(f"- **{k}**: {v}" for k, v in meta if v not in (None, "")) + "\n")
+    from niah.attestation import report_section
+
+    attested = report_section(manifest, infos)
+    if attested:
+        out.append(attested)
     out.append("Recall = correct / answered trials; `error` trials (outages) are counted apart and never as misses. "
                f"Intervals are 95% Wilson; tests use alpha = {alpha:g}.\n")
 

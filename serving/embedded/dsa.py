@@ -34,6 +34,17 @@ import torch.nn.functional as F
 
 from niah.kernels.quant import INDEX_DTYPES, store_roundtrip
 from niah.serving.embedded.model import LayerCache, dense_attention
+from niah.serving.sglang import attest
+
+# Bytes one stored index key takes per kv head (fp8: values + one fp32 scale).
+KEY_BYTES = {"fp8": lambda d: d + 4, "bf16": lambda d: 2 * d, "fp32": lambda d: 4 * d}
+
+
+def attestation() -> dict | None:
+    """What this process's indexer ran (the same record SGLang's plugin reports), or None
+    when no DSA indexer was configured (dense attention)."""
+    snap = attest.snapshot()
+    return snap if snap["index_dtype"] else None
 
 TILE = 256      # key columns per indexer step (the dot products of one tile stay in cache)
 
@@ -48,6 +59,7 @@ class DSA:
         if topk < 1 or window < 0 or chunk < 1:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
+        attest.configure(index_dtype, "torch")
         self._raw = self._tile = self._sum = self._mask = None
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).
@@ -58,6 +70,8 @@ class DSA:
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
         """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back."""
         T = k.shape[2]
+        attest.record("store", self.index_dtype)
+        attest.set_pool_bytes(k.shape[1] * KEY_BYTES[self.index_dtype](k.shape[3]))
         cache.idx_k[:, start:start + T] = store_roundtrip(k[0], self.index_dtype)
 
     # -- the indexer --------------------------------------------------------------------
@@ -120,7 +134,9 @@ class DSA:
             mask.zero_()
         else:
             scores = self.index_scores(q, idx_k, bufs, p0)          # [C, S]; stale where s > p
+            attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.index_dtype)
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
+            attest.record("topk", "torch")
             top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
             mask.fill_(float("-inf")).scatter_(1, top, 0.0)
             if self.window > 0:

@@ -226,6 +226,8 @@ def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
 
 # -- the app -----------------------------------------------------------------------------
 def create_app(engine: Engine):
+    from niah.serving.embedded.dsa import attestation as dsa_attestation
+
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
@@ -267,7 +269,7 @@ def create_app(engine: Engine):
         return {"model": engine.model_id, "max_model_len": engine.max_len, **engine.cfg.describe(),
                 "niah_extensions": ["needle_span"], "threads": engine.cfg.threads,
                 "load_s": round(engine.load_s, 3), "weights_from_cache": engine.from_cache,
-                "n_layers": engine.model.args.n_layer}
+                "n_layers": engine.model.args.n_layer, "niah_attestation": dsa_attestation()}
 
     @app.get("/health")
     async def health():

@@ -1,9 +1,13 @@
-"""Launch entry: `python -m niah.serving.sglang [--niah-index-dtype fp8|bf16] <sglang args>`.
+"""Launch entry: `python -m niah.serving.sglang [--niah-index-dtype fp8|bf16]
+[--niah-kernels stock|niah] <sglang args>`.
 
-Installs niah's plugin (contract check first; refuses with one line and exit 2 if the
-installed SGLang does not match), exports NIAH_INDEX_DTYPE so SGLang's spawned
-processes install it too (through the `sglang.srt.plugins` entry point), then runs
-SGLang's own `sglang.launch_server` with the remaining arguments.
+Refuses, with one line and exit 2 before anything loads, SGLang arguments the arm cannot
+serve (command.refusal: HiCache, HiSparse, decode-context parallel, layer-split and
+page-interleave pools, index_kpool > 1, speculative decoding with bf16 keys). Installs
+niah's plugin (contract check first; refuses if the installed SGLang does not match),
+exports NIAH_INDEX_DTYPE / NIAH_KERNELS so SGLang's spawned processes install it too
+(through the `sglang.srt.plugins` entry point), then runs SGLang's own
+`sglang.launch_server` with the remaining arguments.
 """
 
 from __future__ import annotations
@@ -15,40 +19,51 @@ import sys
 from niah.errors import BadInput, NiahError
 
 NIAH_FLAG = "--niah-index-dtype"
+KERNELS_FLAG = "--niah-kernels"
 
 
-def split_niah_args(argv: list[str]) -> tuple[str, list[str]]:
-    """(index dtype, argv without niah's flags). Default dtype: $NIAH_INDEX_DTYPE or fp8."""
-    dtype = os.environ.get("NIAH_INDEX_DTYPE") or "fp8"
+def split_niah_args(argv: list[str]) -> tuple[str, str | None, list[str]]:
+    """(index dtype, kernels or None, argv without niah's flags). Defaults:
+    $NIAH_INDEX_DTYPE or fp8; $NIAH_KERNELS or None (the dtype's default)."""
+    found = {NIAH_FLAG: os.environ.get("NIAH_INDEX_DTYPE") or "fp8",
+             KERNELS_FLAG: os.environ.get("NIAH_KERNELS") or None}
     rest: list[str] = []
     it = iter(range(len(argv)))
     for i in it:
         a = argv[i]
-        if a == NIAH_FLAG:
-            if i + 1 >= len(argv):
-                raise BadInput(f"{NIAH_FLAG} needs a value (fp8 or bf16)")
-            dtype = argv[i + 1]
-            next(it)
-        elif a.startswith(NIAH_FLAG + "="):
-            dtype = a.split("=", 1)[1]
-        else:
+        flag = next((f for f in found if a == f or a.startswith(f + "=")), None)
+        if flag is None:
             rest.append(a)
-    return dtype, rest
+        elif a == flag:
+            if i + 1 >= len(argv):
+                raise BadInput(f"{flag} needs a value")
+            found[flag] = argv[i + 1]
+            next(it)
+        else:
+            found[flag] = a.split("=", 1)[1]
+    return found[NIAH_FLAG], found[KERNELS_FLAG], rest
 
 
 def main(argv: list[str] | None = None) -> None:
-    from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, entry_point_registered, install
+    from niah.serving.sglang.command import refusal
+    from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, check_arm, default_kernels, entry_point_registered, install
 
     try:
-        dtype, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
+        dtype, kernels, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
         if dtype not in SGLANG_INDEX_DTYPES:
             raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
+        kernels = kernels or default_kernels(dtype)
+        check_arm(dtype, kernels)
+        problem = refusal(dtype, kernels, rest)
+        if problem:
+            raise BadInput(problem)
         if not entry_point_registered():
             raise BadInput("niah is not pip-installed in this Python environment, so SGLang's "
                            "model processes would start without its plugin; run "
                            "`pip install -e <niah checkout>` here first")
         os.environ["NIAH_INDEX_DTYPE"] = dtype
-        install(dtype)
+        os.environ["NIAH_KERNELS"] = kernels
+        install(dtype, kernels)
     except NiahError as e:
         print(f"niah: error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)

@@ -15,142 +15,25 @@ import ast
 import importlib
 import inspect
 import re
+import textwrap
 import types
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
 
+from niah.serving.sglang.patch_points import (  # noqa: F401  (re-exported: the contract's data)
+    FAMILY_POINTS, PATCH_POINTS, SERVER_POINTS, V4_POINTS, V32_POINTS, PatchPoint, points_for)
+
 SUPPORTED_VERSIONS = ("0.5.23",)
-
-_DSA = "sglang.srt.layers.attention.dsa"
-_DSV4 = "sglang.srt.layers.attention.dsv4"
+_VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)(\.post\d+)?(\+[A-Za-z0-9.]+)?$")
 
 
-@dataclass(frozen=True)
-class PatchPoint:
-    """One symbol the plugin touches.
+def supported_version(version: str) -> bool:
+    """Any build of a supported release: 0.5.23, 0.5.23.post1, 0.5.23+cu130 (not rc/dev)."""
+    m = _VERSION_RE.match(version or "")
+    return bool(m) and m.group(1) in SUPPORTED_VERSIONS
 
-    module: dotted module path; qualname: `func` or `Class.method`;
-    params: the expected parameter names in order (None: only existence is checked);
-    references: names (identifiers or attribute names) the body must mention;
-    action: what the plugin does with it ("replace", "wrap", "uses");
-    when: "always" or "bf16" (only needed with bf16 index keys);
-    why: one line for docs and error messages.
-    """
-
-    module: str
-    qualname: str
-    params: tuple[str, ...] | None
-    action: str
-    when: str
-    why: str
-    references: tuple[str, ...] = ()
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.qualname}"
-
-
-PATCH_POINTS: tuple[PatchPoint, ...] = (
-    # -- plugin loading: SGLang runs entry-point plugins in every process it spawns.
-    PatchPoint("sglang.srt.plugins", "load_plugins", (), "uses", "always",
-               "SGLang's entry-point plugin loader (group sglang.srt.plugins)",
-               ("load_plugins_by_group", "GENERAL_PLUGINS_GROUP")),
-    PatchPoint("sglang.srt.managers.scheduler", "run_scheduler_process",
-               ("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank",
-                "pipe_writer", "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
-               "uses", "always", "scheduler (model) processes load plugins before the model",
-               ("load_plugins",)),
-    # -- DeepSeek-V3.2 (DSA): kernel resolvers (decode paged logits, prefill ragged logits).
-    PatchPoint(f"{_DSA}.utils", "resolve_fp8_paged_mqa_logits_fn", (), "replace", "always",
-               "picks DeepGEMM fp8_paged_mqa_logits or the torch fallback; niah returns its kernel",
-               ("_use_torch_mqa_logits", "fp8_paged_mqa_logits")),
-    PatchPoint(f"{_DSA}.utils", "resolve_fp8_mqa_logits_fn", (), "replace", "always",
-               "picks DeepGEMM fp8_mqa_logits (prefill); niah returns its kernel",
-               ("_use_torch_mqa_logits", "fp8_mqa_logits")),
-    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._get_topk_ragged",
-               ("self", "enable_dual_stream", "forward_batch", "layer_id", "q_fp8", "weights",
-                "metadata", "topk_result"),
-               "uses", "always", "prefill reads keys via get_index_k_scale_buffer, then the resolver",
-               ("get_index_k_scale_buffer", "resolve_fp8_mqa_logits_fn", "topk_transform")),
-    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._get_topk_paged",
-               ("self", "forward_batch", "layer_id", "q_fp8", "weights", "metadata"),
-               "replace", "bf16",
-               "decode: views the key cache as 132-byte fp8 rows; niah reads bf16 pages instead",
-               ("resolve_fp8_paged_mqa_logits_fn", "get_page_table_64", "get_seqlens_int32",
-                "get_dsa_extend_len_cpu", "_mask_init_and_local_tokens", "topk_transform",
-                "index_page_size", "paged_mqa_ctx_lens_2d")),
-    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._store_index_k_cache",
-               ("self", "forward_batch", "layer_id", "key", "act_quant", "out_cache_loc"),
-               "replace", "bf16", "stores index keys (fp8 quantise); niah stores them unquantised",
-               ("get_token_to_kv_pool", "set_index_k_scale_buffer")),
-    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._mask_init_and_local_tokens",
-               ("self", "logits", "lengths", "row_starts"), "uses", "bf16",
-               "called by niah's bf16 decode path, as by the original"),
-    PatchPoint(f"{_DSA}.dsa_indexer", "get_token_to_kv_pool", None, "uses", "bf16",
-               "the pool accessor the indexer module imports"),
-    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer.__init__", None, "uses", "bf16",
-               "sets use_dsa_indexer_fusion from SGLANG_DISABLE_DSA_INDEXER_FUSION",
-               ("use_dsa_indexer_fusion", "SGLANG_DISABLE_DSA_INDEXER_FUSION")),
-    # -- DeepSeek-V3.2 index-key pool: buffer shape, read/write, move, memory accounting.
-    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool.get_index_k_with_scale_buffer",
-               ("self", "layer_id"), "uses", "bf16", "per-layer key buffer (uint8 [pages, bytes])",
-               ("index_key_cache",)),
-    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool.get_index_k_scale_buffer",
-               ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
-               "uses", "bf16", "prefill gather goes through IndexKeyCache.get_k_and_scale",
-               ("get_k_and_scale",)),
-    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool._create_index_key_cache",
-               ("self",), "uses", "bf16", "the default pool builds the IndexKeyCache niah patches",
-               ("IndexKeyCache",)),
-    PatchPoint("sglang.srt.model_executor.pool_configurator", "DefaultPoolConfigurator._compute_cell_size",
-               ("self", "kvc", "num_layers"), "uses", "bf16",
-               "adds the indexer's per-token bytes to the KV cell size",
-               ("_compute_dsa_indexer_cell_size", "is_deepseek_dsa")),
-    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache._buffer_shape",
-               ("self", "num_pages"), "replace", "bf16",
-               "allocates (pages, 64 x 132) bytes; niah allocates (pages, 64 x 256)",
-               ("index_head_dim", "quant_block_size")),
-    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.get_k_and_scale",
-               ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
-               "replace", "bf16", "gathers fp8 keys + scales for prefill; niah gathers bf16 keys"),
-    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.store_quantized",
-               ("self", "layer_id", "loc", "index_k", "index_k_scale"), "replace", "bf16",
-               "fp8 writes into a bf16 cache would corrupt it; niah refuses them"),
-    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.move",
-               ("self", "tgt_loc", "src_loc"), "replace", "bf16",
-               "moves keys then scales; niah moves 256-byte bf16 keys"),
-    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache._kernel_view",
-               ("self", "buffer"), "uses", "bf16", "the per-page view the kernels get"),
-    PatchPoint("sglang.srt.model_executor.pool_configurator",
-               "DefaultPoolConfigurator._compute_dsa_indexer_cell_size",
-               ("self", "kvc", "num_layers", "allocate_all_layers"), "wrap", "bf16",
-               "per-token accounting: (128 + 4) bytes x layers; niah makes it 256 x layers",
-               ("quant_block_size", "index_k_with_scale_buffer_dtype")),
-    # -- DeepSeek-V4 (C4 indexer): the torch paged-logits fallback niah takes over.
-    PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch",
-               ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
-                "deep_gemm_metadata", "max_seq_len", "clean_logits"),
-               "replace", "always", "V4 paged logits behind SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"),
-    PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch_sm120",
-               ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
-                "deep_gemm_metadata", "max_seq_len", "clean_logits"),
-               "replace", "always", "the same fallback on SM120"),
-    PatchPoint(f"{_DSV4}.indexer", "C4IndexerBackendMixin.forward_c4_indexer",
-               ("self", "x", "q_lora", "c4_indexer", "forward_batch", "alt_streams",
-                "enable_multi_stream", "q_lora_ready", "skip_compressor", "q_lora_quant"),
-               "uses", "always", "selects the torch fallback when SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set",
-               ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "fp8_paged_mqa_logits_torch",
-                "fp8_paged_mqa_logits_torch_sm120")),
-    PatchPoint("sglang.srt.mem_cache.deepseek_v4_memory_pool", "DeepSeekV4TokenToKVPool.__init__",
-               None, "wrap", "bf16", "bf16 keys are not implemented for V4: niah refuses there"),
-)
-
-
-def points_for(index_dtype: str) -> tuple[PatchPoint, ...]:
-    """The patch points needed for one index dtype ("fp8" or "bf16")."""
-    return tuple(p for p in PATCH_POINTS if p.when == "always" or p.when == index_dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,11 +42,13 @@ def points_for(index_dtype: str) -> tuple[PatchPoint, ...]:
 
 @dataclass
 class Symbol:
-    """What a source knows about one symbol: its parameters (None if not a function)
-    and the names its body mentions."""
+    """What a source knows about one symbol: its parameters (None if not a function),
+    the names its body mentions, where it is (file:line) and its normalised source."""
 
     params: tuple[str, ...] | None
     names: frozenset[str]
+    where: str | None = None
+    text: str = ""
 
 
 class SymbolSource(Protocol):
@@ -274,6 +159,28 @@ class AstSource:
             self._trees[module] = ast.parse(text) if text is not None else None
         return self._trees[module]
 
+    def module_file(self, module: str) -> str | None:
+        base = module.replace(".", "/")
+        for rel in (base + ".py", base + "/__init__.py"):
+            if self._read(rel) is not None:
+                return rel
+        return None
+
+    def files(self) -> dict[str, str]:
+        """Every sglang/**.py file (relative path -> text) that mentions a watched call."""
+        from niah.serving.sglang.contract_sites import WATCHED
+
+        if self._zip is not None:
+            names = [n for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py")]
+        else:
+            names = [str(p.relative_to(self.path)) for p in self.path.glob("sglang/**/*.py")]
+        out = {}
+        for n in names:
+            text = self._read(n) or ""
+            if any(w in text for w in WATCHED):
+                out[n] = text
+        return out
+
     def lookup(self, module: str, qualname: str) -> Symbol | None:
         tree = self._tree(module)
         if tree is None:
@@ -285,9 +192,29 @@ class AstSource:
             if node is None:
                 return None
             body = node.body if isinstance(node, ast.ClassDef) else []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return Symbol(_ast_params(node), _ast_names(node))
-        return Symbol(None, _ast_names(node))
+        where = f"{self.module_file(module)}:{node.lineno}"
+        params = _ast_params(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        return Symbol(params, _ast_names(node), where, ast.unparse(node))
+
+    def near(self, module: str, qualname: str) -> str:
+        """Where a missing symbol might have gone: the module file, and the closest name
+        defined where it should be (file:line), for the error message."""
+        import difflib
+
+        rel = self.module_file(module)
+        tree = self._tree(module)
+        if rel is None or tree is None:
+            return f"{module.replace('.', '/')}.py: module missing"
+        body: list[ast.stmt] = tree.body
+        parts = qualname.split(".")
+        for part in parts[:-1]:
+            node = _find_in_body(body, part)
+            if not isinstance(node, ast.ClassDef):
+                return f"{rel}:1"
+            body = node.body
+        defs = {n.name: n.lineno for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        close = difflib.get_close_matches(parts[-1], list(defs), n=1, cutoff=0.6)
+        return f"{rel}:{defs[close[0]]} (closest: {close[0]})" if close else f"{rel}:1"
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -343,9 +270,36 @@ class LiveSource:
                     return None
                 obj = getattr(obj, part)
         fn = inspect.unwrap(obj) if callable(obj) else obj
-        if inspect.isfunction(fn):
-            return Symbol(_live_params(fn), frozenset(_code_names(fn.__code__)))
-        return Symbol(None, frozenset())
+        if inspect.isfunction(fn) or inspect.isclass(fn):
+            try:
+                where = f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+                text = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+            except (OSError, TypeError, SyntaxError):
+                where, text = None, ""
+            if inspect.isclass(fn):
+                return Symbol(None, frozenset(), where, text)
+            return Symbol(_live_params(fn), frozenset(_code_names(fn.__code__)), where, text)
+        return Symbol(None, frozenset(), None, f"{qualname.split('.')[-1]} = {obj!r}")
+
+    def near(self, module: str, qualname: str) -> str:
+        return module
+
+    def files(self) -> dict[str, str]:
+        """The installed sglang package's files that mention a watched call."""
+        import importlib.util
+
+        from niah.serving.sglang.contract_sites import WATCHED
+
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            return {}
+        root = Path(list(spec.submodule_search_locations)[0]).parent
+        out = {}
+        for p in root.glob("sglang/**/*.py"):
+            text = p.read_text(encoding="utf-8", errors="replace")
+            if any(w in text for w in WATCHED):
+                out[str(p.relative_to(root))] = text
+        return out
 
 
 class ContractImportError(Exception):
@@ -366,6 +320,7 @@ class ContractReport:
     source: str
     checked: int = 0
     problems: list[str] = field(default_factory=list)
+    extra: str = ""  # what else was checked (layout constants, call sites)
 
     @property
     def ok(self) -> bool:
@@ -374,18 +329,38 @@ class ContractReport:
     def summary(self) -> str:
         v = self.version or "unknown version"
         if self.ok:
-            return f"plugin contract OK: sglang {v} ({self.checked} patch points, {self.source})"
+            return f"plugin contract OK: sglang {v} ({self.checked} patch points{self.extra}, {self.source})"
         head = (f"niah's SGLang plugin does not fit sglang {v} ({self.source}): "
                 f"{'; '.join(self.problems)}. Supported SGLang versions: "
                 f"{', '.join(SUPPORTED_VERSIONS)}")
         return head
 
 
-def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_POINTS) -> ContractReport:
-    """Check every patch point against `source`; collect every problem (not just the first)."""
+def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_POINTS,
+                   callers: bool | None = None) -> ContractReport:
+    """Check every patch point against `source`, then (for the plugin's own points, or
+    when `callers` is True) the layout constants and every call site of the index-key
+    pool and indexer kernels (contract_sites.py). Collects every problem; each names the
+    file and line where SGLang's source says so."""
+    from niah.serving.sglang.contract_sites import check_call_sites, check_layout
+
+    points = list(points)
     report = ContractReport(version=source.version, source=source.label)
-    if source.version is not None and source.version not in SUPPORTED_VERSIONS:
+    if source.version is not None and not supported_version(source.version):
         report.problems.append(f"version {source.version} is not a supported version")
+    _check_points(source, points, report)
+    if callers if callers is not None else all(p in PATCH_POINTS for p in points):
+        from niah.serving.sglang.contract_sites import LAYOUT, scan_calls
+
+        files = source.files()
+        report.problems += check_layout(source)
+        report.problems += check_call_sites(files)
+        calls = sum(len(scan_calls(rel, text)) for rel, text in files.items())
+        report.extra = f", {len(LAYOUT)} layout constants, {calls} call sites"
+    return report
+
+
+def _check_points(source: SymbolSource, points: list[PatchPoint], report: ContractReport) -> None:
     for p in points:
         report.checked += 1
         try:
@@ -394,14 +369,14 @@ def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_PO
             report.problems.append(f"{p.target}: {e}")
             continue
         if sym is None:
-            report.problems.append(f"missing symbol {p.target} ({p.why})")
+            report.problems.append(f"{source.near(p.module, p.qualname)}: missing symbol {p.target} ({p.why})")
             continue
+        at = f"{sym.where}: " if sym.where else ""
         if p.params is not None and sym.params != p.params:
             got = "not a function" if sym.params is None else f"({', '.join(sym.params)})"
             report.problems.append(
-                f"signature changed: {p.target} expected ({', '.join(p.params)}), found {got}")
+                f"{at}signature changed: {p.target} expected ({', '.join(p.params)}), found {got}")
         missing_refs = [r for r in p.references if r not in sym.names]
         if missing_refs:
             report.problems.append(
-                f"{p.target} no longer references {', '.join(missing_refs)} ({p.why})")
-    return report
+                f"{at}{p.target} no longer references {', '.join(missing_refs)} ({p.why})")

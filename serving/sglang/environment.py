@@ -75,7 +75,13 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
         source = AstSource(wheel)
     report = check_contract(source, points)
     f.contract_ok = report.ok
-    f.add("plugin contract", report.summary())
+    if report.ok:
+        f.add("plugin contract", report.summary())
+    else:  # one line per break, each naming SGLang's file and line
+        f.add("plugin contract", f"BROKEN: {len(report.problems)} break(s) against sglang "
+                                 f"{report.version or 'of unknown version'} ({report.source})")
+        for problem in report.problems:
+            f.add("contract break", problem)
     from niah.serving.sglang.plugin import entry_point_registered
 
     f.add("plugin entry point", "registered (sglang.srt.plugins: niah)" if entry_point_registered()

@@ -3,9 +3,15 @@
 SGLang 0.5.23 runs entry-point plugins (group `sglang.srt.plugins`) in every process
 it starts, the spawned scheduler/model processes included; niah registers
 `sglang_plugin` there (pyproject.toml). It does nothing unless NIAH_INDEX_DTYPE is
-set, which the launch entry (`python -m niah.serving.sglang`) does. Before patching
-anything it checks the contract against the installed modules and refuses, naming the
-version and the symbol, if SGLang does not match.
+set, which the launch entry (`python -m niah.serving.sglang`) does, with NIAH_KERNELS.
+Before patching anything it checks the contract against the installed modules and
+refuses, naming the version and the symbol, if SGLang does not match. Any failure while
+patching stops the process with one line naming the symbol (fail closed).
+
+Arms (index dtype / kernels): fp8/stock (SGLang's own kernels; the plugin only counts
+calls and runs top-k in niah's kernel), fp8/niah (niah's fp8 logits kernels), bf16/niah
+(niah's bf16 index keys). Patches are listed per model family (`FAMILIES`), each a
+`Patch(target, when, factory)`; `when` is "always", an index dtype or a kernels value.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import os
 import sys
 import types
+from dataclasses import dataclass
 from typing import Callable
 
 from niah.errors import BadInput
@@ -22,48 +29,107 @@ from niah.errors import BadInput
 log = logging.getLogger("niah.sglang")
 
 ENV_INDEX_DTYPE = "NIAH_INDEX_DTYPE"
+ENV_KERNELS = "NIAH_KERNELS"
 # Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
 SGLANG_INDEX_DTYPES = ("fp8", "bf16")
+KERNELS = ("stock", "niah")
 ENTRY_POINT_GROUP = "sglang.srt.plugins"
 ENTRY_POINT_NAME = "niah"
 
-_installed: str | None = None
+_installed: tuple[str, str] | None = None
 
 
 class PluginRefused(BadInput):
-    """The installed SGLang does not match what the plugin patches."""
+    """The installed SGLang does not match what the plugin patches, or patching failed."""
 
 
-def _replacements() -> dict[str, tuple[str, Callable]]:
-    """target -> (when, factory(original) -> replacement). Every target is a PatchPoint."""
-    from niah.serving.sglang import replacements as r
+@dataclass(frozen=True)
+class Patch:
+    """Replace/wrap `target` with `factory(original)` when `when` is "always", the index
+    dtype or the kernels value. Every target is a contract PatchPoint."""
 
-    const = lambda fn: (lambda original: fn)  # noqa: E731
+    target: str
+    when: str
+    factory: Callable
+
+
+def _const(fn):
+    return lambda original: fn
+
+
+def _server_patches(r) -> list[Patch]:
+    """Model-independent: attestation in /server_info, top-k in niah's kernel."""
+    sched = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+    return [
+        Patch(f"{sched}.get_internal_state", "always", r.wrap_internal_state),
+        Patch("sglang.srt.layers.attention.dsa.dsa_topk_backend.DSATopKBackend.topk_func", "always",
+              r.wrap_topk_func),
+    ]
+
+
+def _v32_patches(r) -> list[Patch]:
+    """DeepSeek-V3.2 (DSA indexer)."""
     dsa = "sglang.srt.layers.attention.dsa"
     ikc = "sglang.srt.mem_cache.index_key_cache.IndexKeyCache"
-    return {
-        f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn": ("always", const(r.resolve_fp8_paged_mqa_logits_fn)),
-        f"{dsa}.utils.resolve_fp8_mqa_logits_fn": ("always", const(r.resolve_fp8_mqa_logits_fn)),
-        "sglang.srt.layers.attention.dsv4.indexer.fp8_paged_mqa_logits_torch":
-            ("always", const(r.v4_paged_mqa_logits)),
-        "sglang.srt.layers.attention.dsv4.indexer.fp8_paged_mqa_logits_torch_sm120":
-            ("always", const(r.v4_paged_mqa_logits)),
-        f"{dsa}.dsa_indexer.Indexer._get_topk_paged": ("bf16", const(r.indexer_get_topk_paged)),
-        f"{dsa}.dsa_indexer.Indexer._store_index_k_cache": ("bf16", const(r.indexer_store_index_k_cache)),
-        f"{ikc}._buffer_shape": ("bf16", const(r.index_key_cache_buffer_shape)),
-        f"{ikc}.get_k_and_scale": ("bf16", const(r.index_key_cache_get_k_and_scale)),
-        f"{ikc}.store_quantized": ("bf16", const(r.index_key_cache_store_quantized)),
-        f"{ikc}.move": ("bf16", const(r.index_key_cache_move)),
-        "sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_dsa_indexer_cell_size":
-            ("bf16", r.wrap_indexer_cell_size),
-        "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool.__init__":
-            ("bf16", r.wrap_refuse_v4),
-    }
+    return [
+        Patch(f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn", "niah", _const(r.resolve_fp8_paged_mqa_logits_fn)),
+        Patch(f"{dsa}.utils.resolve_fp8_mqa_logits_fn", "niah", _const(r.resolve_fp8_mqa_logits_fn)),
+        Patch(f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn", "stock", r.counting("decode_logits", "fp8")),
+        Patch(f"{dsa}.utils.resolve_fp8_mqa_logits_fn", "stock", r.counting("prefill_logits", "fp8")),
+        Patch(f"{dsa}.dsa_indexer.Indexer._get_topk_paged", "bf16", _const(r.indexer_get_topk_paged)),
+        Patch(f"{dsa}.dsa_indexer.Indexer._store_index_k_cache", "bf16", _const(r.indexer_store_index_k_cache)),
+        Patch(f"{dsa}.dsa_indexer.Indexer._store_index_k_cache", "fp8", r.counting("store", "fp8")),
+        Patch(f"{ikc}._buffer_shape", "bf16", _const(r.index_key_cache_buffer_shape)),
+        Patch(f"{ikc}._buffer_shape", "fp8", r.wrap_buffer_shape),
+        Patch(f"{ikc}.get_k_and_scale", "bf16", _const(r.index_key_cache_get_k_and_scale)),
+        Patch(f"{ikc}.store_quantized", "bf16", _const(r.index_key_cache_store_quantized)),
+        Patch(f"{ikc}.move", "bf16", _const(r.index_key_cache_move)),
+        Patch("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_dsa_indexer_cell_size",
+              "bf16", r.wrap_indexer_cell_size),
+    ]
 
 
-def patch_targets(index_dtype: str) -> list[str]:
-    """The targets patched for one index dtype (for docs, doctor and tests)."""
-    return [t for t, (when, _) in _replacements().items() if when in ("always", index_dtype)]
+def _v4_patches(r) -> list[Patch]:
+    """DeepSeek-V4 (C4 indexer): fp8 through niah's kernels; bf16 keys refused."""
+    v4 = "sglang.srt.layers.attention.dsv4.indexer"
+    return [
+        Patch(f"{v4}.fp8_paged_mqa_logits_torch", "niah", _const(r.v4_paged_mqa_logits)),
+        Patch(f"{v4}.fp8_paged_mqa_logits_torch_sm120", "niah", _const(r.v4_paged_mqa_logits)),
+        Patch("sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool.__init__", "bf16",
+              r.wrap_refuse_v4),
+    ]
+
+
+FAMILIES: tuple[Callable, ...] = (_server_patches, _v32_patches, _v4_patches)
+
+
+def all_patches() -> list[Patch]:
+    from niah.serving.sglang import replacements as r
+
+    return [p for family in FAMILIES for p in family(r)]
+
+
+def check_arm(index_dtype: str, kernels: str) -> None:
+    if index_dtype not in SGLANG_INDEX_DTYPES:
+        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
+    if kernels not in KERNELS:
+        raise BadInput(f"unknown kernels {kernels!r}; expected one of {', '.join(KERNELS)}")
+    if index_dtype == "bf16" and kernels != "niah":
+        raise BadInput("bf16 index keys run on niah's kernels only (kernels = \"niah\")")
+
+
+def default_kernels(index_dtype: str) -> str:
+    return "niah" if index_dtype == "bf16" else "stock"
+
+
+def patches_for(index_dtype: str, kernels: str) -> list[Patch]:
+    """The patches installed for one arm."""
+    return [p for p in all_patches() if p.when in ("always", index_dtype, kernels)]
+
+
+def patch_targets(index_dtype: str, kernels: str | None = None) -> list[str]:
+    """The targets patched for one arm (for docs, doctor and tests)."""
+    return [p.target for p in patches_for(index_dtype, kernels or default_kernels(index_dtype))]
 
 
 def _split_target(target: str) -> tuple[str, list[str]]:
@@ -93,11 +159,6 @@ def _propagate(original, new, skip) -> None:
                     pass
 
 
-def _apply(target: str, factory: Callable) -> None:
-    module, parts = _split_target(target)
-    apply_at(module, ".".join(parts), factory)
-
-
 def apply_at(module: str, qualname: str, factory: Callable) -> None:
     """Replace `module.qualname` by `factory(original)`: keeps staticmethod/classmethod,
     rebinds `from module import name` copies elsewhere, and never patches twice."""
@@ -125,44 +186,61 @@ def apply_at(module: str, qualname: str, factory: Callable) -> None:
     log.info("niah: patched %s", target)
 
 
-def install(index_dtype: str) -> None:
+def apply_all(patches: list[Patch]) -> None:
+    """Apply every patch; the first failure of any kind becomes PluginRefused naming it."""
+    for p in patches:
+        try:
+            module, parts = _split_target(p.target)
+            apply_at(module, ".".join(parts), p.factory)
+        except PluginRefused:
+            raise
+        except Exception as e:  # fail closed: a half-patched server must not serve
+            raise PluginRefused(f"patching {p.target} failed: {type(e).__name__}: {e}") from e
+
+
+def install(index_dtype: str, kernels: str | None = None) -> None:
     """Check the contract against the installed SGLang, then patch. Idempotent."""
     global _installed
+    from niah.serving.sglang import attest
     from niah.serving.sglang.contract import LiveSource, check_contract, points_for
 
-    if index_dtype not in SGLANG_INDEX_DTYPES:
-        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
-    if _installed == index_dtype:
+    kernels = kernels or default_kernels(index_dtype)
+    check_arm(index_dtype, kernels)
+    if _installed == (index_dtype, kernels):
         return
     if _installed is not None:
-        raise BadInput(f"niah plugin already installed with index dtype {_installed}")
+        raise BadInput(f"niah plugin already installed as {'/'.join(_installed)}")
     source = LiveSource()
     if source.version is None:
         raise PluginRefused("SGLang is not installed in this environment (pip install sglang==0.5.23)")
-    report = check_contract(source, points_for(index_dtype))
+    try:
+        report = check_contract(source, points_for(index_dtype, kernels))
+    except Exception as e:
+        raise PluginRefused(f"contract check failed: {type(e).__name__}: {e}") from e
     if not report.ok:
         raise PluginRefused(report.summary())
-    for target, (when, factory) in _replacements().items():
-        if when in ("always", index_dtype):
-            _apply(target, factory)
-    _installed = index_dtype
-    log.info("niah: SGLang plugin installed (sglang %s, index dtype %s)", source.version, index_dtype)
+    attest.configure(index_dtype, kernels)
+    apply_all(patches_for(index_dtype, kernels))
+    _installed = (index_dtype, kernels)
+    log.info("niah: SGLang plugin installed (sglang %s, %s/%s)", source.version, index_dtype, kernels)
 
 
 def sglang_plugin() -> None:
     """Entry point for SGLang's plugin loader: install iff NIAH_INDEX_DTYPE is set.
 
-    SGLang logs and swallows plugin exceptions, so a refusal here is also printed and
-    the process exits: serving with half a plugin would give wrong recall numbers.
+    SGLang logs and swallows plugin exceptions, so any failure here is printed as one
+    line and the process exits (code 2) before the model loads: serving with half a
+    plugin would give wrong recall numbers.
     """
     dtype = os.environ.get(ENV_INDEX_DTYPE)
     if not dtype:
         return
     try:
-        install(dtype)
-    except BadInput as e:
-        print(f"niah: error: {e}", file=sys.stderr, flush=True)
-        os._exit(e.exit_code)
+        install(dtype, os.environ.get(ENV_KERNELS) or None)
+    except Exception as e:
+        msg = str(e) if isinstance(e, BadInput) else f"{type(e).__name__}: {e}"
+        print(f"niah: error: {msg}".splitlines()[0], file=sys.stderr, flush=True)
+        os._exit(2)
 
 
 def entry_point_registered() -> bool:

@@ -13,7 +13,7 @@ import logging
 
 import torch
 
-from niah.serving.sglang import bf16_cache
+from niah.serving.sglang import attest, bf16_cache
 from niah.serving.sglang.kernels_api import kernel, store_kernel
 
 log = logging.getLogger("niah.sglang")
@@ -42,6 +42,7 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_m
     context_lens = _flat_context_lens(context_lens)
     rows = q.shape[0]  # SGLang may pass tables with padding rows past the real batch
     context_lens, block_table = context_lens[:rows], block_table[:rows]
+    attest.record("decode_logits", "bf16" if kv_cache.dtype == torch.bfloat16 else "fp8")
     if kv_cache.dtype == torch.bfloat16:
         return kernel("bf16_paged_mqa_logits")(
             q.to(torch.bfloat16), kv_cache, weights, context_lens, block_table,
@@ -67,6 +68,7 @@ def mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logit
     if weights.dim() == 3 and weights.shape[-1] == 1:
         weights = weights.squeeze(-1)
     k16 = bf16_cache.unsmuggle_bf16(keys, q.shape[-1])
+    attest.record("prefill_logits", "fp8" if k16 is None else "bf16")
     if k16 is not None:
         return kernel("bf16_mqa_logits")(
             q.to(torch.bfloat16), k16, weights, cu_seq_len_k_start, cu_seq_len_k_end,
@@ -95,6 +97,7 @@ def store_bf16_keys(buf: torch.Tensor, loc: torch.Tensor, key: torch.Tensor, pag
     """Write keys unquantised into the bf16 cache through the bundled store kernel
     (`store_index_keys(k [N, D], kv_cache bf16 [pages, 64, 1, D], slot_mapping [N])`),
     on CUDA by default; torch index-put otherwise. Negative slots are padding, skipped."""
+    attest.record("store", "bf16")
     if use_kernel is None:
         use_kernel = key.is_cuda
     fn = store_kernel() if use_kernel else None
@@ -122,7 +125,21 @@ def index_key_cache_buffer_shape(self, num_pages: int) -> tuple[int, int]:
     """IndexKeyCache._buffer_shape: (pages, 64 x 256) bytes instead of (pages, 64 x 132)."""
     pool = self.pool
     _require_plain_pool(pool)
+    attest.set_pool_bytes(bf16_cache.BF16_BYTES_PER_TOKEN)
     return (num_pages, bf16_cache.bf16_row_bytes(pool.page_size, pool.index_head_dim, pool.index_kpool))
+
+
+def wrap_buffer_shape(original):
+    """IndexKeyCache._buffer_shape (fp8): SGLang's own shape, its bytes/token attested."""
+
+    def _buffer_shape(self, num_pages):
+        shape = original(self, num_pages)
+        pool = self.pool
+        attest.set_pool_bytes(shape[1] // max(1, pool.page_size // pool.index_kpool))
+        return shape
+
+    _buffer_shape.__wrapped__ = original
+    return _buffer_shape
 
 
 def index_key_cache_get_k_and_scale(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
@@ -135,6 +152,7 @@ def index_key_cache_get_k_and_scale(self, layer_id, seq_len_tensor, page_indices
 
 def index_key_cache_store_quantized(self, layer_id, loc, index_k, index_k_scale):
     """IndexKeyCache.store_quantized: an fp8 write into the bf16 cache is a bug; refuse."""
+    attest.record("store", "fp8")
     raise RuntimeError(
         "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
         "(IndexKeyCache.store_quantized) into the bf16 cache; that path is not supported "
@@ -238,3 +256,70 @@ def indexer_get_topk_paged(self, forward_batch, layer_id, q_fp8, weights, metada
         pad = torch.full((q_fp8.shape[0] - q_offset, topk.shape[1]), -1, dtype=topk.dtype, device=topk.device)
         topk = torch.cat([topk, pad], dim=0)
     return topk
+
+
+# ---------------------------------------------------------------------------------------
+# Attestation and top-k (every arm)
+
+
+def counting(path: str, dtype: str):
+    """factory(original) -> a pass-through wrapper that records one `path`/`dtype` call
+    (the stock arm's resolvers, whose callers call them once per logits call, and the fp8
+    key store)."""
+
+    def factory(original):
+        def counted(*args, **kwargs):
+            attest.record(path, dtype)
+            return original(*args, **kwargs)
+
+        counted.__wrapped__ = original
+        if hasattr(original, "cache_clear"):  # SGLang's resolvers are lru_cache'd
+            counted.cache_clear = original.cache_clear
+        return counted
+
+    return factory
+
+
+def wrap_internal_state(original):
+    """SchedulerInternalStateController.get_internal_state: add the attestation, so
+    `/server_info` -> internal_states[i]["niah_attestation"] reports what ran."""
+
+    def get_internal_state(self, recv_req):
+        out = original(self, recv_req)
+        out.internal_state[attest.FIELD] = attest.snapshot()
+        return out
+
+    get_internal_state.__wrapped__ = original
+    return get_internal_state
+
+
+def niah_topk(score: torch.Tensor, lengths: torch.Tensor, topk: int,
+              row_starts: torch.Tensor | None = None) -> torch.Tensor:
+    """SGLang's unfused top-k contract (`_topk_unfused`) on niah.kernels.topk_indices:
+    int32 [rows, topk], positions relative to row_starts, -1 for what is not selected
+    (positions outside [row_start, row_start + length) and -inf logits)."""
+    rows, width = score.shape
+    if rows == 0 or topk == 0 or width == 0:
+        return torch.full((rows, topk), -1, dtype=torch.int32, device=score.device)
+    starts = (torch.zeros(rows, dtype=torch.int32, device=score.device) if row_starts is None
+              else row_starts.reshape(-1).to(torch.int32))
+    col = torch.arange(width, dtype=torch.int32, device=score.device)[None]
+    ends = starts + lengths.reshape(-1).to(torch.int32)
+    masked = score.float().masked_fill((col < starts[:, None]) | (col >= ends[:, None]), float("-inf"))
+    idx = kernel("topk_indices")(masked, topk)
+    return torch.where(idx >= 0, idx - starts[:, None], idx)
+
+
+def wrap_topk_func(original):
+    """DSATopKBackend.topk_func: the torch backend runs niah.kernels.topk_indices
+    (top-k is exact: same selections, niah's speed); other backends unchanged."""
+
+    def topk_func(self, score, lengths, topk, row_starts=None):
+        if not self.is_torch():
+            attest.record("topk", self.value)
+            return original(self, score, lengths, topk, row_starts=row_starts)
+        attest.record("topk", "niah")
+        return niah_topk(score, lengths, topk, row_starts)
+
+    topk_func.__wrapped__ = original
+    return topk_func

@@ -9,6 +9,8 @@
 --die-after S     S seconds after its first ready /health, print --die-with and exit 1
 --ready-after S   answer /health with 503 for S seconds first
 --die-on-request N  on the N-th chat request, print --die-with and exit 1 (no answer)
+--attestation JSON  GET /server_info reports it as SGLang's plugin does:
+                  internal_states[0]["niah_attestation"] (e.g. a contradicting one)
 
 POST /v1/chat/completions answers the first 7-digit number in the prompt (the needle)
 after --delay seconds, as plain JSON (no streaming), so a sweep against it scores
@@ -42,6 +44,7 @@ def main() -> None:
     p.add_argument("--die-with", default="")
     p.add_argument("--die-on-request", type=int)
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--attestation", type=json.loads)
     a = p.parse_args()
 
     print(f"tiny server pid {os.getpid()} starting on {a.host}:{a.port}", flush=True)
@@ -87,6 +90,8 @@ def main() -> None:
                     threading.Thread(target=die, daemon=True).start()
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+            elif self.path == "/server_info" and a.attestation is not None:
+                self._send(200, {"version": "tiny", "internal_states": [{"niah_attestation": a.attestation}]})
             else:
                 self._send(404, {"error": "not found"})
 

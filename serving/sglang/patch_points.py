@@ -1,0 +1,164 @@
+"""The plugin's contract with SGLang as data: every symbol it replaces, wraps or relies
+on (`PatchPoint`), per model family (`FAMILY_POINTS`; adding a family is one more tuple).
+contract.py checks them; contract_sites.py holds the callers and layout constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_DSA = "sglang.srt.layers.attention.dsa"
+_DSV4 = "sglang.srt.layers.attention.dsv4"
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    """One symbol the plugin touches.
+
+    module: dotted module path; qualname: `func` or `Class.method`;
+    params: the expected parameter names in order (None: only existence is checked);
+    references: names (identifiers or attribute names) the body must mention;
+    action: what the plugin does with it ("replace", "wrap", "uses");
+    when: "always" or "bf16" (only needed with bf16 index keys);
+    why: one line for docs and error messages.
+    """
+
+    module: str
+    qualname: str
+    params: tuple[str, ...] | None
+    action: str
+    when: str
+    why: str
+    references: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+# Points per model family: adding a family is one more tuple in FAMILY_POINTS.
+SERVER_POINTS: tuple[PatchPoint, ...] = (
+    # -- plugin loading: SGLang runs entry-point plugins in every process it spawns.
+    PatchPoint("sglang.srt.plugins", "load_plugins", (), "uses", "always",
+               "SGLang's entry-point plugin loader (group sglang.srt.plugins)",
+               ("load_plugins_by_group", "GENERAL_PLUGINS_GROUP")),
+    PatchPoint("sglang.srt.managers.scheduler", "run_scheduler_process",
+               ("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank",
+                "pipe_writer", "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
+               "uses", "always", "scheduler (model) processes load plugins before the model",
+               ("load_plugins",)),
+    # -- attestation: /server_info carries each DP scheduler's internal state.
+    PatchPoint("sglang.srt.managers.scheduler_components.internal_state",
+               "SchedulerInternalStateController.get_internal_state", ("self", "recv_req"), "wrap", "always",
+               "/server_info internal_states: niah adds its attestation (niah_attestation)",
+               ("GetInternalStateReqOutput", "msgspec_to_builtins")),
+    PatchPoint("sglang.srt.entrypoints.http_server", "server_info", None, "uses", "always",
+               "/server_info returns the schedulers' internal states", ("internal_states", "get_internal_state")),
+    # -- top-k: the torch backend's unfused top-k runs niah.kernels.topk_indices.
+    PatchPoint(f"{_DSA}.dsa_topk_backend", "DSATopKBackend.topk_func",
+               ("self", "score", "lengths", "topk", "row_starts"), "replace", "always",
+               "the unfused top-k (--dsa-topk-backend torch, SGLANG_DSA_FUSE_TOPK=false): niah's kernel",
+               ("is_torch", "_topk_unfused")),
+    PatchPoint(f"{_DSA}.dsa_topk_backend", "DSATopKBackend.topk_transform", None, "uses", "always",
+               "with SGLANG_DSA_FUSE_TOPK false every top-k goes through topk_func",
+               ("SGLANG_DSA_FUSE_TOPK", "topk_func")),
+)
+
+V32_POINTS: tuple[PatchPoint, ...] = (
+    # -- DeepSeek-V3.2 (DSA): kernel resolvers (decode paged logits, prefill ragged logits).
+    PatchPoint(f"{_DSA}.utils", "resolve_fp8_paged_mqa_logits_fn", (), "replace", "always",
+               "picks DeepGEMM fp8_paged_mqa_logits or the torch fallback; niah returns its kernel "
+               "(stock: counted, unchanged)",
+               ("_use_torch_mqa_logits", "fp8_paged_mqa_logits")),
+    PatchPoint(f"{_DSA}.utils", "resolve_fp8_mqa_logits_fn", (), "replace", "always",
+               "picks DeepGEMM fp8_mqa_logits (prefill); niah returns its kernel (stock: counted, unchanged)",
+               ("_use_torch_mqa_logits", "fp8_mqa_logits")),
+    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._get_topk_ragged",
+               ("self", "enable_dual_stream", "forward_batch", "layer_id", "q_fp8", "weights",
+                "metadata", "topk_result"),
+               "uses", "always", "prefill reads keys via get_index_k_scale_buffer, then the resolver",
+               ("get_index_k_scale_buffer", "resolve_fp8_mqa_logits_fn", "topk_transform")),
+    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._get_topk_paged",
+               ("self", "forward_batch", "layer_id", "q_fp8", "weights", "metadata"),
+               "replace", "bf16",
+               "decode: views the key cache as 132-byte fp8 rows; niah reads bf16 pages instead",
+               ("resolve_fp8_paged_mqa_logits_fn", "get_page_table_64", "get_seqlens_int32",
+                "get_dsa_extend_len_cpu", "_mask_init_and_local_tokens", "topk_transform",
+                "index_page_size", "paged_mqa_ctx_lens_2d")),
+    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._store_index_k_cache",
+               ("self", "forward_batch", "layer_id", "key", "act_quant", "out_cache_loc"),
+               "replace", "always", "stores index keys (fp8 quantise; counted); bf16: niah stores them unquantised",
+               ("get_token_to_kv_pool", "set_index_k_scale_buffer")),
+    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer._mask_init_and_local_tokens",
+               ("self", "logits", "lengths", "row_starts"), "uses", "bf16",
+               "called by niah's bf16 decode path, as by the original"),
+    PatchPoint(f"{_DSA}.dsa_indexer", "get_token_to_kv_pool", None, "uses", "bf16",
+               "the pool accessor the indexer module imports"),
+    PatchPoint(f"{_DSA}.dsa_indexer", "Indexer.__init__", None, "uses", "bf16",
+               "sets use_dsa_indexer_fusion from SGLANG_DISABLE_DSA_INDEXER_FUSION",
+               ("use_dsa_indexer_fusion", "SGLANG_DISABLE_DSA_INDEXER_FUSION")),
+    # -- DeepSeek-V3.2 index-key pool: buffer shape, read/write, move, memory accounting.
+    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool.get_index_k_with_scale_buffer",
+               ("self", "layer_id"), "uses", "bf16", "per-layer key buffer (uint8 [pages, bytes])",
+               ("index_key_cache",)),
+    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool.get_index_k_scale_buffer",
+               ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
+               "uses", "bf16", "prefill gather goes through IndexKeyCache.get_k_and_scale",
+               ("get_k_and_scale",)),
+    PatchPoint("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool._create_index_key_cache",
+               ("self",), "uses", "bf16", "the default pool builds the IndexKeyCache niah patches",
+               ("IndexKeyCache",)),
+    PatchPoint("sglang.srt.model_executor.pool_configurator", "DefaultPoolConfigurator._compute_cell_size",
+               ("self", "kvc", "num_layers"), "uses", "bf16",
+               "adds the indexer's per-token bytes to the KV cell size",
+               ("_compute_dsa_indexer_cell_size", "is_deepseek_dsa")),
+    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache._buffer_shape",
+               ("self", "num_pages"), "replace", "always",
+               "allocates (pages, 64 x 132) bytes (attested); bf16: niah allocates (pages, 64 x 256)",
+               ("index_head_dim", "quant_block_size")),
+    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.get_k_and_scale",
+               ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
+               "replace", "bf16", "gathers fp8 keys + scales for prefill; niah gathers bf16 keys"),
+    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.store_quantized",
+               ("self", "layer_id", "loc", "index_k", "index_k_scale"), "replace", "bf16",
+               "fp8 writes into a bf16 cache would corrupt it; niah refuses them"),
+    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache.move",
+               ("self", "tgt_loc", "src_loc"), "replace", "bf16",
+               "moves keys then scales; niah moves 256-byte bf16 keys"),
+    PatchPoint("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache._kernel_view",
+               ("self", "buffer"), "uses", "bf16", "the per-page view the kernels get"),
+    PatchPoint("sglang.srt.model_executor.pool_configurator",
+               "DefaultPoolConfigurator._compute_dsa_indexer_cell_size",
+               ("self", "kvc", "num_layers", "allocate_all_layers"), "wrap", "bf16",
+               "per-token accounting: (128 + 4) bytes x layers; niah makes it 256 x layers",
+               ("quant_block_size", "index_k_with_scale_buffer_dtype")),
+)
+
+V4_POINTS: tuple[PatchPoint, ...] = (
+    # -- DeepSeek-V4 (C4 indexer): the torch paged-logits fallback niah takes over.
+    PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch",
+               ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
+                "deep_gemm_metadata", "max_seq_len", "clean_logits"),
+               "replace", "niah", "V4 paged logits behind SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"),
+    PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch_sm120",
+               ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
+                "deep_gemm_metadata", "max_seq_len", "clean_logits"),
+               "replace", "niah", "the same fallback on SM120"),
+    PatchPoint(f"{_DSV4}.indexer", "C4IndexerBackendMixin.forward_c4_indexer",
+               ("self", "x", "q_lora", "c4_indexer", "forward_batch", "alt_streams",
+                "enable_multi_stream", "q_lora_ready", "skip_compressor", "q_lora_quant"),
+               "uses", "niah", "selects the torch fallback when SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set",
+               ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH", "fp8_paged_mqa_logits_torch",
+                "fp8_paged_mqa_logits_torch_sm120")),
+    PatchPoint("sglang.srt.mem_cache.deepseek_v4_memory_pool", "DeepSeekV4TokenToKVPool.__init__",
+               None, "wrap", "bf16", "bf16 keys are not implemented for V4: niah refuses there"),
+)
+
+FAMILY_POINTS = {"server": SERVER_POINTS, "deepseek-v3.2": V32_POINTS, "deepseek-v4": V4_POINTS}
+PATCH_POINTS: tuple[PatchPoint, ...] = tuple(p for pts in FAMILY_POINTS.values() for p in pts)
+
+
+def points_for(index_dtype: str, kernels: str | None = None) -> tuple[PatchPoint, ...]:
+    """The patch points needed for one arm: index dtype "fp8" / "bf16", kernels "stock" /
+    "niah" (None: both kernels)."""
+    wanted = {"always", index_dtype, *((kernels,) if kernels else ("stock", "niah"))}
+    return tuple(p for p in PATCH_POINTS if p.when in wanted)
