@@ -176,7 +176,7 @@ class _Builder:
 def _tokens_per_word(tok: Tokenizer, corpus: Corpus | None = None) -> float:
     """The corpus' tokens per word under `tok` (measured once per corpus, kept on the tokenizer)."""
     c = corpus or load_corpus()
-    cache = tok.__dict__.setdefault("_niah_tpw", {})
+    cache = tok.__dict__.setdefault("_niah_tpw_by_corpus", {})
     if c.name not in cache:
         end = c.word_ends[min(4000, len(c.word_ends) // 2) - 1]
         cache[c.name] = max(0.2, tok.count_plain(c.text[:end]) / min(4000, len(c.word_ends) // 2))
