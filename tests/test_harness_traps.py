@@ -144,7 +144,7 @@ def _run_with_late_first_config(tmp_path: Path) -> Path:
     lines = []
     for cfg, outcome in (("slow-b", "wrong"), ("fast-a", "correct")):
         for t in range(4):
-            lines.append({"schema_version": 2, "config": cfg, "length": 500, "depth": 50.0, "trial": t,
+            lines.append({"schema_version": 1, "config": cfg, "length": 500, "depth": 50.0, "trial": t,
                           "seed": t, "prompt_sha256": f"h{t}", "outcome": outcome, "correct": outcome == "correct"})
     (run / "trials.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return run
