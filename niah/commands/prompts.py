@@ -15,7 +15,7 @@ from niah.commands.sweep import DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, TOK
 @needle_options
 def build_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
-    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted [default: {DEFAULT_ENDPOINT}]."),
+    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),

@@ -89,7 +89,7 @@ def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
 @needle_options
 def sweep(
     ctx: typer.Context,
-    endpoint: Optional[str] = typer.Option(None, help=f"OpenAI-compatible base URL (…/v1) [default: {DEFAULT_ENDPOINT}]."),
+    endpoint: Optional[str] = typer.Option(None, help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
@@ -187,7 +187,7 @@ def prompt(
     seed: int = typer.Option(0, help="Base seed."),
     mode: str = typer.Option("chat", help="chat or completion."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
-    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted [default: {DEFAULT_ENDPOINT}]."),
+    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
