@@ -21,7 +21,8 @@ from pathlib import Path
 
 from niah.errors import BadInput, LengthDrift, ServerError
 from niah.serving.launch import ServerProcess, sigterm_as_interrupt
-from niah.serving.matrix import Matrix, MatrixConfig, server_command
+from niah.serving.matrix import Matrix, MatrixConfig
+from niah.serving.matrix_commands import server_command
 
 
 def _say(msg: str) -> None:
@@ -71,7 +72,7 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
         text = matrix.path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    from niah.serving.matrix import axis_differences, matrix_commands
+    from niah.serving.matrix_commands import axis_differences, matrix_commands
 
     manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
                           "commands": {cfg.name: line for cfg, line in matrix_commands(matrix)},

@@ -128,7 +128,7 @@ def sweep(
     _refuse_ignored(ctx, matrix, prompts)
     if dry_run:
         from niah.errors import BadInput
-        from niah.serving.matrix import print_matrix_commands
+        from niah.serving.matrix_commands import print_matrix_commands
 
         if matrix is None:
             raise BadInput("--dry-run needs --matrix")
