@@ -453,14 +453,15 @@ def run_matrix(matrix_path: Path | str, spec, out: Path | str, resume: bool = Fa
     return sweep_matrix(load_matrix(matrix_path), spec, Path(out), resume, progress, force_config)
 
 
-# The command builders live in serving/matrix_commands.py; importable from here too.
-from niah.serving.matrix_commands import (  # noqa: E402  (they import this module's names)
-    embedded_command,
-    sglang_command,
-    generic_command,
-    server_command,
-    format_command,
-    matrix_commands,
-    axis_differences,
-    print_matrix_commands,
-)
+# The command builders live in serving/matrix_commands.py; importable from here too (lazily:
+# that module imports this one).
+_COMMANDS = ("embedded_command", "sglang_command", "generic_command", "server_command", "format_command",
+             "matrix_commands", "axis_differences", "print_matrix_commands")
+
+
+def __getattr__(name: str):
+    if name in _COMMANDS:
+        from niah.serving import matrix_commands
+
+        return getattr(matrix_commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
