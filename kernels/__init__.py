@@ -4,6 +4,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     fp8_paged_mqa_logits, bf16_paged_mqa_logits, get_paged_mqa_logits_metadata   (decode)
     fp8_mqa_logits, bf16_mqa_logits                                             (prefill)
     store_index_keys                                                            (key store)
+    store_v4_index_keys                                          (DeepSeek-V4 C4 indexer key store)
     topk_indices                                                                (top-k)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
 On CPU tensors the kernels run under TRITON_INTERPRET=1 (set it before triton is imported).
@@ -20,6 +21,7 @@ _EXPORTS = {
     "fp8_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "store_index_keys": "niah.kernels.store.wrapper",
+    "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",
     "calc_diff": "niah.kernels._common",
 }

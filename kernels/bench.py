@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 import torch
 
 GiB = 1 << 30
+_OUT: dict = {}  # the report being written (path, info, ceilings): rewritten after every record
 
 
 # ----------------------------------------------------------------------------- timing
@@ -132,6 +133,9 @@ def record(results, case, impl, ms, floor_ms, work, peak, extra=None):
     if extra:
         row.update(extra)
     results.append(row)
+    if _OUT.get("path"):  # incremental: a run killed at its time limit keeps what it measured
+        with open(_OUT["path"], "w") as f:
+            json.dump({"info": _OUT["info"], "ceilings": _OUT["ceilings"], "results": results}, f, indent=1, default=str)
     return row
 
 
@@ -150,80 +154,6 @@ def sweep(fn, configs):
         raise RuntimeError(f"every config failed: {table}")
     best = min(ok, key=lambda t: t["ms"])
     return best["config"], best["ms"], table
-
-
-def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, next_n=1, tiny=False):
-    from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
-    from niah.kernels._common import compare_logits
-    from niah.kernels.paged_logits.reference import naive_paged_mqa_logits, ref_paged_mqa_logits
-    from niah.kernels.quant import quantize_fp8
-
-    case = f"decode {kind} B={batch}x{ctx_len} next_n={next_n}"
-    print(f"\n== {case}", flush=True)
-    g = torch.Generator(device=dev).manual_seed(0)
-    pages_per = (ctx_len + 63) // 64
-    n_pages = batch * pages_per
-    block_table = torch.randperm(n_pages, device=dev, generator=g).reshape(batch, pages_per).int()
-    k = torch.randn(n_pages, 64, dim, device=dev, generator=g, dtype=torch.bfloat16)
-    q = torch.randn(batch, next_n, heads, dim, device=dev, generator=g)
-    w = torch.randn(batch * next_n, heads, device=dev, generator=g) * heads**-0.5
-    if kind == "fp8":
-        kv = fp8_pages(k)
-        del k
-        q = quantize_fp8(q)[0]
-        fn = fp8_paged_mqa_logits
-        key_bytes = 132
-    else:
-        kv = k.reshape(n_pages, 64, 1, dim)
-        q = q.bfloat16()
-        fn = bf16_paged_mqa_logits
-        key_bytes = 256
-    ctx = torch.full((batch,), ctx_len, dtype=torch.int32, device=dev)
-    meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
-    bytes_moved = batch * ctx_len * key_bytes + batch * next_n * ctx_len * 4
-    floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
-    work = {"bytes": bytes_moved}
-
-    configs = [{}] if tiny else [
-        {}, {"pages_per_split": 4}, {"pages_per_split": 16}, {"pages_per_split": 32},
-        {"pages_per_split": 8, "num_stages": 4}, {"pages_per_split": 8, "num_stages": 2},
-    ]
-    call = lambda **cfg: fn(q, kv, w, ctx, block_table, meta, ctx_len, clean_logits=True, **cfg)  # noqa: E731
-    best_cfg, ms, table = sweep(call, configs)
-    out = call(**best_cfg)
-    ref = ref_paged_mqa_logits(q, kv, w, ctx, block_table, ctx_len)
-    diff, mask_ok = compare_logits(out, ref)
-    rerun_ok = bool(torch.equal(out, call(**best_cfg)))
-    del out, ref
-    gbps = bytes_moved / (ms * 1e-3) / 1e9
-    # GPU time alone (CUDA graph), over enough copies of the pages that L2 cannot hold them
-    copies = max(1, min(4, (256 << 20) // max(1, kv.numel() * kv.element_size()) + 1))
-    kvs = [kv] + [kv.clone() for _ in range(copies - 1)]
-    g_ms = timeit_graph([lambda kv_=kv_: fn(q, kv_, w, ctx, block_table, meta, ctx_len, clean_logits=True, **best_cfg)
-                         for kv_ in kvs])
-    del kvs
-    kern = record(results, case, "triton (niah)", ms, floor, work, peak_extra(lambda: call(**best_cfg)),
-                  {"GBps": gbps, "config": best_cfg, "sweep": table, "calc_diff": diff, "mask_ok": mask_ok,
-                   "rerun_bitwise": rerun_ok, "graph_ms": g_ms, "graph_copies": copies})
-    if g_ms:
-        print(f"  niah (CUDA graph, {copies} page pools) {g_ms * 1e3:.1f} us GPU time")
-    print(f"  niah     {ms:8.4f} ms  {gbps:7.0f} GB/s  floor {floor if floor is None else round(floor, 4)} ms  "
-          f"calc_diff {diff:.2e} masks {'ok' if mask_ok else 'DIFFER'}  config {best_cfg}", flush=True)
-    if next_n == 1:
-        for impl, f in (("naive gather+bmm", naive_paged_mqa_logits), ("chunked torch (8 requests)", chunked_paged)):
-            try:
-                t = timeit(lambda: f(q, kv, w, ctx, block_table, ctx_len), rep_ms=100)
-                p = peak_extra(lambda: f(q, kv, w, ctx, block_table, ctx_len))
-                gt = timeit_graph([lambda: f(q, kv, w, ctx, block_table, ctx_len)]) if batch <= 8 else None
-                record(results, case, impl, t, floor, work, p,
-                       {"speedup_of_niah": t / ms, "graph_ms": gt,
-                        "graph_speedup_of_niah": (gt / g_ms) if (gt and g_ms) else None})
-                print(f"  {impl:26s} {t:8.4f} ms  niah is {t / ms:6.1f}x faster  peak {p / GiB if p else 0:.2f} GiB")
-            except torch.OutOfMemoryError:
-                record(results, case, impl, None, floor, work, None, {"error": "OOM"})
-                print(f"  {impl}: OOM")
-                torch.cuda.empty_cache()
-    return kern
 
 
 def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=False):
@@ -288,40 +218,6 @@ def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=Fa
     print(f"  naive per-query gather: not run (the gather alone is {per_query / GiB:.1f} GiB)")
 
 
-def bench_topk(results, ceil, dev, rows, width, k, tiny=False):
-    from niah.kernels import topk_indices
-    from niah.kernels.topk.reference import check_topk_fast
-
-    case = f"topk [{rows}, {width}] k={k}"
-    print(f"\n== {case}", flush=True)
-    g = torch.Generator(device=dev).manual_seed(2)
-    x = torch.randn(rows, width, device=dev, generator=g)
-    lens = torch.full((rows,), width, dtype=torch.int32, device=dev)
-    bytes_moved = rows * width * 4
-    floor = bytes_moved / (ceil["copy_GBps"] * 1e9) * 1e3 if ceil["copy_GBps"] else None
-    configs = [{}] if tiny else [
-        {}, {"block": 4096, "num_warps": 4}, {"block": 16384},
-        {"split": True}, {"split": True, "select_warps": 16}, {"split": True, "block": 4096},
-        {"split": True, "block": 4096, "select_warps": 16}, {"split": True, "block": 16384, "select_warps": 32},
-    ]
-    call = lambda **cfg: topk_indices(x, k, lens, **cfg)  # noqa: E731
-    best_cfg, ms, table = sweep(call, configs)
-    idx = call(**best_cfg)
-    problem = check_topk_fast(x, idx, k, lens)
-    record(results, case, "triton (niah)", ms, floor, {"bytes": bytes_moved}, peak_extra(lambda: call(**best_cfg)),
-           {"config": best_cfg, "sweep": table, "correct": problem is None, "problem": problem})
-    print(f"  niah     {ms * 1e3:9.1f} us  floor {floor * 1e3 if floor else float('nan'):.1f} us  "
-          f"correct {problem is None} {problem or ''}  config {best_cfg}", flush=True)
-    t = timeit(lambda: torch.topk(x, k, dim=1))
-    g_ms = timeit_graph([lambda: call(**best_cfg)]) if rows <= 64 else None
-    g_t = timeit_graph([lambda: torch.topk(x, k, dim=1)]) if rows <= 64 else None
-    results[-1].update({"graph_ms": g_ms})
-    record(results, case, "torch.topk", t, floor, {"bytes": bytes_moved}, None,
-           {"speedup_of_niah": t / ms, "graph_ms": g_t, "graph_speedup_of_niah": (g_t / g_ms) if (g_t and g_ms) else None})
-    print(f"  torch.topk {t * 1e3:9.1f} us  niah is {t / ms:5.2f}x faster"
-          + (f"; CUDA graph: niah {g_ms * 1e3:.1f} us, torch {g_t * 1e3:.1f} us ({g_t / g_ms:.2f}x)" if g_ms and g_t else ""))
-
-
 def bench_store(results, ceil, dev, kind, n_tokens, dim=128):
     from niah.kernels import store_index_keys
     from niah.kernels.store.reference import ref_store_index_keys
@@ -379,32 +275,43 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str
     ceil = ceilings(dev)
     print({k: (round(v, 1) if v else v) for k, v in ceil.items()}, flush=True)
     results: list[dict] = []
+    if out_path:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        _OUT.update(path=out_path, info=info, ceilings=ceil)
+    from niah.kernels.paged_logits.bench import bench_decode
+    from niah.kernels.topk.bench import bench_topk
+
     if tiny:
         bench_decode(results, ceil, dev, "bf16", 2, 200, heads=16, tiny=True)
-        bench_decode(results, ceil, dev, "fp8", 2, 200, heads=16, tiny=True)
+        bench_decode(results, ceil, dev, "fp8", 3, 200, heads=16, tiny=True, ragged=True)
         bench_prefill(results, ceil, dev, "bf16", 8, 100, heads=16, tiny=True)
         bench_prefill(results, ceil, dev, "fp8", 8, 100, heads=16, tiny=True)
         bench_topk(results, ceil, dev, 2, 3000, 512, tiny=True)
+        bench_topk(results, ceil, dev, 2, 3000, 512, tiny=True, ragged=True, ties=True)
         bench_store(results, ceil, dev, "fp8", 100)
     else:
-        want = set((only or "decode,prefill,topk,store").split(","))
+        want = set((only or "decode,ragged,prefill,topk,store").split(","))
+        if "ragged" in want:  # lengths uniform in 1..65,536 (the issue-13 batch)
+            bench_decode(results, ceil, dev, "bf16", 64, 65536, ragged=True)
+            bench_decode(results, ceil, dev, "fp8", 64, 65536, ragged=True)
         if "decode" in want:
-            bench_decode(results, ceil, dev, "bf16", 64, 65536)
-            bench_decode(results, ceil, dev, "fp8", 64, 65536)
+            bench_decode(results, ceil, dev, "bf16", 64, 65536, alternatives=not quick)
+            bench_decode(results, ceil, dev, "fp8", 64, 65536, alternatives=not quick)
             bench_decode(results, ceil, dev, "bf16", 1, 131072)
             bench_decode(results, ceil, dev, "fp8", 1, 131072)
             if not quick:
                 bench_decode(results, ceil, dev, "bf16", 32, 32768, next_n=2)
+        if "topk" in want:
+            for k in (512, 1024, 2048):
+                bench_topk(results, ceil, dev, 4096, 22016, k)
+            bench_topk(results, ceil, dev, 64, 65536, 2048)
+            bench_topk(results, ceil, dev, 1, 131072, 2048)
+            if not quick:
+                bench_topk(results, ceil, dev, 64, 65536, 2048, ragged=True, ties=True)
+                bench_topk(results, ceil, dev, 1, 131072, 512)
         if "prefill" in want:
             bench_prefill(results, ceil, dev, "bf16", 4096, 22016)
             bench_prefill(results, ceil, dev, "fp8", 4096, 22016)
-        if "topk" in want:
-            bench_topk(results, ceil, dev, 4096, 22016, 1024)
-            bench_topk(results, ceil, dev, 1, 131072, 2048)
-            bench_topk(results, ceil, dev, 64, 65536, 2048)
-            if not quick:
-                bench_topk(results, ceil, dev, 4096, 22016, 512)
-                bench_topk(results, ceil, dev, 4096, 22016, 2048)
         if "store" in want:
             bench_store(results, ceil, dev, "fp8", 22016)
             bench_store(results, ceil, dev, "bf16", 22016)
@@ -447,7 +354,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="write the JSON report here")
     ap.add_argument("--tiny", action="store_true", help="small shapes on CPU under TRITON_INTERPRET=1")
     ap.add_argument("--quick", action="store_true", help="skip the secondary cases")
-    ap.add_argument("--only", default=None, help="comma list of sections: decode,prefill,topk,store")
+    ap.add_argument("--only", default=None, help="comma list of sections: decode,ragged,prefill,topk,store")
     args = ap.parse_args(argv)
     if args.tiny and not _cuda():
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -455,4 +362,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the imported module's main: the per-op bench modules import niah.kernels.bench, and
+    # its incremental JSON state must be the one this run set up (not a __main__ copy)
+    from niah.kernels import bench as _bench
+
+    sys.exit(_bench.main())

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the kernel tests on CUDA, then the full-size benchmark.
 # Usage (repo root, on the GPU machine): bash kernels/gpu_check.sh OUTDIR
+# Env: TESTS (test files), TEST_TIMEOUT, SKIP_BENCH, BENCH_TIMEOUT, BENCH_ARGS (e.g. "--only topk,ragged"),
+#      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
 OUT_DIR=${1:-/tmp/niah-kernels}
@@ -9,17 +11,21 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c "import niah.kernels" 2>/dev/null; then ln -sfn ../kernels niah/kernels; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT_DIR/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT_DIR/gpu.txt"
-timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 \
-  tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py \
+TESTS=${TESTS:-tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py}
+timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 $TESTS \
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
 [ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
-if [ -n "${PROFILE_TOPK:-}" ]; then
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 150 "$NCU" --clock-control none --kernel-name regex:topk --launch-count 2 \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
-    python3 -c "import torch; from niah.kernels import topk_indices; x=torch.randn(4096,22016,device='cuda'); \
-l=torch.full((4096,),22016,dtype=torch.int32,device='cuda'); topk_indices(x,1024,l); torch.cuda.synchronize()" \
-    > "$OUT_DIR/ncu_topk.txt" 2>&1
-  grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Issue Slots|Executed Ipc|Compute \(SM\)|Memory Throughput|Warp Cycles" "$OUT_DIR/ncu_topk.txt" | head -60
-fi
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
+profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) of the kernel, under ncu
+  local name=$1 regex=$2; shift 2
+  timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS --print-details all python3 -m niah.kernels.bench_profile "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1 \
+  || timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS python3 -m niah.kernels.bench_profile "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Executed Ipc A|Compute \(SM\)|Memory Throughput|DRAM Throughput|Waves|Tail|Warp Cycles Per Issued" "$OUT_DIR/ncu_$name.txt" | head -40
+}
+# PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16 (the ragged B=64 batch)
+[ -z "${PROFILE_TOPK:-}" ] || profile topk "topk" topk $PROFILE_TOPK
+[ -z "${PROFILE_PAGED:-}" ] || profile paged "paged_mqa_logits" paged-ragged "$PROFILE_PAGED"

@@ -55,6 +55,9 @@ CASES = [
     ("b3-n2-h16", 3, 2, 16, [129, 64, 2], 200),
     ("b1-n1-h64-exact-pages", 1, 1, 64, [256], 256),
     ("b2-n1-h24-padded-heads", 2, 1, 24, [190, 1], 192),
+    # ragged batch: empty, one token, page and split edges (splits of 4 pages = 256 tokens on CPU)
+    ("b6-n1-h16-ragged", 6, 1, 16, [1, 0, 513, 64, 65, 256], 600),
+    ("b3-n2-h16-ragged", 3, 2, 16, [1, 300, 2], 320),
 ]
 
 

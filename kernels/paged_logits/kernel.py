@@ -7,13 +7,40 @@ w in registers, walks its pages through the block table, and for each page compu
 [64 tokens, H] = K_page @ q^T on the tensor cores (bf16 x bf16 or e4m3 x e4m3 -> fp32),
 then ReLU, the weighted head sum, and the fp8 key scale. No gather is materialised.
 The two next_n rows of a request run as neighbouring programs, so the second read of a
-page hits L2.
+page hits L2. A program computes only the pages below its row's length (LIVE_LOOP: the
+loop runs to the last live page, so ragged batches spend no tensor-core time on dead
+pages); clean_logits then writes -inf to the rest of its split with plain stores.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _page_logits(q, w, kv_ptr, sf_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
+                 page_stride, sf_page_stride, offs_t, offs_d,
+                 D: tl.constexpr, BLOCK_KV: tl.constexpr, IS_FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """One page: [BLOCK_KV, H] = K @ q^T, ReLU, weighted head sum (x key scale), stored."""
+    p_start = start + i * BLOCK_KV
+    live = p_start < seq_len
+    page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
+    k = tl.load(
+        kv_ptr + page * page_stride + offs_t[:, None] * D + offs_d[None, :],
+        mask=live & (offs_t[:, None] < BLOCK_KV),
+        other=0.0,
+    )  # [BLOCK_KV, D]
+    if UPCAST:
+        k = k.to(tl.float32)
+    s = tl.dot(k, tl.trans(q))  # [BLOCK_KV, BLOCK_H] fp32
+    logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)  # [BLOCK_KV]
+    if IS_FP8:
+        sf = tl.load(sf_ptr + page * sf_page_stride + (BLOCK_KV * D) // 4 + offs_t, mask=live, other=0.0)
+        logits = logits * sf
+    pos = p_start + offs_t
+    logits = tl.where(pos < seq_len, logits, float("-inf"))
+    tl.store(out_row + pos, logits, mask=(pos < max_context_len) & live)
 
 
 @triton.jit
@@ -37,7 +64,7 @@ def paged_mqa_logits_kernel(
     stride_out,
     page_stride,  # elements of kv_ptr per page
     sf_page_stride,  # fp32 elements per page (fp8 only)
-    PAGES_PER_SPLIT: tl.constexpr,  # constexpr: the interpreter cannot loop to a runtime int under numpy 2
+    PAGES_PER_SPLIT: tl.constexpr,
     NEXT_N: tl.constexpr,
     CTX_2D: tl.constexpr,
     D: tl.constexpr,
@@ -46,6 +73,7 @@ def paged_mqa_logits_kernel(
     IS_FP8: tl.constexpr,
     CLEAN: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32 (triton#11584, #11604)
+    LIVE_LOOP: tl.constexpr,  # loop to the last live page (a runtime bound: not under the interpreter)
 ):
     j = tl.program_id(0)
     split = tl.program_id(1)
@@ -70,7 +98,7 @@ def paged_mqa_logits_kernel(
     out_row = out_ptr + row.to(tl.int64) * stride_out
     bt_row = bt_ptr + b.to(tl.int64) * stride_bt
 
-    if (start < seq_len) | CLEAN:
+    if start < seq_len:
         q = tl.load(
             q_ptr + b.to(tl.int64) * stride_qb + j * stride_qn + offs_h[:, None] * stride_qh + offs_d[None, :],
             mask=h_mask[:, None],
@@ -79,24 +107,19 @@ def paged_mqa_logits_kernel(
         if UPCAST:
             q = q.to(tl.float32)
         w = tl.load(w_ptr + row.to(tl.int64) * stride_w + offs_h, mask=h_mask, other=0.0)  # [BLOCK_H]
-        # Loop bounds stay kernel arguments (the interpreter cannot loop to a loaded value);
-        # pages past the row's length are masked: no bytes read, -inf (CLEAN) or no store.
+        if LIVE_LOOP:
+            n_live = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)
+            for i in range(0, n_live):
+                _page_logits(q, w, kv_ptr, sf_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
+                             page_stride, sf_page_stride, offs_t, offs_d, D, BLOCK_KV, IS_FP8, UPCAST)
+        else:
+            # the interpreter cannot loop to a loaded value: every page of the split, dead ones masked
+            for i in range(0, PAGES_PER_SPLIT):
+                _page_logits(q, w, kv_ptr, sf_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
+                             page_stride, sf_page_stride, offs_t, offs_d, D, BLOCK_KV, IS_FP8, UPCAST)
+    if CLEAN:
+        # -inf at and past the row's length inside this split (plain stores, no compute)
         for i in range(0, PAGES_PER_SPLIT):
-            p_start = start + i * BLOCK_KV
-            live = p_start < seq_len
-            page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
-            k = tl.load(
-                kv_ptr + page * page_stride + offs_t[:, None] * D + offs_d[None, :],
-                mask=live & (offs_t[:, None] < BLOCK_KV),
-                other=0.0,
-            )  # [BLOCK_KV, D]
-            if UPCAST:
-                k = k.to(tl.float32)
-            s = tl.dot(k, tl.trans(q))  # [BLOCK_KV, BLOCK_H] fp32
-            logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)  # [BLOCK_KV]
-            if IS_FP8:
-                sf = tl.load(sf_ptr + page * sf_page_stride + (BLOCK_KV * D) // 4 + offs_t, mask=live, other=0.0)
-                logits = logits * sf
-            pos = p_start + offs_t
-            logits = tl.where(pos < seq_len, logits, float("-inf"))
-            tl.store(out_row + pos, logits, mask=(pos < max_context_len) & (live | CLEAN))
+            pos = start + i * BLOCK_KV + offs_t
+            tl.store(out_row + pos, tl.full([BLOCK_KV], float("-inf"), tl.float32),
+                     mask=(pos >= seq_len) & (pos < max_context_len))

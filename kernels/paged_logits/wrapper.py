@@ -59,15 +59,15 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
     return meta.to(torch.int32)
 
 
-def _pages_per_split(batch_rows: int, n_pages: int, sms: int, override: int | None) -> int:
-    """Pages per program. H200 sweep (kernels/NOTES.md): 8 is within 1% of the best at
-    B=64 x 65,536 (bf16 and fp8) and best for bf16 at B=1 x 131,072; small jobs get 4 so
-    that the grid still covers the chip twice."""
+def _pages_per_split(batch_rows: int, n_pages: int, sms: int, override: int | None, fp8: bool) -> int:
+    """Pages per program. H200 sweeps (kernels/NOTES.md): bf16 8 (best at B=64 x 65,536,
+    within 1% on ragged batches); fp8 16 (best at B=64 uniform and ragged, 1-3% over 8);
+    small jobs get 4 so that the grid still covers the chip twice."""
     if override is not None:
         return max(1, int(override))
     if batch_rows * n_pages < 8 * 2 * sms:
         return 4
-    return 8
+    return 16 if fp8 else 8
 
 
 def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8: bool):
@@ -126,7 +126,7 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
 
 
 def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, fp8,
-            pages_per_split=None, num_warps=None, num_stages=None):
+            pages_per_split=None, num_warps=None, num_stages=None, live_loop=None):
     from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel
 
     _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8)
@@ -146,7 +146,7 @@ def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cl
     if ctx.dim() == 2 and not ctx_2d:
         ctx = ctx[:, 0].contiguous() if ctx.shape[1] == 1 else ctx
     n_pages = (max_context_len + block_kv - 1) // block_kv
-    pps = _pages_per_split(batch * next_n, n_pages, num_sms(q.device), pages_per_split)
+    pps = _pages_per_split(batch * next_n, n_pages, num_sms(q.device), pages_per_split, fp8)
     grid = (next_n, (n_pages + pps - 1) // pps, batch)
     # the pool as one flat run of elements from its first page (pages may be padded:
     # DeepGEMM takes a page stride too); page p starts at p * page_stride
@@ -170,6 +170,7 @@ def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, cl
         page_stride, sf_page_stride,
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_KV=block_kv,
         IS_FP8=fp8, CLEAN=bool(clean_logits), UPCAST=interp,
+        LIVE_LOOP=(not interp) if live_loop is None else bool(live_loop),
         num_warps=num_warps or 4, num_stages=num_stages or (1 if interp else 3),
     )
     return out

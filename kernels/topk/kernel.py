@@ -6,7 +6,8 @@ A binary search over the key space finds, per segment, T = the k-th largest key
 (32 steps, each one compare + one count); the ROWS counts of a step share one block-wide
 reduction, so the reduction latency is paid once per ROWS segments. The program then
 keeps every key > T and the first (k - count(> T)) keys == T in index order, compacting
-the indices with a prefix sum. A segment with <= k candidates returns all of them in
+the indices with one packed prefix sum (keys > T first, then the ties; equal keys stay in
+index order, so the lowest-index tie rule holds across rounds). A segment with <= k candidates returns all of them in
 index order (0..L-1), then -1 padding.
 
 Long rows run in rounds: each chunk keeps its own top-k (key, index) pairs (OUT_KEYS),
@@ -80,17 +81,22 @@ def topk_kernel(
             return
     else:
         thr1 = tl.load(thr_ptr + seg, mask=seg_ok, other=0)
-    thr = thr1[:, None]
-
     valid = key != -2147483648
+    n_valid = tl.sum(valid.to(tl.int32), axis=1)  # [ROWS]
+    # a segment with <= K candidates takes them all, in index order
+    thr = tl.where(n_valid <= K, -2147483648, thr1)[:, None]
     gt = key > thr
     eq = valid & (key == thr)
-    need = K - tl.sum(gt.to(tl.int32), axis=1)  # [ROWS]
-    eq_rank = tl.cumsum(eq.to(tl.int32), axis=1)  # inclusive
+    n_gt = tl.sum(gt.to(tl.int32), axis=1)  # [ROWS]
+    need = K - n_gt
+    # one packed prefix sum ranks both sets in index order: low 16 bits the keys > T, high
+    # 16 bits the ties (BLOCK <= 32768: no carry; the high half is read back unsigned)
+    c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=1)
+    eq_rank = (c >> 16) & 0xFFFF
     sel = gt | (eq & (eq_rank <= need[:, None]))
-    sel_i = sel.to(tl.int32)
-    slot = tl.cumsum(sel_i, axis=1) - 1
-    n_sel = tl.sum(sel_i, axis=1)  # [ROWS]
+    # slots: the keys > T first, then the ties kept (equal keys stay in index order)
+    slot = tl.where(gt, (c & 0xFFFF) - 1, n_gt[:, None] + eq_rank - 1)
+    n_sel = tl.minimum(n_valid, K)  # [ROWS]
     if FROM_KEYS:
         gidx = tl.load(idx_in_ptr + row[:, None] * stride_in + pos, mask=sel, other=-1)
     else:

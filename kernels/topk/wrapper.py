@@ -4,10 +4,15 @@ logits fp32 [R, W] (row stride may exceed W). Candidates of row r: positions < l
 when lengths (int32 [R]) is given, else every position whose logit is not -inf. Order is
 unspecified; a row with L <= k candidates returns them in index order (0..L-1 when
 lengths are given), then -1. Ties at the threshold keep the lowest indices.
-Any 1 <= k <= 2048 (larger k work too, within register limits of one block).
+Any 1 <= k <= 16,384 and any width (measured on the H200 up to k = 2048; larger k use
+chunks of 2 * next_pow2(k) keys, up to 32,768 a program). Graph-safe: no host sync.
+Two kernels, same results: "sample" (sample_kernel.py, one program a row; the default for
+many rows and k <= 2048) and "search" (kernel.py; the default otherwise).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -19,33 +24,60 @@ DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
 FEW_ROWS_BLOCK = 16384  # chunk width for few rows
+SAMPLE_MAX_DEFAULT_K = 2048  # many rows and k <= this -> "sample" by default (H200-measured range); else "search"
+SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample would exceed MAX_SAMPLE)
+MAX_SAMPLE = 8192
+SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 run 3: 2048 x 8 warps best)
+SAMPLE_WARPS = 8
+SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
+MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200 run 2 of 2026-11-30: 1.05-1.11x over 8)
 
 
 def _warps(block: int) -> int:
     return 4 if interpreting() else max(4, min(16, block // 1024))  # ~32 positions a thread
 
 
-def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
-                 block: int | None = None, final_block: int | None = None,
-                 num_warps: int | None = None, rows_per_program: int | None = None,
-                 final_warps: int | None = None, split: bool | None = None,
-                 select_warps: int | None = None) -> torch.Tensor:
-    """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
-    block: rows wider than this are cut into chunks of `block` that each keep their top-k;
-    final_block: the survivors are selected by one program once they fit in it;
-    num_warps / final_warps: warps of the chunk rounds / of the last launch;
-    rows_per_program: segments sharing each reduction; split: search the thresholds in one
-    launch and select in a second (the search then holds few registers), with select_warps."""
-    from niah.kernels.topk.kernel import topk_kernel
-
+def _check_args(logits: torch.Tensor, k, lengths: torch.Tensor | None) -> int:
+    """k as an int; a clear ValueError for any argument the kernels do not take."""
     if logits.dim() != 2 or logits.dtype != torch.float32:
         raise ValueError(f"topk_indices: logits must be float32 [R, W], got {logits.dtype} {tuple(logits.shape)}")
     k = int(k)
     if k < 1:
         raise ValueError(f"topk_indices: k must be >= 1, got {k}")
-    rows, width = logits.shape
+    if 2 * next_pow2(k) > MAX_BLOCK:
+        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), got {k}")
+    rows = logits.shape[0]
     if lengths is not None and (lengths.shape != (rows,) or lengths.dtype != torch.int32):
         raise ValueError(f"topk_indices: lengths must be int32 [{rows}], got {lengths.dtype} {tuple(lengths.shape)}")
+    return k
+
+
+def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
+                 block: int | None = None, final_block: int | None = None,
+                 num_warps: int | None = None, rows_per_program: int | None = None,
+                 final_warps: int | None = None, split: bool | None = None,
+                 select_warps: int | None = None, method: str | None = None,
+                 tile: int | None = None, sample_stride: int | None = None, cap: int | None = None) -> torch.Tensor:
+    """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
+    block: rows wider than this are cut into chunks of `block` that each keep their top-k;
+    final_block: the survivors are selected by one program once they fit in it;
+    num_warps / final_warps: warps of the chunk rounds / of the last launch;
+    rows_per_program: segments sharing each reduction; split: search the thresholds in one
+    launch and select in a second (the search then holds few registers), with select_warps.
+    method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps)."""
+    from niah.kernels.topk.kernel import topk_kernel
+
+    k = _check_args(logits, k, lengths)
+    rows, width = logits.shape
+    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
+    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
+    many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
+    # 2026-11-30 run 3: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
+    method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search")
+    if method not in ("search", "sample"):
+        raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")
+    if method == "sample":
+        return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
@@ -53,12 +85,12 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if rows == 0:
         return out
     k_pad = next_pow2(k)
-    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
-    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
-    many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
     if split is None:
         split = many
-    block = block or (DEFAULT_BLOCK if many else FEW_ROWS_BLOCK)
+    if select_warps is None and many and split:
+        select_warps = MANY_SELECT_WARPS
+    # the default chunk grows with k: a chunk must hold at least 2 * next_pow2(k) keys to shrink the row
+    block = block or max(DEFAULT_BLOCK if many else FEW_ROWS_BLOCK, 2 * k_pad)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
     for name, b in (("block", block), ("final_block", final_block)):
         if b & (b - 1) or b < 2 * k_pad or b > MAX_BLOCK:
@@ -100,4 +132,44 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         if w <= final_block:
             break
     launch(src, idx_in, w, max(16, next_pow2(w)), out, None, True, False, final=True)
+    return out
+
+
+def sample_brackets(k: int, stride: int) -> tuple[int, int]:
+    """Sample ranks (hi, lo) around the k-th key's expected rank k / stride (~4 sigma each side)."""
+    r = k / stride
+    d = SAMPLE_SIGMAS * math.sqrt(r) + 4
+    return math.floor(r - d), math.ceil(r + d)
+
+
+def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
+                stride: int | None = None, cap: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
+    any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
+    sized from the shapes alone (graph-safe)."""
+    from niah.kernels.topk.sample_kernel import sample_topk_kernel
+
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    check_device(logits, lengths)
+    rows, width = logits.shape
+    out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    if rows == 0:
+        return out
+    stride = stride or SAMPLE_STRIDE
+    while (width + stride - 1) // stride > MAX_SAMPLE:
+        stride *= 2
+    cap = cap or (4096 if k <= 2048 else 16384)
+    tile = tile or (256 if interpreting() else SAMPLE_TILE)
+    for name, v in (("tile", tile), ("cap", cap)):
+        if v & (v - 1) or v < 16 or v > MAX_BLOCK:
+            raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
+    r_hi, r_lo = sample_brackets(k, stride)
+    scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
+    sample_topk_kernel[(rows,)](
+        logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
+        width, k, logits.stride(0), r_hi, r_lo,
+        TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
+        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0, num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
+    )
     return out

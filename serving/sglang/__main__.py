@@ -3,7 +3,8 @@
 
 Refuses, with one line and exit 2 before anything loads, SGLang arguments the arm cannot
 serve (command.refusal: HiCache, HiSparse, decode-context parallel, layer-split and
-page-interleave pools, index_kpool > 1, speculative decoding with bf16 keys). Installs
+page-interleave pools, index_kpool > 1, DeepSeek-V4 fp4 index keys, speculative decoding
+with bf16 keys; command.platform_refusal: ROCm with niah's kernels). Installs
 niah's plugin (contract check first; refuses if the installed SGLang does not match),
 exports NIAH_INDEX_DTYPE / NIAH_KERNELS so SGLang's spawned processes install it too
 (through the `sglang.srt.plugins` entry point), then runs SGLang's own
@@ -45,7 +46,7 @@ def split_niah_args(argv: list[str]) -> tuple[str, str | None, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from niah.serving.sglang.command import refusal
+    from niah.serving.sglang.command import platform_refusal, refusal
     from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, check_arm, default_kernels, entry_point_registered, install
 
     try:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         kernels = kernels or default_kernels(dtype)
         check_arm(dtype, kernels)
-        problem = refusal(dtype, kernels, rest)
+        problem = refusal(dtype, kernels, rest) or platform_refusal(kernels)
         if problem:
             raise BadInput(problem)
         if not entry_point_registered():

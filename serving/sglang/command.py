@@ -102,6 +102,8 @@ _REFUSED = (
      "decode-context parallel (sharded key cache)"),
     (("--enable-dsa-cache-layer-split",), lambda v: v != "false", "layer-split DSA key cache pools"),
     (("--enable-kv-cache-sharding",), lambda v: v != "false", "page-interleave (sharded) key cache pools"),
+    (("--enable-deepseek-v4-fp4-indexer",), lambda v: v != "false",
+     "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
 )
 
 
@@ -123,10 +125,20 @@ def refusal(index_dtype: str, kernels: str, argv: list[str]) -> str | None:
         if kpool not in (None, 1):
             return f"index_kpool {kpool} is not supported with {index_dtype}/{kernels} (pooled key cache)"
     spec = _flag_value(argv, ("--speculative-algorithm",))
-    if index_dtype == "bf16" and spec not in (None, "none", "None"):
+    if index_dtype == "bf16" and spec is not None and spec.lower() != "none":
         return (f"--speculative-algorithm {spec} (speculative decoding / MTP) is not supported with bf16 "
                 "index keys: target-verify and draft-extend read the fp8 key layout")
     return None
+
+
+def platform_refusal(kernels: str) -> str | None:
+    """niah's kernels run on CUDA: ROCm (whose aiter/HIP indexer paths niah does not patch,
+    and whose V4 indexer writes fp4/fp8 keys) is refused for them."""
+    if kernels == "stock":
+        return None
+    import torch
+
+    return f"ROCm is not supported with niah's kernels (kernels = {kernels!r})" if torch.version.hip else None
 
 
 def build_sglang_command(cfg: SGLangLaunch) -> tuple[list[str], dict[str, str]]:

@@ -76,8 +76,8 @@ def _ast_names(node: ast.AST) -> frozenset[str]:
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-            out.add(n.value)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, (str, int)) and not isinstance(n.value, bool):
+            out.add(str(n.value))  # int constants too: layout numbers (e.g. V4's 132-byte row)
     return frozenset(out)
 
 
@@ -218,7 +218,8 @@ class AstSource:
 
 
 def _code_names(code: types.CodeType) -> set[str]:
-    out = set(code.co_names) | {c for c in code.co_consts if isinstance(c, str)}
+    out = set(code.co_names) | {str(c) for c in code.co_consts
+                                if isinstance(c, (str, int)) and not isinstance(c, bool)}
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             out |= _code_names(c)

@@ -28,7 +28,14 @@ WATCHED = frozenset({
 })
 
 _D = "sglang/srt/layers/attention/dsa/"
-_V4 = "DeepSeek-V4 code: never runs for V3.2; V4 bf16 keys are refused at pool creation (V4 is issue 10)"
+_V4FP4 = ("refused with bf16 keys: V4.1 low-ratio layers and the V4.1 indexer use fp4 index pools, which "
+          "DeepSeekV4IndexerPool._create_buffer refuses (and --enable-deepseek-v4-fp4-indexer is refused at "
+          "launch); fp8 arms: SGLang's own fp4 path, no niah kernel")
+_V4POOL = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+_V4IDX = "sglang/srt/layers/attention/dsv4/indexer.py"
+_V4NONPAGED = ("refused with bf16 keys: niah replaces C4IndexerBackendMixin._can_use_nonpaged_indexer (False) and "
+               "this function (raises, attested as an fp8 read); fp8 arms: SGLang's own DeepGEMM prefill path, "
+               "fp8/niah included")
 _KPOOL = "refused: IndexerKPool serves index_kpool > 1, refused at launch for niah's arms"
 _FUSED = ("unreachable: indexer fusion is off in every arm (SGLANG_DISABLE_DSA_INDEXER_FUSION=1); "
           "keys go through Indexer._store_index_k_cache")
@@ -79,34 +86,34 @@ CALL_SITES: dict[tuple[str, str, str], str] = {
     ("sglang/srt/hardware_backend/npu/dsv4/dsv4_memory_pool.py", "DSV4NPUTokenToKVPool.set_compress_buffer",
      "set_index_k_scale_buffer"): "unreachable: Ascend NPU",
     ("sglang/srt/layers/attention/deepseek_v4_backend.py", "DeepseekV4AttnBackend._low_ratio_compress_fused",
-     "get_index_k_with_scale_buffer"): "unreachable: " + _V4,
+     "get_index_k_with_scale_buffer"): _V4FP4,
     ("sglang/srt/layers/attention/deepseek_v4_backend.py", "DeepseekV4AttnBackend._low_ratio_write_group",
-     "get_index_k_with_scale_buffer"): "unreachable: " + _V4,
+     "get_index_k_with_scale_buffer"): _V4FP4,
     ("sglang/srt/layers/attention/dsv4/compressor_v2.py", "CompressorBackendMixin.forward_unified",
-     "get_index_k_with_scale_buffer"): "unreachable: " + _V4,
-    ("sglang/srt/layers/attention/dsv4/indexer.py", "C4IndexerBackendMixin._gather_nonpaged_index_k",
-     "get_index_k_scale_buffer"): "unreachable: " + _V4,
-    ("sglang/srt/layers/attention/dsv4/indexer.py", "C4IndexerBackendMixin._nonpaged_mqa_logits", "fp8_mqa_logits"):
-        "unreachable: " + _V4,
-    ("sglang/srt/layers/attention/dsv4/indexer.py", "C4IndexerBackendMixin.forward_c4_indexer",
-     "get_index_k_with_scale_buffer"): "unreachable: " + _V4,
-    ("sglang/srt/layers/attention/dsv4/indexer.py", "fp8_paged_mqa_logits_torch_sm120",
-     "fp8_paged_mqa_logits_torch_sm120"): "patched: replaced in niah arms",
+     "get_index_k_with_scale_buffer"):
+        "patched (bf16): the buffer goes to compressor_v2.compress_norm_rope_store, which niah wraps (bf16 rows)",
+    (_V4IDX, "C4IndexerBackendMixin._gather_nonpaged_index_k", "get_index_k_scale_buffer"): _V4NONPAGED,
+    (_V4IDX, "C4IndexerBackendMixin._nonpaged_mqa_logits", "fp8_mqa_logits"): _V4NONPAGED,
+    (_V4IDX, "C4IndexerBackendMixin.forward_c4_indexer", "get_index_k_with_scale_buffer"):
+        "patched: the page view goes to fp8_paged_mqa_logits_torch(_sm120), replaced in niah arms (bf16 pages too)",
+    (_V4IDX, "fp8_paged_mqa_logits_torch_sm120", "fp8_paged_mqa_logits_torch_sm120"): "patched: replaced in niah arms",
     ("sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py", "decode_scores", "get_index_k_with_scale_buffer"):
-        "unreachable: " + _V4,
+        _V4FP4,
     ("sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py", "get_index_k_cache", "get_index_k_with_scale_buffer"):
-        "unreachable: " + _V4,
+        _V4FP4,
     ("sglang/srt/layers/attention/minimax_sparse_nvfp4_backend.py", "MiniMaxSparseNvfp4AttnBackend._forward",
      "get_index_k_scale_buffer"): "unreachable: MiniMax sparse attention, not a DeepSeek model",
     ("sglang/srt/layers/attention/minimax_sparse_nvfp4_backend.py",
      "MiniMaxSparseNvfp4AttnBackend._run_msa_v1_decode_indexer", "get_index_k_scale_buffer"):
         "unreachable: MiniMax sparse attention, not a DeepSeek model",
-    ("sglang/srt/mem_cache/deepseek_v4_memory_pool.py", "DeepSeekV4TokenToKVPool.get_index_k_scale_buffer",
-     "get_index_k_scale_buffer"): "unreachable: " + _V4,
-    ("sglang/srt/mem_cache/deepseek_v4_memory_pool.py", "DeepSeekV4TokenToKVPool.get_index_k_with_scale_buffer",
-     "get_index_k_with_scale_buffer"): "unreachable: " + _V4,
-    ("sglang/srt/mem_cache/deepseek_v4_memory_pool.py", "DeepSeekV4TokenToKVPool.set_index_k_scale_buffer",
-     "set_index_k_scale_buffer"): "unreachable: " + _V4,
+    (_V4POOL, "DeepSeekV4TokenToKVPool.get_index_k_scale_buffer", "get_index_k_scale_buffer"):
+        "refused with bf16 keys: delegates to DeepSeekV4IndexerPool.get_index_k_scale_buffer, which niah replaces "
+        "by a refusal; fp8 arms: SGLang's own",
+    (_V4POOL, "DeepSeekV4TokenToKVPool.get_index_k_with_scale_buffer", "get_index_k_with_scale_buffer"):
+        "patched (bf16): returns the buffer niah's DeepSeekV4IndexerPool._create_buffer allocates and views as bf16",
+    (_V4POOL, "DeepSeekV4TokenToKVPool.set_index_k_scale_buffer", "set_index_k_scale_buffer"):
+        "refused with bf16 keys: delegates to DeepSeekV4IndexerPool.set_index_k_scale_buffer, which niah replaces "
+        "by a refusal; fp8 arms: SGLang's own",
     ("sglang/srt/mem_cache/dsa_cache_layer_split.py", "LayerSplitIndexKeyCache.store_quantized", "store_quantized"):
         "refused: --enable-dsa-cache-layer-split is refused at launch for niah's arms",
     ("sglang/srt/mem_cache/memory_pool.py", "DSATokenToKVPool.get_index_k_scale_buffer", "get_k_and_scale"):

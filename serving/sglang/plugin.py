@@ -90,13 +90,28 @@ def _v32_patches(r) -> list[Patch]:
 
 
 def _v4_patches(r) -> list[Patch]:
-    """DeepSeek-V4 (C4 indexer): fp8 through niah's kernels; bf16 keys refused."""
-    v4 = "sglang.srt.layers.attention.dsv4.indexer"
+    """DeepSeek-V4 (C4 indexer): niah arms read pages through niah's kernels; bf16 keys are
+    stored by niah's V4 store kernel into bf16-sized pools; every other fp8 path is refused."""
+    from niah.serving.sglang import v4
+
+    dsv4 = "sglang.srt.layers.attention.dsv4"
+    idx = f"{dsv4}.indexer.C4IndexerBackendMixin"
+    pool = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
+    ipool = f"{pool}.DeepSeekV4IndexerPool"
     return [
-        Patch(f"{v4}.fp8_paged_mqa_logits_torch", "niah", _const(r.v4_paged_mqa_logits)),
-        Patch(f"{v4}.fp8_paged_mqa_logits_torch_sm120", "niah", _const(r.v4_paged_mqa_logits)),
-        Patch("sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool.__init__", "bf16",
-              r.wrap_refuse_v4),
+        Patch(f"{dsv4}.indexer.fp8_paged_mqa_logits_torch", "niah", _const(v4.paged_logits)),
+        Patch(f"{dsv4}.indexer.fp8_paged_mqa_logits_torch_sm120", "niah", _const(v4.paged_logits)),
+        Patch(f"{pool}.DeepSeekV4TokenToKVPool.__init__", "bf16", v4.wrap_pool_init),
+        Patch(f"{pool}.get_dsv4_indexer_bytes_per_token", "bf16", v4.wrap_bytes_per_token),
+        Patch(f"{ipool}._create_buffer", "bf16", v4.wrap_create_buffer),
+        Patch(f"{ipool}.set_index_k_scale_buffer", "bf16", _const(v4.refuse_set_index_k_scale_buffer)),
+        Patch(f"{ipool}.set_index_fused", "bf16", _const(v4.refuse_set_index_fused)),
+        Patch(f"{ipool}.set_index_fp4", "bf16", _const(v4.refuse_set_index_fp4)),
+        Patch(f"{ipool}.get_index_k_scale_buffer", "bf16", _const(v4.refuse_get_index_k_scale_buffer)),
+        Patch(f"{dsv4}.compressor_v2.compress_norm_rope_store", "bf16", v4.wrap_compress_norm_rope_store),
+        Patch(f"{idx}._can_use_nonpaged_indexer", "bf16", v4.never_nonpaged),
+        Patch(f"{idx}._nonpaged_mqa_logits", "bf16", _const(v4.refuse_nonpaged_mqa_logits)),
+        Patch(f"{idx}._gather_nonpaged_index_k", "bf16", _const(v4.refuse_gather_nonpaged_index_k)),
     ]
 
 
@@ -107,6 +122,11 @@ def all_patches() -> list[Patch]:
     from niah.serving.sglang import replacements as r
 
     return [p for family in FAMILIES for p in family(r)]
+
+
+def installed_arm() -> tuple[str, str] | None:
+    """(index dtype, kernels) the plugin was installed with in this process (None: not installed)."""
+    return _installed
 
 
 def check_arm(index_dtype: str, kernels: str) -> None:

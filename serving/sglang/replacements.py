@@ -182,18 +182,6 @@ def wrap_indexer_cell_size(original):
     return _compute_dsa_indexer_cell_size
 
 
-def wrap_refuse_v4(original):
-    """Wrap DeepSeekV4TokenToKVPool.__init__: bf16 keys are V3.2-only for now."""
-
-    def __init__(self, *args, **kwargs):
-        raise RuntimeError(
-            "niah bf16 index keys are implemented for DeepSeek-V3.2 (DSA) only; DeepSeek-V4's "
-            "C4 indexer runs with fp8 keys through niah's kernels (use --niah-index-dtype fp8)")
-
-    __init__.__wrapped__ = original
-    return __init__
-
-
 # ---------------------------------------------------------------------------------------
 # Indexer methods (sglang ...dsa.dsa_indexer.Indexer), bf16 mode
 
