@@ -43,7 +43,8 @@ class Reply:
     attempts: int = 0
     error: str | None = None
     connection_error: bool = False  # the last failure was a connection-level one
-    selection_recall: list[float] | None = None
+    selection_recall: list[float | None] | None = None
+    indexer: dict | None = None  # the server's `niah_indexer` probe detail (embedded server)
 
 
 class _Retryable(Exception):
@@ -165,7 +166,9 @@ def _take_usage(reply: Reply, data: dict) -> None:
     if usage.get("completion_tokens") is not None:
         reply.completion_tokens = int(usage["completion_tokens"])
     if data.get("selection_recall") is not None:
-        reply.selection_recall = [float(x) for x in data["selection_recall"]]
+        reply.selection_recall = [None if x is None else float(x) for x in data["selection_recall"]]
+    if isinstance(data.get("niah_indexer"), dict):
+        reply.indexer = data["niah_indexer"]
 
 
 def _json_object(text: str) -> dict:

@@ -19,9 +19,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
-# Lengths up to ~7.5K tokens (the model's context is 8K), three depths, one trial per
-# cell: 12 prompts, ~44K prompt tokens per configuration; 7 configurations.
-DEMO_LENGTHS = [1000, 2000, 4000, 7500]
+# Lengths from 500 (at or below k = 512: no selection there) to 6K tokens (the model's
+# context is 8K), three depths, one trial per cell: 18 prompts, ~50K prompt tokens per
+# configuration; 5 configurations (dense, fp8/bf16 x top-k 64/512).
+DEMO_LENGTHS = [500, 1000, 2000, 3000, 4000, 6000]
 DEMO_DEPTHS = [10.0, 50.0, 90.0]
 QUICK_LENGTHS = [600, 1500]
 QUICK_DEPTHS = [50.0]
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=1)
     args = p.parse_args(argv)
 
+    from niah.indexer import length_warnings, matrix_topks
+
     spec = SweepSpec(
         lengths=QUICK_LENGTHS if args.quick else DEMO_LENGTHS,
         depths=QUICK_DEPTHS if args.quick else DEMO_DEPTHS,
@@ -54,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     resume = (out / "trials.jsonl").exists()
     t0 = time.monotonic()
     try:
+        for line in length_warnings(spec.lengths, matrix_topks(demo_matrix())[0]):
+            print(f"niah demo: {line}", file=sys.stderr)
         run_matrix(demo_matrix(), spec, out, resume=resume)
         report_dir = build_report(out)
+        print_findings(out)
     except NiahError as e:
         print(f"niah demo: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -68,6 +74,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"heatmaps:   {report_dir}/  (grid.png shows every configuration side by side)")
     print(f"summary:    {report_dir / 'summary.md'}")
     return 0
+
+
+def print_findings(out: Path) -> None:
+    """fp8 against bf16 index keys at each top-k: the paired needle rank and fidelity, and
+    how many paired trials each metric would need to see the difference (bootstrap)."""
+    import pandas as pd
+
+    from niah.report.data import load_frame
+    from niah.report.ranks import rank_compare, rank_pairs, trials_needed_bootstrap
+
+    _, df = load_frame(out)
+    pooled = []
+    for k in (64, 512):
+        a, b = df[df["config"] == f"bf16-k{k}"], df[df["config"] == f"fp8-k{k}"]
+        if a.empty or b.empty:
+            continue
+        r = rank_compare(a, b)[-1]
+        fa, fb = a["idx_fidelity"].mean(), b["idx_fidelity"].mean()
+        print(f"top-k {k}: fp8 vs bf16 on {r.n} paired prompts: needle rank/k {r.median_b:.3g} vs {r.median_a:.3g} "
+              f"(median ratio {r.ratio:.3g}, Wilcoxon p={r.p:.2g}, r={r.r:+.2f}); fidelity {fb:.3f} vs {fa:.3f}; "
+              f"recall {b['correct'].mean():.2f} vs {a['correct'].mean():.2f}")
+        pooled.append(rank_pairs(a, b))
+    if pooled:
+        for res in trials_needed_bootstrap(pd.concat(pooled, ignore_index=True)):
+            need = res.n if res.n else (f"more than 1000 (power there {res.power_at_max:.2f}: the observed pairs show "
+                                        "no effect in that direction)")
+            print(f"paired trials to see fp8 worse than bf16 (80% power, alpha 0.05), {res.metric}: {need}")
 
 
 if __name__ == "__main__":

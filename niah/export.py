@@ -23,10 +23,9 @@ def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None)
     out = Path(out) if out else run / f"trials.{fmt}"
     try:
         if fmt == "csv":
-            if "selection_recall" in df:
-                df["selection_recall"] = df["selection_recall"].map(
-                    lambda v: json.dumps(v) if isinstance(v, list) else v
-                )
+            for col in df.columns:  # lists and objects (selection_recall, expected, indexer, ...) as JSON
+                if df[col].map(lambda v: isinstance(v, (list, dict))).any():
+                    df[col] = df[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
             df.to_csv(out, index=False)
         else:
             try:

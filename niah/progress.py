@@ -41,7 +41,9 @@ class SweepProgress:
 
     def advance(self, name: str, rec: dict) -> None:
         h = self.hits[name]
-        if rec["outcome"] == "error":
+        if rec.get("control"):      # no-needle controls are not recall (summarised apart)
+            pass
+        elif rec["outcome"] == "error":
             h[2] += 1
         else:
             h[1] += 1
@@ -57,7 +59,8 @@ def recall_tables(records: Iterable[dict]) -> list:
 
     by_cfg: dict[str, dict[tuple[int, float], list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        by_cfg[r["config"]][(int(r["length"]), float(r["depth"]))].append(r)
+        if not r.get("control"):
+            by_cfg[r["config"]][(int(r["length"]), float(r["depth"]))].append(r)
     tables = []
     for cfg, cells in by_cfg.items():
         depths = sorted({d for _, d in cells})
@@ -117,5 +120,6 @@ def outcome_counts(records: Iterable[dict]) -> dict[str, int]:
 
     counts = {o: 0 for o in OUTCOMES}
     for r in records:
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        key = f"control {r['outcome']}" if r.get("control") else r["outcome"]
+        counts[key] = counts.get(key, 0) + 1
     return counts

@@ -119,7 +119,7 @@ def _assemble(mode: str, question: str, prefix: str, haystack: str, inserts: lis
     tail = "\n\n" + question
     if mode == "completion":
         tail += "\nAnswer: " + prefix
-    return INSTRUCTION + out + tail, [spans[i] for i in range(len(inserts))]
+    return INSTRUCTION + out + tail, [spans.get(i, (0, 0)) for i in range(max(spans, default=-1) + 1)]
 
 
 def _join(out: str, text: str) -> str:
@@ -132,8 +132,9 @@ class _Builder:
     """Holds one trial's fixed choices; `make(words)` gives the content for a haystack size."""
 
     def __init__(self, tok: Tokenizer, mode: str, kind: NeedleKind, facts: list[Fact], start: int,
-                 corpus: Corpus):
+                 corpus: Corpus, control: bool = False):
         self.tok, self.mode, self.kind, self.facts = tok, mode, kind, facts
+        self.control = control  # True: the asked facts are left out (a no-needle control)
         self.c = corpus
         self.start = start
         self.question = kind.question(list(dict.fromkeys(f.key for f in facts if f.asked)))
@@ -164,7 +165,7 @@ class _Builder:
     def make(self, words: int) -> tuple[str, list[tuple[int, int]]]:
         hay = self.haystack(words)
         inserts = [(self.insertion_point(hay, f.depth), i, self.kind.sentence(f.key, f.value))
-                   for i, f in enumerate(self.facts)]
+                   for i, f in enumerate(self.facts) if not (self.control and f.asked)]
         return _assemble(self.mode, self.question, self.prefix, hay, inserts)
 
     def count(self, content: str) -> int:
@@ -242,13 +243,15 @@ def draw_facts(rng: random.Random, kind: NeedleKind, depth: float, c: Corpus) ->
 
 def build_prompt(
     tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
-    kind: NeedleKind | None = None, haystack: str = "prose",
+    kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False,
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
     `kind` says which facts are hidden and asked (default: one city -> 7-digit number;
     `needles` > 1 is `NeedleKind(keys=needles)`: distractor facts at seeded random depths,
     the question asks for the one at `depth`). `haystack` is a kind of niah.haystacks.
+    With `control` the same question is asked of a haystack that holds none of the asked
+    facts (a no-needle control: needle_span is empty, depth_achieved the requested depth).
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
@@ -260,13 +263,15 @@ def build_prompt(
     kind.check()
     c = load_haystack(haystack, kind.value)
     facts, start = draw_facts(random.Random(seed), kind, depth, c)
-    b = _Builder(tok, mode, kind, facts, start, c)
+    b = _Builder(tok, mode, kind, facts, start, c, control)
     words, n = _fit(b, tok, length, c)
     content, spans = b.make(words)
+    spans += [(0, 0)] * (len(facts) - len(spans))
     for f, span in zip(facts, spans):
-        f.span = span
-        assert content[span[0] : span[1]] == kind.sentence(f.key, f.value)
-        if content.count(f.value) != 1:
+        left_out = control and f.asked
+        f.span = (0, 0) if left_out else span
+        assert left_out or content[span[0] : span[1]] == kind.sentence(f.key, f.value)
+        if content.count(f.value) != (0 if left_out else 1):
             raise RuntimeError(f"needle value {f.value} occurs elsewhere in the prompt")
     needle = Needle(facts[0].key, facts[0].value)
     p = Prompt(
@@ -276,7 +281,7 @@ def build_prompt(
     )
     if mode == "chat":
         p.messages = [{"role": "user", "content": content}]
-    p.depth_achieved = _achieved_depth(tok, b.question, content, spans[0])
+    p.depth_achieved = float(depth) if control else _achieved_depth(tok, b.question, content, spans[0])
     p.distractors = [Needle(f.key, f.value) for f in facts[1:] if not f.asked]
     return p
 

@@ -47,7 +47,20 @@ class SetEntry:
     haystack: str
     messages: list[dict[str, str]] | None = None
     prompt: str | None = None
+    control: bool = False  # a no-needle control: the asked facts are not in the prompt
     schema_version: int = field(default=SET_SCHEMA)
+
+    @property
+    def content(self) -> str:
+        """The user message (chat) or the whole prompt text (completion)."""
+        return self.messages[-1]["content"] if self.mode == "chat" else (self.prompt or "")
+
+    @property
+    def needle(self):
+        """The asked fact at the requested depth (a niah.needles.Needle)."""
+        from niah.needles import Needle
+
+        return Needle(self.asked_keys[0], self.expected[0])
 
     def body(self) -> dict:
         """The request fields that carry the prompt."""
@@ -57,7 +70,7 @@ class SetEntry:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def entry_from_prompt(p, trial: int) -> SetEntry:
+def entry_from_prompt(p, trial: int, control: bool = False) -> SetEntry:
     """A niah.prompts.Prompt as a set entry."""
     return SetEntry(
         length=int(p.length), depth=float(p.depth), trial=int(trial), seed=int(p.seed), mode=p.mode,
@@ -69,7 +82,7 @@ def entry_from_prompt(p, trial: int) -> SetEntry:
         distractors=[f.value for f in p.facts if not f.asked],
         needle_kind=p.kind.as_dict(), haystack=p.haystack,
         messages=p.messages if p.mode == "chat" else None,
-        prompt=p.content if p.mode == "completion" else None,
+        prompt=p.content if p.mode == "completion" else None, control=control,
     )
 
 
@@ -148,6 +161,7 @@ class SetIndex:
     def __init__(self, entries: list[SetEntry], path: Path | str | None = None):
         self.path = path
         self.by: dict[tuple[int, float, int], SetEntry] = {}
+        entries = [e for e in entries if not e.control]  # controls are the sweep's own (--control)
         for e in entries:
             key = (e.length, float(e.depth), e.trial)
             if key in self.by and self.by[key].prompt_sha256 != e.prompt_sha256:

@@ -54,7 +54,9 @@ class TrialRecord:
     ttft_s: float | None = None
     error: str | None = None
     attempts: int = 0
-    selection_recall: list[float] | None = field(default=None)
+    selection_recall: list[float | None] | None = field(default=None)
+    indexer: dict[str, Any] | None = None  # summary of the server's indexer probe (niah.indexer)
+    control: bool = False  # a no-needle control trial (niah.control)
     finished_at: str | None = None
 
     def set_prompt(self, entry) -> None:
@@ -73,7 +75,7 @@ class TrialRecord:
     def finish(self) -> dict[str, Any]:
         """Stamp it and return the line to store."""
         self.finished_at = self.finished_at or now()
-        self.correct = self.outcome == "correct"
+        self.correct = self.outcome == "correct" and not self.control
         return to_dict(self)
 
 

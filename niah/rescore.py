@@ -42,6 +42,8 @@ def rescore_record(rec: dict, prompts: dict[str, dict]) -> tuple[dict, bool]:
     """The record re-scored, and whether its distractors were known."""
     from niah.scoring import score_values
 
+    if rec.get("control"):  # a no-needle control is classified against the whole sweep: kept as is
+        return dict(rec), True
     expected, distractors = rec.get("expected"), rec.get("distractors")
     known = distractors is not None
     if expected is None:

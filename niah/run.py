@@ -47,6 +47,11 @@ class _TargetRun:
         self.died: list[str] = []
         self.gone: list[str] = []  # the external server stopped answering (no dead() given)
         self.drift: list[str] = []  # a trial's length was not what was asked
+        self.known: set[str] = set()  # every needle value of the sweep (for --control)
+        if spec.control:
+            from niah.control import sweep_values
+
+            self.known = sweep_values(spec)
 
     def check_dead(self) -> str | None:
         if not self.died and self.dead is not None:
@@ -70,7 +75,7 @@ class _TargetRun:
         if self.progress is not None:
             self.progress.advance(self.name, line)
 
-    async def prompt(self, length: int, depth: float, trial: int, seed: int):
+    async def prompt(self, length: int, depth: float, trial: int, seed: int, control: bool):
         """The trial's set entry: from the frozen set, or built now (and logged)."""
         from niah.prompts import build_prompt
         from niah.promptset import entry_from_prompt
@@ -80,25 +85,27 @@ class _TargetRun:
         else:
             s = self.spec
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                            s.needles, s.kind, s.haystack)
-            entry = entry_from_prompt(built, trial)
+                                            s.needles, s.kind, s.haystack, control)
+            entry = entry_from_prompt(built, trial, control)
         log = getattr(self.store, "prompts", None)
         if log is not None:
             log.add(entry)
         return entry
 
-    async def one(self, client, length: int, depth: float, trial: int) -> None:
+    async def one(self, client, length: int, depth: float, trial: int, control: bool) -> None:
         from niah.client import complete
+        from niah.indexer import request_fields
         from niah.needles import trial_seed
 
         seed = trial_seed(self.spec.seed, length, depth, trial)
-        rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial, seed=seed)
+        rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial,
+                          seed=seed, control=control)
         cause = self.check_dead()
         if cause:
             rec.error = f"server died: {cause}"
             return self.finish(rec)
         try:
-            entry = await self.prompt(length, depth, trial, seed)
+            entry = await self.prompt(length, depth, trial, seed, control)
         except Exception as e:  # ServerError or httpx errors from the counter
             cause = self.check_dead()
             if cause is None and self.dead is None and (lost := await self.unreachable(client)):
@@ -108,8 +115,7 @@ class _TargetRun:
             rec.error = f"server died: {cause}" if cause else f"prompt building failed: {msg}"
             return self.finish(rec)
         rec.set_prompt(entry)
-        extra = {"niah_needle_span": list(entry.needle_span)} if self.p.needle_span else None
-        reply = await complete(client, self.cfg, entry.body(), extra)
+        reply = await complete(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry))
         if reply.error and reply.connection_error:
             cause = self.check_dead()
             if cause:
@@ -118,17 +124,29 @@ class _TargetRun:
                 self.gone.append(lost)
                 return None
         self.score(rec, reply, entry)
+        if reply.indexer is not None and not reply.error:
+            from dataclasses import asdict
+
+            from niah.indexer import append_detail
+
+            append_detail(self.store.dir, asdict(rec), reply.indexer)
         self.finish(rec)
         self.check_length(rec)
 
-    @staticmethod
-    def score(rec: TrialRecord, reply, entry) -> None:
-        from niah.scoring import score_values
+    def score(self, rec: TrialRecord, reply, entry) -> None:
+        from niah.control import classify
+        from niah.indexer import summarise
+        from niah.scoring import score_values, scored_text
 
         rec.prompt_tokens, rec.answer, rec.reasoning = reply.prompt_tokens, reply.answer, reply.reasoning
         rec.finish_reason, rec.completion_tokens = reply.finish_reason, reply.completion_tokens
         rec.latency_s, rec.ttft_s, rec.error = reply.latency_s, reply.ttft_s, reply.error
         rec.attempts, rec.selection_recall = reply.attempts, reply.selection_recall
+        rec.indexer = summarise(reply.indexer)
+        if rec.control:  # no needle: the asked values are not in the prompt
+            rec.needle, rec.expected = None, None
+            rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
+            return
         sc = score_values(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
                           distractors=entry.distractors)
         rec.outcome, rec.hits, rec.recall_share = sc.outcome, sc.hits, sc.recall_share
@@ -173,9 +191,12 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
     """
     from niah.client import make_client
 
+    from niah.control import pending_controls
+
     lifecycle = prepared.target.lifecycle
     run = _TargetRun(prepared, spec, store, progress, dead or (lifecycle.dead if lifecycle else None))
-    todo = pending_trials(run.name, spec, store.done)
+    todo = [(*t, False) for t in pending_trials(run.name, spec, store.done)]
+    todo += [(n, d, 0, True) for n, d in pending_controls(run.name, spec, store.done)]
     if progress is not None:
         progress.start_target(run.name, total=len(todo))
     if not todo:

@@ -32,18 +32,20 @@ ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retri
 # Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
 # outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
 OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
+# Outcomes of a no-needle control trial (`control: true`; niah/control.py defines them).
+CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
 
 
 KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
 
 
-def trial_key(config: str, length: int, depth: float, trial: int) -> str:
-    """Stable identity of one trial inside a run."""
-    return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}"
+def trial_key(config: str, length: int, depth: float, trial: int, control: bool = False) -> str:
+    """Stable identity of one trial inside a run (a no-needle control trial is its own)."""
+    return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}" + ("|control" if control else "")
 
 
 def record_key(rec: dict[str, Any]) -> str:
-    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"])
+    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"], bool(rec.get("control")))
 
 
 @dataclass

@@ -16,6 +16,7 @@ every configuration answers identical prompts (`prompt_sha256` pairs them).
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class SweepSpec:
     haystack: str = "prose"  # prose | book | noise | needles | file:PATH
     approximate_lengths: bool = False  # run even when the counter is not exact
     prompts: str | None = None  # a frozen prompt set (niah prompts build) to run
+    control: bool = False  # add one no-needle control trial per (length, depth) cell
 
     @property
     def kind(self) -> NeedleKind:
@@ -89,6 +91,9 @@ def check_spec(spec: SweepSpec) -> None:
     if not spec.timeout_s > 0:
         raise BadInput(f"--timeout must be positive (got {spec.timeout_s})")
     check_tokenizer_spec(spec.tokenizer)
+    if spec.control and (not spec.kind.default or spec.prompts is not None):
+        raise BadInput("--control works with the default needle kind, on prompts it builds "
+                       "(not with --needle-key/--needle-value/--values/--queries or --prompts)")
 
 
 def run_sweep(
@@ -116,6 +121,10 @@ def run_sweep(
     prepared = [prepare_target(t, spec, prompt_set) for t in targets]
     if resume and (out / "manifest.json").exists():
         check_same_tokenizers(read_manifest(out), prepared, force_config)
+    from niah.indexer import length_warnings
+
+    for line in length_warnings(spec.lengths, {p.target.name: p.index_topk for p in prepared}):
+        print(f"niah: {line}", file=sys.stderr)
     store = start_run(out, spec, resume)
     try:
         for p in prepared:

@@ -58,6 +58,13 @@ class PreparedTarget:
     endpoint: str = ""
     prompts: Any = None  # niah.promptset.SetIndex when running a frozen set
     counter_check: Any = None  # niah.usage.CounterCheck
+    indexer_probe: bool = False  # the server accepts `niah_value_span` and returns niah_indexer
+
+    @property
+    def index_topk(self) -> int | None:
+        from niah.indexer import config_topk
+
+        return config_topk({"axes": self.target.axes, "server": self.server})
 
     @property
     def info(self) -> dict:
@@ -72,6 +79,8 @@ class PreparedTarget:
             "server": self.server,
             "max_model_len": self.max_model_len,
             "needle_span": self.needle_span,
+            "indexer_probe": self.indexer_probe,
+            "index_topk": self.index_topk,
         }
         if tok is None:  # a frozen prompt set: counted when it was built
             info.update(tokenizer=",".join(self.prompts.tokenizers), tokenizer_exact=None,
@@ -134,6 +143,7 @@ def prepare_target(target: Target, spec, prompt_set=None) -> PreparedTarget:
         server={"models": models, "server_info": server_info},
         needle_span="needle_span" in (entry.get("niah_extensions") or []),
         endpoint=endpoint, prompts=prompt_set,
+        indexer_probe="indexer_probe" in (entry.get("niah_extensions") or []),
     )
     if prompt_set is None:
         from niah.usage import resolve_counter

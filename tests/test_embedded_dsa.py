@@ -214,6 +214,11 @@ def test_selection_recall_reads_the_last_row(model, ids):
     model.set_attention(DSA("bf16", topk=T))                            # context <= K: all kept
     _, stats = prefill(model, ids, needle_positions=(20, 60))
     assert selection_recall(model, stats) == [1.0] * 30
+    model.set_attention(None)                                           # dense: nothing is selected
+    _, stats = prefill(model, ids, needle_positions=(20, 60))
+    assert selection_recall(model, stats) is None
+    model.set_attention(DSA("bf16", topk=8))
+    assert selection_recall(model, {"selection_recall": {0: 0.5}})[:2] == [0.5, None]   # nothing recorded: None
 
 
 def test_bad_dsa_settings_are_refused():

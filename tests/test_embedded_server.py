@@ -85,7 +85,7 @@ def test_models_health_and_info(server):
     assert len(models) == 1
     m = models[0].model_dump()
     assert m["id"] == "SmolLM2-135M-Instruct" and m["max_model_len"] == 8192
-    assert m["niah_extensions"] == ["needle_span"] and m["attention"] == "dsa" and m["index_dtype"] == "fp8"
+    assert m["niah_extensions"] == ["needle_span", "indexer_probe"] and m["attention"] == "dsa" and m["index_dtype"] == "fp8"
     info = httpx.get(server["base"] + "/server_info").json()
     assert (info["index_topk"], info["window"], info["max_model_len"]) == (TOPK, WINDOW, 8192)
 
@@ -218,6 +218,31 @@ def test_selection_recall_sees_a_dropped_needle(server):
     assert len(rec) == 30 and all(0.0 <= x <= 1.0 for x in rec)
     assert min(rec) < 1.0                                            # top-64 of ~700 keys misses some of it
     assert json.dumps(rec)
+
+
+def test_indexer_probe_follows_the_decode_steps(server):
+    """`niah_value_span` -> `niah_indexer`: the last prompt token, then each decode step
+    until the answer holds the value; per layer rank / k, kept share, margin, fidelity."""
+    content, span = needle_prompt(620, 0.05, "5936041")
+    value = content.index("5936041", span[0])
+    body = dict(extra_body={"niah_value_span": [value, value + 7]}, max_tokens=24)
+    r = _chat(server["client"], content, **body)
+    probe = r.model_extra["niah_indexer"]
+    assert probe["k"] == TOPK and probe["value_tokens"] >= 1
+    steps = probe["steps"]
+    n = _tokenize(server["base"], {"messages": [{"role": "user", "content": content}]})["count"]
+    assert steps[0]["position"] == n - 1 and steps[0]["context"] == n and len(steps) > 1
+    assert [s["position"] for s in steps] == list(range(n - 1, n - 1 + len(steps)))
+    assert len(steps) <= r.usage.completion_tokens
+    if probe["value_complete"]:                  # probing stopped where the value was written
+        assert "5936041" in r.choices[0].message.content
+    for s in steps:
+        assert s["active"] and all(len(s[k]) == 30 for k in ("kept", "rank_best", "rank_worst", "margin", "fidelity"))
+        assert all(b <= w for b, w in zip(s["rank_best"], s["rank_worst"]))
+        assert all(0.0 <= f <= 1.0 for f in s["fidelity"]) and min(s["fidelity"]) < 1.0   # fp8 keys: not exact
+    chunks = list(_chat(server["client"], content, stream=True, stream_options={"include_usage": True}, **body))
+    streamed = [c.model_extra.get("niah_indexer") for c in chunks if c.model_extra.get("niah_indexer")]
+    assert streamed and streamed[-1] == probe                     # greedy: the same steps again
 
 
 def test_server_info_attests_what_the_indexer_ran(server):

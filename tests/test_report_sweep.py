@@ -32,7 +32,7 @@ def test_sweep_report_export_gate(oracle_factory, tmp_path):
     md = (base / "report" / "summary.md").read_text()
     assert (base / "report" / "heatmap_default.png").exists() and (base / "report" / "recall_vs_length.png").exists()
     assert "| `default` | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) | 100.0% [82–100] (18/18) |" in md
-    assert "Selection recall" in md  # the oracle returns selection_recall
+    assert "Last-prompt-token selection recall" in md  # the oracle returns selection_recall
     assert "Every reported length is within max(4 tokens, 0.5%) of the request." in md
 
     baseline = tmp_path / "baselines" / "oracle.json"

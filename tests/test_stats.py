@@ -112,3 +112,23 @@ def test_trials_needed():
         assert p.method.startswith("exact")
     with pytest.raises(ValueError):
         stats.trials_needed(0.8, 0.9)
+
+
+def test_wilcoxon_signed_rank_matches_scipy():
+    import random
+
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from niah.report.stats import sign_test, wilcoxon_signed_rank
+
+    rng = random.Random(7)
+    for n in (3, 9, 25, 50, 51, 120):                      # exact up to 50 without ties, normal above
+        d = [rng.gauss(0.2, 1.0) for _ in range(n)]
+        w = wilcoxon_signed_rank(d)
+        assert w.p == pytest.approx(scipy_stats.wilcoxon(d).pvalue, rel=1e-9, abs=1e-12)
+        assert w.method == ("exact" if n <= 50 else "normal")
+    ties = [round(rng.gauss(0.3, 1.0)) for _ in range(40)] + [0.0, 0.0]   # ties and zeros
+    w = wilcoxon_signed_rank(ties)
+    assert w.method == "normal" and w.n == sum(x != 0 for x in ties)
+    assert w.p == pytest.approx(scipy_stats.wilcoxon(ties).pvalue, rel=1e-9)
+    assert wilcoxon_signed_rank([1.0, 2.0, 3.0]).r == 1.0 and wilcoxon_signed_rank([]).p == 1.0
+    assert sign_test(9, 1) == pytest.approx(scipy_stats.binomtest(9, 10, 0.5).pvalue)

@@ -20,6 +20,8 @@ def gate_cmd(
     max_error_rate: float = typer.Option(0.1, help="Largest share of error trials per length before it is an outage."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per length)."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Write the Markdown summary here."),
+    metric: str = typer.Option("answer", "--metric", help="answer (recall), rank (the needle's rank / k in the index scores, paired Wilcoxon; keeps outage checks) or both."),
+    rank_tolerance: float = typer.Option(0.10, "--rank-tolerance", help="With --metric rank/both: allowed median increase of the needle's rank (0.10 = 10% deeper)."),
 ) -> None:
     """CI regression gate: exit 0 holds, 1 regression or outage, 2 bad input.
 
@@ -29,7 +31,7 @@ def gate_cmd(
     """
     from niah.report.gate import run_gate, write_outputs
 
-    res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate)
+    res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate, metric, rank_tolerance)
     typer.echo(write_outputs(res, junit, summary))
     if res.exit_code:
         raise typer.Exit(res.exit_code)
@@ -42,6 +44,10 @@ def plan_cmd(
     alpha: float = typer.Option(0.05, help="Two-sided significance level (as the gate uses)."),
     power: float = typer.Option(0.8, help="Probability of detecting a drop of that size."),
     depths: int = typer.Option(1, "--depths", help="Depths per length: also say trials per cell for a per-length test."),
+    run: Optional[Path] = typer.Option(None, "--run", help="Instead: resample the paired trials of this run (--a vs --b) and say how many pairs the needle-rank and the answer metric each need."),
+    a: Optional[str] = typer.Option(None, "--a", help="With --run: configuration A (the reference)."),
+    b: Optional[str] = typer.Option(None, "--b", help="With --run: configuration B."),
+    reps: int = typer.Option(400, "--reps", help="With --run: bootstrap resamples per n."),
 ) -> None:
     """How many trials a comparison needs for a drop in recall to be detectable.
 
@@ -53,6 +59,8 @@ def plan_cmd(
     from niah.errors import BadInput
     from niah.report.stats import trials_needed
 
+    if run is not None:
+        return _plan_from_run(run, a, b, alpha, power, reps)
     target = recall - drop
     if depths < 1:
         raise BadInput("--depths must be >= 1")
@@ -74,6 +82,44 @@ def plan_cmd(
     typer.echo("\nTrials/side = prompts per comparison (a length, or a cell).\n"
                "Paired designs need fewer trials the more the two sides fail on the same prompts; "
                "'nested' assumes B fails wherever A does (fewest), 'independent' that failures are unrelated.")
+
+
+def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, power: float, reps: int) -> None:
+    """Bootstrap: resample RUN's A/B pairs with selection on both sides, find the n at which
+    each metric's test (one direction: B worse) reaches the power."""
+    from niah.errors import BadInput
+    from niah.report.baseline import load_side
+    from niah.report.ranks import rank_pairs, trials_needed_bootstrap
+
+    if not (a and b):
+        raise BadInput("--run needs --a and --b (the two configurations to compare)")
+    _, df, _ = load_side(run)
+    names = list(dict.fromkeys(df["config"]))
+    for n in (a, b):
+        if n not in names:
+            raise BadInput(f"{run} has no configuration {n!r}; it has {names}")
+    pairs = rank_pairs(df[df["config"] == a], df[df["config"] == b]).dropna(subset=["rank_a", "rank_b"])
+    if pairs.empty:
+        raise BadInput(f"{run}: no pair of {a!r} and {b!r} has a needle rank on both sides")
+    import math
+
+    d = sorted(math.log2(y / x) for x, y in zip(pairs["rank_a"], pairs["rank_b"]))
+    disc = int((pairs["correct_a"] != pairs["correct_b"]).sum())
+    typer.echo(f"{len(pairs)} observed pairs ({b} vs {a}, selection on both sides): median rank ratio B/A "
+               f"{2 ** d[len(d) // 2]:.3g}, B deeper in {sum(x > 0 for x in d)}, higher in {sum(x < 0 for x in d)}; "
+               f"answers differ in {disc}")
+    typer.echo(f"bootstrap: {reps} resamples of n pairs per n; a resample counts when the two-sided test is "
+               f"significant at alpha={alpha:g} with B worse; target power {100 * power:g}%\n")
+    for r in trials_needed_bootstrap(pairs, alpha, power, reps=reps):
+        typer.echo(f"{r.metric:<38} paired trials needed: {_need(r, 'rank' in r.metric)}")
+
+
+def _need(r, rank: bool) -> str:
+    if r.n:
+        return str(r.n)
+    if r.power_at_max or r.tried:
+        return f"more than 1000 (power {r.power_at_max:.2f} there: the pairs show no effect in that direction)"
+    return "never: " + ("no pair's needle rank differs" if rank else "no pair's answers differ") + " in the data"
 
 
 @baseline_app.command("export")

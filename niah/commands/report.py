@@ -52,6 +52,21 @@ def config_order(manifest: dict, frame) -> list[str]:
     return [n for n in dict.fromkeys(order) if n in present]
 
 
+def rank_section(da, db, name_a: str, name_b: str, alpha: float) -> str:
+    """The paired needle-rank comparison (niah/report/ranks.py) as Markdown."""
+    from niah.report.ranks import rank_compare, rank_markdown
+
+    rows = rank_compare(da, db, alpha)
+    head = "\n## Needle rank / k (indexer): does B's needle sit deeper than A's?\n\n"
+    if not any(r.n for r in rows):
+        return head + ("No pair has a needle rank on both sides (no indexer probe, or no prompt longer "
+                       "than k).\n")
+    return head + ("Per trial: geometric mean over layers and probed steps of the worst needle-value token's rank / k "
+                   "(> 1: below the cut). Paired on identical prompts; Wilcoxon signed-rank on log2(rank_B / rank_A) "
+                   f"decides at alpha = {alpha:g}; sign test shown; r = rank-biserial (> 0: B deeper).\n\n"
+                   + rank_markdown(rows, name_a, name_b))
+
+
 @app.command("compare")
 def compare_cmd(
     run_a: Path = typer.Argument(..., help="Run folder (or baseline file) A."),
@@ -110,6 +125,7 @@ def compare_cmd(
              None: "UNPAIRED: no trials saw the same prompt; two-proportion comparison "
                    "(Newcombe interval decides, pooled z-test p shown)"}[method]
     text = f"# {name_b} vs {name_a}\n\n{basis}; alpha = {alpha:g}\n\n" + rows_markdown(rows, name_a, name_b)
+    text += rank_section(da, db, name_a, name_b, alpha)
     if by_depth:
         cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
         text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")

@@ -14,7 +14,8 @@ from niah.cli import app
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
                "included: N is a count, not a step (10:90:5 is 10, 30, 50, 70, 90); LO:HI/STEP steps by "
                "STEP (0:100/10 is 0, 10, ..., 100).")
-LENGTHS_HELP = "Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (N log-spaced)."
+LENGTHS_HELP = ("Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (N log-spaced), "
+                "or auto: k/2, k, 2k, 4k, ... of every index_topk, up to the model's context.")
 TOKENIZER_HELP = ("auto | server | usage | hf:<path> | tiktoken:<encoding>. auto: the server's /tokenize, else "
                   "usage.prompt_tokens probes (max_tokens=1). Checked against the server before the run.")
 DEFAULT_ENDPOINT = "http://127.0.0.1:30000/v1"
@@ -50,16 +51,18 @@ def needle_options(f):
 
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
-              queries=1, haystack="prose", approximate_lengths=False, prompts=None):
+              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None):
     from niah.specs import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
     spec = SweepSpec(
-        lengths=parse_lengths(lengths) if prompts is None else [1], depths=parse_depths(depths) if prompts is None else [0.0],
+        lengths=(auto if lengths.strip() == "auto" else parse_lengths(lengths)) if prompts is None else [1],
+        depths=parse_depths(depths) if prompts is None else [0.0],
         trials=trials, seed=seed, max_tokens=max_tokens, mode=mode, tokenizer=tokenizer,
         concurrency=concurrency, timeout_s=timeout, retries=retries, stream=stream, needles=needles,
         needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
+        control=control,
     )
     check_spec(spec)
     return spec
@@ -83,6 +86,44 @@ def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
     if prompts is not None and (given := _given(ctx, fixed)):
         raise BadInput(f"--prompts fixes the prompts: {', '.join(given)} would be ignored; "
                        "build another set with niah prompts build")
+
+
+def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
+           auto: bool = False) -> tuple[dict, Optional[int]]:
+    """{config: index_topk} and the model's context (None: unknown), read from the matrix
+    file (its loader) or, for one endpoint, from GET /v1/models."""
+    from niah.errors import BadInput
+
+    if matrix is not None:
+        from niah.indexer import matrix_topks
+
+        return matrix_topks(matrix, context_too=auto)
+    import httpx
+
+    from niah.indexer import config_topk
+    from niah.tokenize import api_url
+
+    try:
+        models = httpx.get(api_url(endpoint) + "/models", timeout=30.0,
+                           headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
+    except (httpx.HTTPError, ValueError) as e:
+        raise BadInput(f"cannot read {endpoint}/models: {e}") from None
+    entries = [m for m in models.get("data") or [] if isinstance(m, dict)]
+    entry = next((m for m in entries if not model or m.get("id") == model), {})
+    return {"default": config_topk({"server": {"models": {"data": [entry]}}})}, entry.get("max_model_len")
+
+
+def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
+    from niah.errors import BadInput
+    from niah.indexer import auto_lengths
+
+    ks = [k for k in topks.values() if k]
+    if not ks:
+        raise BadInput("--lengths auto needs an index_topk (a sparse configuration in the matrix, or a server "
+                       "whose /v1/models reports index_topk); none found")
+    if not context:
+        raise BadInput("--lengths auto needs the model's context (max_model_len); the server did not report it")
+    return auto_lengths(ks, context, max_tokens)
 
 
 @app.command()
@@ -110,6 +151,7 @@ def sweep(
     matrix: Optional[Path] = typer.Option(None, help="A matrix file: launch one server per configuration (niah.serving.matrix)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    control: bool = typer.Option(False, "--control", help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak / hallucinated)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --matrix: print each configuration's exact command and environment; start nothing."),
     **kinds,
 ) -> None:
@@ -134,8 +176,20 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
+    is_auto = lengths.strip() == "auto"
+    topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto)
+                      if matrix is not None or is_auto else ({}, None))
+    auto = _auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
-                     not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, **kinds)
+                     not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
+                     auto=auto, **kinds)
+    if auto:
+        print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
+    if matrix is not None:
+        from niah.indexer import length_warnings
+
+        for line in length_warnings(spec.lengths, topks):
+            print(f"niah: {line}", file=sys.stderr)
     if out is None:
         import datetime as dt
 

@@ -5,7 +5,8 @@
      "configs": {NAME: {"model", "axes",
                         "summary": {"<length>" | "all": {n, answered, correct, errors, recall, lo, hi}},
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
-                                    "seed", "prompt_sha256", "outcome", "correct"}]}}}
+                                    "seed", "prompt_sha256", "outcome", "correct",
+                                    "rank": needle rank / k, null without selection}]}}}
 
 Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
 exported baseline exactly as with a run folder. `load_side` reads either.
@@ -82,6 +83,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 "length": int(r.length), "depth": float(r.depth), "trial": int(r.trial),
                 "seed": None if r.seed is None or r.seed != r.seed else int(r.seed),
                 "prompt_sha256": r.prompt_sha256, "outcome": r.outcome, "correct": bool(r.correct),
+                "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
             })
         data["configs"][name] = {"model": infos[name].model, "axes": infos[name].axes,
                                  "summary": _summary(d), "trials": trials}
@@ -114,7 +116,9 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
         for t in c.get("trials") or []:
             if not all(k in t for k in _TRIAL_FIELDS):
                 raise BadInput(f"{path}: trial record of {name!r} lacks one of {_TRIAL_FIELDS}")
-            records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model")})
+            rank = t.get("rank")
+            records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
+                            "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     manifest = {"created": (data.get("source") or {}).get("created"), "git_sha": (data.get("source") or {}).get("git_sha"),
                 "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {},
                                 **({"attestation": c["attestation"]} if c.get("attestation") else {})}

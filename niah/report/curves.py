@@ -1,12 +1,9 @@
-"""Recall against context length, one line per configuration, with 95% Wilson intervals;
-beside it, where trials recorded it, the indexer's selection recall.
+"""Recall against context length, one line per configuration, with 95% Wilson intervals.
 
-Selection recall of one trial is, per layer, the share of the needle's tokens the indexer
-kept for the last prompt token. The plotted value is the mean over layers (the share of
-all (layer, needle token) pairs kept), averaged over the trials at a length. The minimum
-over layers was the first candidate, but on real runs some early layer keeps nothing in
-almost every trial while recall stays perfect, so it carries no signal; summary.md gives
-the weakest and strongest layer beside the mean.
+(An earlier version drew the last prompt token's "selection recall" beside it under the
+title "Indexer kept the needle"; it plotted 1.0 for the dense control and for prompts no
+longer than k, where nothing is selected, and the last prompt token is not the one that
+writes the answer. The indexer's own figure is niah/report/indexer_plots.py.)
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from niah.report import style
 def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0.95):
     """by_len: aggregate(df, ["config", "length"]). Returns the figure."""
     plt = style.plt()
-    has_sel = bool((by_len["sel_n"] > 0).any()) if len(by_len) else False
-    ncols = 2 if has_sel else 1
+    ncols = 1
     fig, axes = plt.subplots(1, ncols, figsize=(6.4 * ncols, 4.3), squeeze=False)
     ax = axes[0][0]
     names = list(infos)
@@ -40,13 +36,7 @@ def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0
         yerr = [y - d["lo"].to_numpy(), d["hi"].to_numpy() - y]
         ax.errorbar(xs, y, yerr=yerr, marker=marker, ms=4.5, capsize=3, lw=1.6, color=colours(i % 10),
                     label=name)
-        if has_sel:
-            s = d[d["sel_n"] > 0]
-            if len(s):
-                sx = [x * (2 ** off) if use_log else x for x in s["length"]]
-                axes[0][1].plot(sx, s["sel"], marker=marker, ms=5, lw=1.6, color=colours(i % 10), label=name,
-                                ls="-" if i % 2 == 0 else "--", alpha=0.9)
-    for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)", "selection recall (mean over layers)")):
+    for a, ylabel in zip(axes[0], ("recall (95% Wilson interval)",)):
         if use_log:
             a.set_xscale("log", base=2)
         a.set_xticks(lengths)
@@ -60,10 +50,6 @@ def recall_figure(by_len, infos: dict, lengths: list[int], confidence: float = 0
         for s in ("top", "right"):
             a.spines[s].set_visible(False)
     ax.set_title("Recall vs context length (errors excluded)", fontsize=10.5, loc="left")
-    if has_sel:
-        axes[0][1].set_title("Indexer kept the needle (where recorded)", fontsize=10.5, loc="left")
-    if has_sel and axes[0][1].get_legend_handles_labels()[0]:
-        axes[0][1].legend(fontsize=8, loc="best", frameon=False)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best", frameon=False)
     else:

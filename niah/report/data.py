@@ -18,18 +18,28 @@ from niah.store import OUTCOMES
 COLUMNS = (
     "config", "model", "length", "prompt_tokens", "prompt_tokens_local", "depth",
     "depth_achieved", "trial", "seed", "prompt_sha256", "outcome", "latency_s", "ttft_s",
-    "error", "selection_recall", "finished_at",
+    "error", "selection_recall", "indexer", "finished_at",
 )
+# From each trial's `indexer` summary (niah/indexer.py): NaN where not recorded or where no
+# selection happened (prompt not longer than k).
+INDEXER_COLUMNS = ("rank_worst", "rank_best", "kept", "margin", "fidelity")
+
+
+def split_controls(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(needle trials, no-needle control trials): controls never count towards recall."""
+    needle = [r for r in records if not r.get("control")]
+    return needle, [r for r in records if r.get("control")]
 
 
 def trials_frame(records: list[dict[str, Any]]):
-    """Records -> DataFrame with the COLUMNS above plus `correct`, `answered`, `is_error`
-    and, from selection_recall (NaN when not recorded), `sel_mean` / `sel_min` / `sel_max`
-    over layers."""
+    """Needle-trial records (control trials are left out) -> DataFrame with the COLUMNS
+    above plus `correct`, `answered`, `is_error`; from selection_recall (NaN when not
+    recorded) `sel_mean` / `sel_min` / `sel_max` over layers; from the `indexer` summary
+    `idx_active` (True / False / None) and the INDEXER_COLUMNS prefixed `idx_`."""
     import numpy as np
     import pandas as pd
 
-    df = pd.DataFrame(records)
+    df = pd.DataFrame(split_controls(list(records))[0])
     for col in COLUMNS:
         if col not in df.columns:
             df[col] = None
@@ -49,6 +59,12 @@ def trials_frame(records: list[dict[str, Any]]):
         if isinstance(v, (list, tuple)):
             return [float(x) for x in v if x is not None]
         return []
+
+    summaries = [v if isinstance(v, dict) else {} for v in df["indexer"]]
+    df["idx_active"] = [s.get("selection_active") if s else None for s in summaries]
+    for key in INDEXER_COLUMNS:
+        df[f"idx_{key}"] = [float(s[key]) if s.get("selection_active") and s.get(key) is not None else np.nan
+                            for s in summaries]
 
     layers = [_layers(v) for v in df["selection_recall"]]
     df["sel_mean"] = [sum(v) / len(v) if v else np.nan for v in layers]

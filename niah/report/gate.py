@@ -12,6 +12,13 @@ Per configuration, per length present on both sides, and over all of them:
   share of `error` trials above `max_error_rate`. Errors are never counted as misses, but
   a gate cannot pass a candidate it could not measure.
 - **skipped** for a length only the baseline has (reported, not failed).
+- with `metric` "rank" or "both", the **needle rank** (niah/report/ranks.py) per length and
+  overall: a regression when, on identical prompts, the candidate's needle sits deeper
+  in the index scores (median ratio of rank / k above 1 + `rank_tolerance`, Wilcoxon
+  signed-rank p < alpha): the needle moved toward the cut before any answer flipped.
+  "rank" alone keeps the answer metric's outage checks.
+- lengths at or below a configuration's index_topk are named in a note: every key is
+  kept there, so those lengths do not exercise the indexer.
 
 Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
 overlap, schema mismatch). Each test is at level alpha with no multiplicity correction;
@@ -39,10 +46,12 @@ class Case:
     status: str
     row: Row | None
     message: str
+    metric: str = "answer"  # "answer" (recall) or "rank" (the needle's rank / k)
 
     @property
     def name(self) -> str:
-        return "all lengths" if self.length == ALL else f"length {self.length}"
+        where = "all lengths" if self.length == ALL else f"length {self.length}"
+        return where + (" needle rank" if self.metric == "rank" else "")
 
 
 @dataclass
@@ -102,10 +111,47 @@ def _message(row: Row, tolerance: float, alpha: float) -> str:
             f"{100 * tolerance:g} pp); {ev}")
 
 
+def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
+    """The needle-rank cases of one configuration (baseline b = A, candidate c = B)."""
+    from niah.report.ranks import rank_compare, rank_is_regression
+
+    cases = []
+    for r in rank_compare(b, c, alpha):
+        if r.n == 0:
+            cases.append(Case(label, r.group, SKIPPED, None, "no pair with a needle rank on both sides "
+                              "(no indexer probe, or the prompt is not longer than k)", "rank"))
+            continue
+        msg = (f"rank/k {r.median_a:.3g} -> {r.median_b:.3g}, median ratio {r.ratio:.3g} (tolerance "
+               f"{1 + tolerance:.3g}), Wilcoxon p={r.p:.3g}, sign p={r.sign_p:.3g}, r={r.r:+.2f}, "
+               f"{r.deeper} deeper / {r.shallower} higher of {r.n} pairs")
+        cases.append(Case(label, r.group, REGRESSION if rank_is_regression(r, tolerance) else PASS, None, msg, "rank"))
+    return cases
+
+
+def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int]) -> str | None:
+    from niah.indexer import at_or_below_k, config_topk
+
+    k = config_topk((manifest.get("configs") or {}).get(name))
+    if k is None:
+        ks = [v.get("k") for v in df["indexer"] if isinstance(v, dict) and v.get("k")]
+        k = ks[0] if ks else None
+    low = at_or_below_k(lengths, k)
+    if not low:
+        return None
+    return (f"`{label}`: lengths {', '.join(map(str, low))} are at or below index_topk {k}: every key is kept "
+            "there, so they do not exercise the indexer")
+
+
 def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
-             alpha: float = 0.05, max_error_rate: float = 0.1) -> GateResult:
+             alpha: float = 0.05, max_error_rate: float = 0.1, metric: str = "answer",
+             rank_tolerance: float = 0.10) -> GateResult:
     """Gate CANDIDATE (run folder or baseline file) against BASELINE (either)."""
     from niah.report.baseline import load_side
+
+    if metric not in ("answer", "rank", "both"):
+        raise BadInput(f"--metric must be answer, rank or both, not {metric!r}")
+    if not rank_tolerance >= 0:
+        raise BadInput(f"--rank-tolerance must be >= 0, got {rank_tolerance}")
 
     if not 0 <= tolerance < 1:
         raise BadInput(f"--tolerance must be in [0, 1), got {tolerance}")
@@ -153,6 +199,13 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
             else:
                 status, msg = PASS, _message(row, tolerance, alpha)
             res.cases.append(Case(label, row.group, status, row, msg))
+        if metric == "rank":
+            res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
+        if metric in ("rank", "both"):
+            res.cases += _rank_cases(label, b, c, alpha, rank_tolerance)
+        note = _below_k_note(label, cman, cname, c, common)
+        if note:
+            res.notes.append(note)
         for L in sorted(bl - cl):
             res.cases.append(Case(label, int(L), SKIPPED, None, "length not in the candidate"))
         extra = sorted(cl - bl)
@@ -179,6 +232,9 @@ def markdown(res: GateResult) -> str:
            f"- rule: regression = drop > {100 * res.tolerance:g} pp **and** significant at alpha = {res.alpha:g} "
            f"(paired: McNemar exact; unpaired: Newcombe/Wilson interval); outage = error rate > "
            f"{100 * res.max_error_rate:g}% or nothing answered\n"]
+    if any(c.metric == "rank" for c in res.cases):
+        out.append("- needle rank: regression = on identical prompts the candidate's needle sits deeper in the "
+                   "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha)\n")
     for n in res.notes:
         out.append(f"- note: {n}\n")
     for cfg in dict.fromkeys(c.config for c in res.cases):
@@ -188,6 +244,7 @@ def markdown(res: GateResult) -> str:
         for c in (x for x in res.cases if x.config == cfg):
             r = c.row
             name = "**all**" if c.length == ALL else f"{c.length:,}"
+            name += " (needle rank)" if c.metric == "rank" else ""
             if r is None:
                 out.append(f"| {name} | | | | {c.message} | {_ICON[c.status]} |\n")
                 continue

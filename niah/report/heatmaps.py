@@ -64,8 +64,26 @@ def uniform_n(cells) -> int | None:
     return ns.pop() if len(ns) == 1 else None
 
 
-def draw_recall(ax, cells, grid: Axes2D, annotate: bool = True, show_n: bool = True):
-    """Draw one configuration's recall heatmap on ax; returns the image (for a colorbar)."""
+def _topk(manifest: dict[str, Any], name: str) -> int | None:
+    from niah.indexer import config_topk
+
+    return config_topk((manifest.get("configs") or {}).get(name))
+
+
+def hatch_below_k(ax, grid: Axes2D, k: int | None) -> None:
+    """Hatch (backslashes) the columns whose length is at or below k: no selection there."""
+    from matplotlib.patches import Rectangle
+
+    for x, L in enumerate(grid.lengths):
+        if k is not None and L <= k:
+            ax.add_patch(Rectangle((x - 0.5, -0.5), 1, len(grid.depths), facecolor="none", edgecolor="#3b3b3b",
+                                   hatch="\\\\", linewidth=0, alpha=0.35))
+            ax.text(x, -0.5, f"≤ k={k}", ha="center", va="bottom", fontsize=7, color="#3b3b3b")
+
+
+def draw_recall(ax, cells, grid: Axes2D, annotate: bool = True, show_n: bool = True, k: int | None = None):
+    """Draw one configuration's recall heatmap on ax; returns the image (for a colorbar).
+    k: the configuration's index_topk; columns at or below it are hatched."""
     from matplotlib.patches import Rectangle
 
     m = _matrix(cells, grid, "recall")
@@ -96,6 +114,7 @@ def draw_recall(ax, cells, grid: Axes2D, annotate: bool = True, show_n: bool = T
             for y in range(len(grid.depths)):
                 if (x, y) not in seen:
                     ax.text(x, y, "no data", ha="center", va="center", fontsize=fs - 1, color="#8a8a8a")
+    hatch_below_k(ax, grid, k)
     _frame_axes(ax, grid, fs)
     return im
 
@@ -117,7 +136,8 @@ def _footnote(ax, text: str) -> None:
                 fontsize=7, color="#555555", ha="left", va="top", annotation_clip=False)
 
 
-FOOTNOTE = "recall = correct / answered; hatched = some trials errored (outage, not counted as a miss)"
+FOOTNOTE = ("recall = correct / answered; hatched /// = some trials errored (outage, not counted as a miss); "
+            "hatched \\\\ = length <= k: every key kept, the indexer not exercised")
 
 
 def config_heatmap(cells, grid: Axes2D, info, manifest: dict[str, Any]):
@@ -125,7 +145,7 @@ def config_heatmap(cells, grid: Axes2D, info, manifest: dict[str, Any]):
     plt = style.plt()
     fig, ax = plt.subplots(figsize=_figsize(grid))
     n = uniform_n(cells)
-    im = draw_recall(ax, cells, grid, show_n=n is None)
+    im = draw_recall(ax, cells, grid, show_n=n is None, k=_topk(manifest, info.name))
     ax.set_title(_title(info, manifest) + (f" · n={n} per cell" if n else ""), fontsize=10.5, loc="left")
     cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     cb.set_label("recall")
@@ -174,7 +194,7 @@ def grid_figure(cells, grid: Axes2D, infos: dict[str, Any], manifest: dict[str, 
                 ax.axis("off")
                 continue
             info = infos[name]
-            im = draw_recall(ax, cells[cells["config"] == name], grid, show_n=n is None)
+            im = draw_recall(ax, cells[cells["config"] == name], grid, show_n=n is None, k=_topk(manifest, name))
             axes_txt = ", ".join(f"{k}={v}" for k, v in info.axes.items())
             ax.set_title(f"{name}" + (f"\n{axes_txt}" if axes_txt and axes_txt not in name else ""), fontsize=10)
             if r != nr - 1 and layout[r + 1][c] is not None:

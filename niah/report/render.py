@@ -24,13 +24,16 @@ def _slug(name: str) -> str:
 
 def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
     """Render RUN's heatmaps, grid, difference heatmaps, recall curves and summary.md."""
-    from niah.report import curves, heatmaps, summary
+    from niah.indexer import config_topk, read_details
+    from niah.report import curves, heatmaps, indexer_plots, summary
     from niah.report.compare import ALL, compare
-    from niah.report.data import aggregate, config_infos, load_frame, one_axis_pairs
+    from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
     from niah.report.style import save
+    from niah.store import load_run
 
     run = Path(run)
-    manifest, df = load_frame(run)
+    manifest, records = load_run(run)
+    df = trials_frame(records)
     if df.empty:
         raise BadInput(f"{run} has no finished trials yet; nothing to report")
     out = Path(out) if out else run / "report"
@@ -57,6 +60,13 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     if len(infos) > 1:
         keep("grid", save(heatmaps.grid_figure(cells, grid, infos, manifest), out / "grid", svg))
     keep("recall_vs_length", save(curves.recall_figure(by_len, infos, lengths), out / "recall_vs_length", svg))
+    idx = indexer_plots.indexer_by_length(df)
+    layers = indexer_plots.layer_table(read_details(run), list(infos)) if idx is not None else {}
+    if idx is not None:
+        keep("indexer", save(indexer_plots.indexer_figure(idx, layers, infos, lengths), out / "indexer", svg))
+    topks = {n: config_topk((manifest.get("configs") or {}).get(n)) for n in infos}
+    sections = (summary.indexer_section(idx, infos, lengths, topks, layers, rel.get("indexer")),
+                summary.control_section(split_controls(records)[1], infos))
 
     diffs = []
     for a, b, label in one_axis_pairs(infos):
@@ -71,6 +81,6 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
                       "figure": path.name})
 
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
-                         diffs, rel, alpha)
+                         diffs, rel, alpha, sections)
     rep.summary.write_text(text, encoding="utf-8")
     return rep

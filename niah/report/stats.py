@@ -199,3 +199,70 @@ def trials_needed(
     pw_u = _N.cdf((delta - za * math.sqrt(2 * pbar * (1 - pbar) / n_u)) / se) if se > 0 else 1.0
     out.append(Plan("unpaired", n_u, pw_u, "Fleiss normal approximation, per side"))
     return out
+
+
+# -- paired rank statistics (the indexer's needle rank) --------------------------------------
+def sign_test(plus: int, minus: int) -> float:
+    """Exact two-sided sign test: plus vs minus non-zero paired differences at p = 1/2
+    (the same binomial test as McNemar's on discordant pairs)."""
+    return mcnemar_exact(plus, minus)
+
+
+@dataclass(frozen=True)
+class SignedRank:
+    n: int  # non-zero differences (zeros are dropped, Wilcoxon's convention)
+    w_plus: float  # sum of the ranks of |d| over positive differences
+    p: float  # two-sided
+    method: str  # "exact" (n <= 50, no ties) or "normal" (tie-corrected, no continuity correction)
+    r: float  # matched-pairs rank-biserial correlation, (W+ - W-) / (W+ + W-), in [-1, 1]
+
+
+@lru_cache(maxsize=None)
+def _signed_rank_null(n: int) -> tuple[int, ...]:
+    """Number of sign assignments of ranks 1..n with each rank sum W+ = 0..n(n+1)/2."""
+    total = n * (n + 1) // 2
+    counts = [1] + [0] * total
+    for k in range(1, n + 1):
+        for s in range(total, k - 1, -1):
+            counts[s] += counts[s - k]
+    return tuple(counts)
+
+
+def _average_ranks(values: list[float]) -> tuple[list[float], list[int]]:
+    """Ranks of values (1-based, ties get their average) and the sizes of tie groups."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    groups = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for m in range(i, j + 1):
+            ranks[order[m]] = (i + j) / 2 + 1
+        groups.append(j - i + 1)
+        i = j + 1
+    return ranks, groups
+
+
+def wilcoxon_signed_rank(diffs: list[float]) -> SignedRank:
+    """Wilcoxon's signed-rank test of paired differences against a median of 0, two-sided.
+    Equal to scipy.stats.wilcoxon(diffs) (zero_method "wilcox", no continuity correction)."""
+    d = [float(x) for x in diffs if x != 0 and x == x]
+    n = len(d)
+    if n == 0:
+        return SignedRank(0, 0.0, 1.0, "exact", 0.0)
+    ranks, groups = _average_ranks([abs(x) for x in d])
+    w_plus = sum(r for r, x in zip(ranks, d) if x > 0)
+    total = n * (n + 1) / 2
+    r_b = (2 * w_plus - total) / total
+    if n <= 50 and all(g == 1 for g in groups):
+        counts = _signed_rank_null(n)
+        w = int(min(w_plus, total - w_plus))
+        p = min(1.0, 2 * sum(counts[: w + 1]) / 2**n)
+        return SignedRank(n, w_plus, p, "exact", r_b)
+    var = n * (n + 1) * (2 * n + 1) / 24 - sum(g**3 - g for g in groups) / 48
+    if var <= 0:
+        return SignedRank(n, w_plus, 1.0, "normal", r_b)
+    z = (w_plus - total / 2) / math.sqrt(var)
+    return SignedRank(n, w_plus, min(1.0, 2 * (1 - _N.cdf(abs(z)))), "normal", r_b)

@@ -61,6 +61,61 @@ def selection_table(by_len, infos, lengths) -> str | None:
     return _table(["config", *[style.fmt_len(L) for L in lengths]], rows)
 
 
+def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str | None) -> str | None:
+    """The indexer's numbers per configuration and length (trials with selection only)."""
+    if idx is None:
+        return None
+    at = {(r.config, r.length): r for r in idx.itertuples(index=False)}
+    rows = []
+    for n, info in infos.items():
+        cells = []
+        for L in lengths:
+            r, k = at.get((n, L)), topks.get(n)
+            if info.dense or (k is None and r is None):
+                cells.append("— (dense: no selection)" if info.dense else "—")
+            elif k is not None and L <= k and r is None:
+                cells.append(f"≤ k={k}: no selection")
+            elif r is None:
+                cells.append("—")
+            else:
+                low = f"≤ k={k}, decode steps past k only: " if k is not None and L <= k else ""
+                cells.append(f"{low}{r.rank:.3g} · {r.fidelity:.3f} · {r.kept:.2f} (n={r.n})")
+        rows.append([f"`{n}`", *cells])
+    out = ["\n## The indexer: where the needle ranks against k\n"]
+    if figure:
+        out.append(f"![indexer]({figure})\n")
+    out.append("Per cell: **needle rank / k** (median over trials of the geometric mean over layers and probed steps of the "
+               "worst needle-value token's rank / k; > 1 = below the cut) · **fidelity** (mean top-k overlap with "
+               "exact fp32 keys for the same query) · **kept** (mean share of the value's tokens kept). Probed steps: "
+               "the last prompt token and each decode step until the answer holds the value. A prompt no longer than k "
+               "has no selection at the prompt; decode steps whose context (prompt + generated tokens) passes k do "
+               "select, and only those count there.\n")
+    out.append(_table(["config", *[style.fmt_len(L) for L in lengths]], rows))
+    for n, per_layer in layers.items():
+        ranked = sorted((v, i) for i, v in enumerate(per_layer) if v == v)[::-1][:4]
+        if ranked:
+            out.append(f"\n`{n}`: layers furthest from the cut (median rank / k): "
+                       + ", ".join(f"layer {i} ({v:.2g})" for v, i in ranked) + "\n")
+    return "\n".join(out)
+
+
+def control_section(controls: list[dict], infos) -> str | None:
+    """Outcomes of the no-needle control trials per configuration (niah/control.py)."""
+    if not controls:
+        return None
+    from niah.store import CONTROL_OUTCOMES
+
+    rows = []
+    for n in infos:
+        c = [r for r in controls if r.get("config") == n]
+        counts = [sum(r.get("outcome") == o for r in c) for o in CONTROL_OUTCOMES]
+        rows.append([f"`{n}`", *map(str, counts), str(len(c))])
+    return ("\n## No-needle control\n\nOne trial per cell whose haystack holds no needle. `leak`: the answer holds "
+            "another trial's needle value (state carried between requests); `hallucinated`: a 7-digit number in "
+            "neither this prompt nor any needle of the sweep; `clean`: neither.\n\n"
+            + _table(["config", *CONTROL_OUTCOMES, "total"], rows))
+
+
 def taxonomy_table(df, infos) -> str:
     rows = []
     for n in infos:
@@ -133,7 +188,7 @@ def length_check(df, infos, lengths) -> tuple[str, int]:
 
 
 def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
-          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float) -> str:
+          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = ()) -> str:
     """The whole summary.md."""
     out: list[str] = []
     models = sorted({i.model for i in infos.values()})
@@ -160,11 +215,14 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
     if "recall_vs_length" in figures:
         out.append(f"![recall vs length]({figures['recall_vs_length']})\n")
     out.append(recall_by_length_table(by_len, overall, infos, lengths))
+    out.extend(x for x in sections if x)
     sel = selection_table(by_len, infos, lengths)
     if sel:
-        out.append("\n### Selection recall: did the indexer keep the needle?\n")
-        out.append("Share of the needle's tokens the indexer kept for the last prompt token: mean over layers "
-                   "(weakest–strongest layer), averaged over trials.\n")
+        out.append("\n### Last-prompt-token selection recall (not the tokens that write the answer)\n")
+        out.append("Share of the needle sentence's tokens the indexer kept for the LAST PROMPT TOKEN only: mean over "
+                   "layers (weakest–strongest layer), averaged over trials. The answer's digits are fetched by the "
+                   "decode steps' own selections, so this is low even when answers are right; the indexer section "
+                   "above is the measurement to read.\n")
         out.append(sel)
 
     out.append("\n## Heatmaps (recall per cell: recall (correct/answered))\n")

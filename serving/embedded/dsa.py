@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from niah.kernels.quant import INDEX_DTYPES, store_roundtrip
 from niah.serving.embedded.model import LayerCache, dense_attention
+from niah.serving.embedded.probe import row_stats
 from niah.serving.sglang import attest
 
 # Bytes one stored index key takes per kv head (fp8: values + one fp32 scale).
@@ -45,6 +46,7 @@ def attestation() -> dict | None:
     when no DSA indexer was configured (dense attention)."""
     snap = attest.snapshot()
     return snap if snap["index_dtype"] else None
+
 
 TILE = 256      # key columns per indexer step (the dot products of one tile stay in cache)
 
@@ -157,9 +159,12 @@ class DSA:
         _, H, T, D = q.shape
         S = start + T
         needle = cache.stats.get("needle_positions")                # (a, b) token span or None
+        probe = cache.stats.get("probe")                            # probe.ProbeLog or None
         if S <= self.topk and self.dense_when_short:               # everything selected: dense
             if needle is not None:
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = 1.0
+            if probe is not None:
+                probe.record(cache.layer_id, S - 1, S, None)        # no selection happens here
             return dense_attention(q, cache, start)
         Hkv = cache.k.shape[1]
         out = torch.empty_like(q)
@@ -173,8 +178,18 @@ class DSA:
                 a, b = needle
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
                     (mask[-1, a:b] == 0).float().mean().item() if b > a else 1.0)
+            if probe is not None and c1 == T:
+                self._probe(probe, qc[:, :, -1:], cache, bufs[2][-1].clone(), mask[-1] == 0)
             self._attend(qc, cache, mask, out[:, :, c0:c1])
         return out
+
+    def _probe(self, probe, q_row: torch.Tensor, cache: LayerCache, scores: torch.Tensor, kept: torch.Tensor) -> None:
+        """Record where the needle's value ranks for one query row (the chunk's last):
+        scores/kept [S] as the selection saw them; exact-key scores computed here from the
+        fp32 keys (cache.k, never stored), one row only."""
+        S = scores.shape[0]
+        exact = self.index_scores(q_row, cache.k[0, :, :S])[0]
+        probe.record(cache.layer_id, S - 1, S, row_stats(scores, kept, exact, self.topk, probe.span))
 
     def _attend(self, qc: torch.Tensor, cache: LayerCache, mask: torch.Tensor, out: torch.Tensor) -> None:
         """Attention of qc [1, H, C, D] over the kept keys (mask [C, Sc], additive) -> out.

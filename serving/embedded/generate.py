@@ -18,33 +18,55 @@ class Generation:
     text: str = ""
     completion_tokens: int = 0
     finish_reason: str = "length"
-    selection_recall: list[float] | None = None
+    selection_recall: list[float | None] | None = None
+    indexer: dict | None = None      # the probe's detail (probe.ProbeLog.detail); None under dense
     token_ids: list[int] = field(default_factory=list)
 
 
-def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = None) -> tuple[torch.Tensor, dict]:
+def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = None,
+            probe=None) -> tuple[torch.Tensor, dict]:
     """Run the prompt; -> (logits of the last position [V], stats)."""
     stats: dict = {}
     if needle_positions is not None:
         stats["needle_positions"] = needle_positions
+    if probe is not None:
+        stats["probe"] = probe
     logits = model(torch.tensor([ids]), 0, stats=stats)       # [1, 1, V]
     return logits[0, -1], stats
 
 
-def decode_one(model, token: int, pos: int) -> torch.Tensor:
+def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:
     """Feed one token at position pos; -> logits [V]."""
-    return model(torch.tensor([[token]]), pos)[0, -1]
+    stats = {"probe": probe} if probe is not None else None
+    return model(torch.tensor([[token]]), pos, stats=stats)[0, -1]
 
 
 def greedy(logits: torch.Tensor) -> int:
     return int(torch.argmax(logits))
 
 
-def selection_recall(model, stats: dict) -> list[float]:
-    """Per layer: share of the needle's tokens kept for the last prompt token (1.0 = all;
-    dense attention keeps everything)."""
+def selection_recall(model, stats: dict) -> list[float | None] | None:
+    """Per layer: share of the needle's tokens kept for the last prompt token. None under
+    dense attention (nothing is selected); a layer that recorded nothing is None, never 1.0."""
+    if model.attention_name == "dense":
+        return None
     got = stats.get("selection_recall", {})
-    return [float(got.get(i, 1.0)) for i in range(model.args.n_layer)]
+    return [None if got.get(i) is None else float(got[i]) for i in range(model.args.n_layer)]
+
+
+def new_probe(model, value_positions: tuple[int, int] | None):
+    """A ProbeLog for this request, or None (not asked, or dense attention)."""
+    if value_positions is None or model.attention_name == "dense":
+        return None
+    from niah.serving.embedded.probe import ProbeLog
+
+    topk = model.layers[0].attention.attend.topk
+    return ProbeLog(value_positions, model.args.n_layer, topk)
+
+
+def _value_done(text: str, value: str) -> bool:
+    """The answer's digits so far contain the value (separators ignored)."""
+    return bool(value) and value in "".join(ch for ch in text if ch.isdigit())
 
 
 def _stop_cut(text: str, stops: list[str]) -> int | None:
@@ -69,18 +91,25 @@ def _holdback(text: str, stops: list[str]) -> int:
 def generate(model, decode: Callable[[list[int]], str], ids: list[int], max_tokens: int,
              eos_ids: set[int], stops: list[str] | None = None,
              needle_positions: tuple[int, int] | None = None,
+             value: tuple[tuple[int, int], str] | None = None,
              on_text: Callable[[str], None] | None = None,
              cancelled: Callable[[], bool] | None = None) -> Generation:
     """Greedy decoding of up to max_tokens after the prompt ids.
 
     decode: token ids -> text. on_text(piece) receives the text as it becomes final.
     Stops at an eos id or a stop string (finish_reason "stop"; the stop string is not
-    returned), or after max_tokens ("length")."""
+    returned), or after max_tokens ("length").
+    value: (token span, text) of the needle's value: the indexer probe records the last
+    prompt token and every decode step until the answer's digits hold the value."""
     stops = [s for s in (stops or []) if s]
     out = Generation()
-    logits, stats = prefill(model, ids, needle_positions)
+    probe = new_probe(model, value[0] if value else None)
+    logits, stats = prefill(model, ids, needle_positions, probe)
     if needle_positions is not None:
         out.selection_recall = selection_recall(model, stats)
+    if probe is not None:
+        probe.next_step()
+    done = False
     sent = 0                                                    # chars already handed to on_text
     pos = len(ids)
     while out.completion_tokens < max_tokens:
@@ -96,14 +125,19 @@ def generate(model, decode: Callable[[list[int]], str], ids: list[int], max_toke
             out.text, out.finish_reason = text[:cut], "stop"
             break
         out.text = text
+        done = done or (probe is not None and _value_done(text, value[1]))
         ready = len(text) - _holdback(text, stops)
         if on_text and ready > sent:
             on_text(text[sent:ready])
             sent = ready
         if out.completion_tokens >= max_tokens or (cancelled and cancelled()):
             break
-        logits = decode_one(model, tok, pos)
+        logits = decode_one(model, tok, pos, None if done else probe)
+        if probe is not None and not done:
+            probe.next_step()
         pos += 1
     if on_text and len(out.text) > sent:
         on_text(out.text[sent:])
+    if probe is not None:
+        out.indexer = probe.detail(_value_done(out.text, value[1]))
     return out

@@ -5,7 +5,10 @@ Endpoints: GET /health, /v1/models, /server_info; POST /v1/chat/completions,
 Extension: a request may carry `niah_needle_span: [start_char, end_char]` (within the
 LAST user message's content in chat mode, within `prompt` in completion mode); the reply
 then has a top-level `selection_recall` (per layer, the share of the needle's tokens the
-indexer kept for the last prompt token).
+indexer kept for the last prompt token; null under dense attention). With
+`niah_value_span` (the needle's value, same coordinates) it also has `niah_indexer`: the
+indexer probe (probe.py) at the last prompt token and each decode step until the answer
+holds the value; null under dense attention.
 
 One worker thread owns the model; an asyncio lock serialises requests (queued in
 arrival order), so concurrent clients never share caches mid-request.
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 MAX_STOPS = 16
+EXTENSIONS = ["needle_span", "indexer_probe"]
 
 
 class ApiError(Exception):
@@ -154,15 +158,15 @@ def _stops(body: dict) -> list[str]:
     return s
 
 
-def _needle_span(body: dict, text_len: int) -> tuple[int, int] | None:
-    span = body.get("niah_needle_span")
+def _needle_span(body: dict, text_len: int, field: str = "niah_needle_span") -> tuple[int, int] | None:
+    span = body.get(field)
     if span is None:
         return None
     if (not isinstance(span, (list, tuple)) or len(span) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
             or not 0 <= span[0] <= span[1] <= text_len):
-        raise ApiError(f"`niah_needle_span` must be [start, end] with 0 <= start <= end <= {text_len} "
-                       "(characters of the last user message / the prompt)", param="niah_needle_span")
+        raise ApiError(f"`{field}` must be [start, end] with 0 <= start <= end <= {text_len} "
+                       "(characters of the last user message / the prompt)", param=field)
     return span[0], span[1]
 
 
@@ -178,6 +182,7 @@ class Prepared:
     needle: tuple[int, int] | None
     max_tokens: int
     stops: list[str]
+    value: tuple[tuple[int, int], str] | None = None    # the needle value's token span and text
 
 
 def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
@@ -188,7 +193,8 @@ def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
         users = [m for m in messages if m["role"] == "user"]
         last_user = users[-1]["content"] if users else ""
         span = _needle_span(body, len(last_user))
-        base = text.rfind(last_user) if span is not None else 0
+        vspan = _needle_span(body, len(last_user), "niah_value_span")
+        base = text.rfind(last_user) if span is not None or vspan is not None else 0
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -197,6 +203,7 @@ def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
             raise ApiError("`prompt` must be a string", param="prompt")
         text = prompt
         span = _needle_span(body, len(text))
+        vspan = _needle_span(body, len(text), "niah_value_span")
         base = 0
     n = body.get("n", 1)
     if n not in (1, None):
@@ -206,6 +213,9 @@ def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
     if not ids:
         raise ApiError("the prompt is empty", param="prompt")
     needle = _token_span(enc.offsets, base + span[0], base + span[1]) if span is not None else None
+    value = None
+    if vspan is not None:
+        value = (_token_span(enc.offsets, base + vspan[0], base + vspan[1]), text[base + vspan[0]:base + vspan[1]])
     room = engine.max_len - len(ids)
     max_tokens = _int_field(body, "max_completion_tokens", None, 1)
     max_tokens = _int_field(body, "max_tokens", max_tokens, 1)
@@ -221,7 +231,17 @@ def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
     temp = body.get("temperature")
     if temp is not None and (not isinstance(temp, (int, float)) or temp < 0):
         raise ApiError("`temperature` must be a number >= 0 (decoding is always greedy)", param="temperature")
-    return Prepared(ids, needle, max_tokens, _stops(body))
+    return Prepared(ids, needle, max_tokens, _stops(body), value)
+
+
+def _extensions(p: Prepared, g) -> dict:
+    """The reply's niah fields: selection_recall (with a needle span), niah_indexer (with a value span)."""
+    out = {}
+    if p.needle is not None:
+        out["selection_recall"] = g.selection_recall
+    if p.value is not None:
+        out["niah_indexer"] = g.indexer
+    return out
 
 
 # -- the app -----------------------------------------------------------------------------
@@ -267,7 +287,7 @@ def create_app(engine: Engine):
 
     def server_info() -> dict:
         return {"model": engine.model_id, "max_model_len": engine.max_len, **engine.cfg.describe(),
-                "niah_extensions": ["needle_span"], "threads": engine.cfg.threads,
+                "niah_extensions": EXTENSIONS, "threads": engine.cfg.threads,
                 "load_s": round(engine.load_s, 3), "weights_from_cache": engine.from_cache,
                 "n_layers": engine.model.args.n_layer, "niah_attestation": dsa_attestation()}
 
@@ -284,7 +304,7 @@ def create_app(engine: Engine):
         return {"object": "list", "data": [{
             "id": engine.model_id, "object": "model", "created": created, "owned_by": "niah",
             "root": engine.model_id, "max_model_len": engine.max_len,
-            "niah_extensions": ["needle_span"], **engine.cfg.describe()}]}
+            "niah_extensions": EXTENSIONS, **engine.cfg.describe()}]}
 
     async def tokenize(request: Request):
         body = await json_body(request)
@@ -307,7 +327,7 @@ def create_app(engine: Engine):
         async with lock:
             return await loop.run_in_executor(engine.pool, lambda: generate(
                 engine.model, engine.decode, p.ids, p.max_tokens, engine.eos_ids, p.stops,
-                p.needle, on_text, cancelled))
+                p.needle, p.value, on_text, cancelled))
 
     def usage(p: Prepared, g) -> dict:
         return {"prompt_tokens": len(p.ids), "completion_tokens": g.completion_tokens,
@@ -330,9 +350,7 @@ def create_app(engine: Engine):
                   {"index": 0, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason})
         out = {"id": rid, "object": obj, "created": int(time.time()), "model": model_name,
                "choices": [choice], "usage": usage(p, g)}
-        if g.selection_recall is not None:
-            out["selection_recall"] = g.selection_recall
-        return out
+        return {**out, **_extensions(p, g)}
 
     async def stream(p: Prepared, rid: str, obj: str, model_name: str, chat: bool, include_usage: bool):
         loop = asyncio.get_running_loop()
@@ -367,7 +385,7 @@ def create_app(engine: Engine):
             except Exception as e:  # noqa: BLE001 - reported to the client, server keeps serving
                 yield "data: " + json.dumps(ApiError(f"internal error: {e}", 500, type_="server_error").body()) + "\n\n"
                 return
-            extra = {"selection_recall": g.selection_recall} if g.selection_recall is not None else {}
+            extra = _extensions(p, g)
             yield chunk({} if chat else "", g.finish_reason, **extra)
             if include_usage:
                 yield "data: " + json.dumps({"id": rid, "object": obj, "created": now, "model": model_name,

@@ -1,0 +1,82 @@
+"""Where the needle ranks against k: the indexer probe of one query row in one layer.
+
+The DSA emulation calls `row_stats` for the last prompt token and for each decode step
+while a request asks for it (`niah_value_span`). Inputs are one query row's index scores
+over its causal candidates, the keys it kept, and the scores the same query gives with
+exact (fp32, never stored) keys. Definitions (docs/embedded-server.md, "Indexer probe"):
+
+- kept: share of the needle value's tokens among the kept keys;
+- rank of a token: the number of candidates scoring at least as high, itself included
+  (1 = top; a tie ranks at the bottom of its group: ReLU'd index scores tie at 0, and a
+  tied token is kept only by the top-k's tie-break); `rank_best` / `rank_worst` are the
+  best and worst value token's rank divided by k (> 1: not kept, except by a tie-break);
+- margin: (score of the lowest-scoring KEPT value token - the k-th score) /
+  (top score - the k-th score): 0 = at the cut, 1 = the top; None when none is kept;
+- fidelity: |top-k by these scores ∩ top-k by exact-key scores| / k.
+"""
+
+from __future__ import annotations
+
+import torch
+
+STAT_KEYS = ("kept", "rank_best", "rank_worst", "margin", "fidelity")
+
+
+def row_stats(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: int,
+              span: tuple[int, int]) -> dict[str, float | None]:
+    """scores, exact: [S] fp32 index scores of one query over its S causal candidates;
+    kept: [S] bool; span: the value's token positions [a, b). -> the STAT_KEYS."""
+    a, b = span
+    S = scores.shape[0]
+    kk = min(k, S)
+    top = scores.topk(kk)                                        # sorted, descending
+    kth, first = float(top.values[-1]), float(top.values[0])
+    needle = scores[a:b]                                         # [n]
+    if needle.numel() == 0:
+        return dict.fromkeys(STAT_KEYS)
+    ranks = (scores[None, :] >= needle[:, None]).sum(1)          # [n], ties at the bottom
+    kept_n = kept[a:b]
+    margin = None
+    if bool(kept_n.any()):
+        worst_kept = float(needle[kept_n].min())
+        margin = (worst_kept - kth) / (first - kth) if first > kth else 0.0
+    exact_top = exact.topk(kk).indices
+    overlap = int(torch.isin(top.indices, exact_top).sum())
+    return {"kept": float(kept_n.float().mean()), "rank_best": int(ranks.min()) / k,
+            "rank_worst": int(ranks.max()) / k, "margin": margin, "fidelity": overlap / kk}
+
+
+class ProbeLog:
+    """One request's probe: per probed query row (the last prompt token, then each decode
+    step), the per-layer stats. The DSA layers write into `current`; `next_step` closes a row."""
+
+    def __init__(self, span: tuple[int, int], n_layer: int, k: int):
+        self.span, self.n_layer, self.k = span, n_layer, k
+        self.steps: list[dict] = []
+        self.current: dict[int, dict | None] = {}
+        self.position = 0
+        self.context = 0
+        self.active = False
+
+    def record(self, layer: int, position: int, context: int, stats: dict | None) -> None:
+        """stats None: no selection at this row (every key kept: context <= k)."""
+        self.position, self.context = position, context
+        self.current[layer] = stats
+        self.active = self.active or stats is not None
+
+    def next_step(self) -> None:
+        if not self.current:
+            return
+        step: dict = {"position": self.position, "context": self.context,
+                      "active": any(v is not None for v in self.current.values())}
+        if step["active"]:
+            rows = [self.current.get(i) or dict.fromkeys(STAT_KEYS) for i in range(self.n_layer)]
+            for key in STAT_KEYS:
+                step[key] = [None if r[key] is None else round(float(r[key]), 5) for r in rows]
+        self.steps.append(step)
+        self.current = {}
+
+    def detail(self, value_complete: bool) -> dict:
+        a, b = self.span
+        return {"k": self.k, "value_tokens": b - a, "value_token_span": [a, b],
+                "value_complete": value_complete, "steps": self.steps}
