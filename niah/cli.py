@@ -20,11 +20,13 @@ app = typer.Typer(
 )
 kernels_app = typer.Typer(help="The bundled indexer kernels (niah.kernels).", no_args_is_help=True)
 baseline_app = typer.Typer(help="CI baselines: small exported summaries of a run.", no_args_is_help=True)
+prompts_app = typer.Typer(help="Prompt sets: build every trial's prompt into a file first.", no_args_is_help=True)
 app.add_typer(kernels_app, name="kernels")
 app.add_typer(baseline_app, name="baseline")
+app.add_typer(prompts_app, name="prompts")
 
 # One module per noun; importing it registers its commands (imports inside stay lazy).
-COMMAND_MODULES = ("sweep", "serve", "report", "gate", "kernels", "doctor")
+COMMAND_MODULES = ("sweep", "prompts", "serve", "report", "gate", "kernels", "doctor")
 
 
 def _register() -> None:

@@ -21,3 +21,10 @@ class ServerError(NiahError):
     """A server we talk to or launched misbehaved (died, never became ready)."""
 
     exit_code = 1
+
+
+class LengthDrift(NiahError):
+    """A trial's server-counted length is not what was asked: the counter is not exact for
+    this server. The sweep stops (exit 2) unless --approximate-lengths."""
+
+    exit_code = 2

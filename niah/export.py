@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from niah.errors import BadInput
-from niah.store import load_run, trials_frame
+from niah.store import load_run
 
 FORMATS = ("csv", "parquet")
 
@@ -17,12 +17,14 @@ def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None)
         raise BadInput(f"unknown export format {fmt!r}: use csv or parquet")
     run = Path(run)
     _, records = load_run(run)
-    df = trials_frame(records)
+    import pandas as pd
+
+    df = pd.DataFrame(records)  # the records as stored (niah.report.data.trials_frame adds columns)
     out = Path(out) if out else run / f"trials.{fmt}"
     try:
         if fmt == "csv":
-            for col in ("selection_recall", "indexer"):
-                if col in df:
+            for col in df.columns:  # lists and objects (selection_recall, expected, indexer, ...) as JSON
+                if df[col].map(lambda v: isinstance(v, (list, dict))).any():
                     df[col] = df[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
             df.to_csv(out, index=False)
         else:

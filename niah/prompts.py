@@ -15,13 +15,12 @@ import bisect
 import hashlib
 import json
 import random
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib import resources
 
 from niah.errors import BadInput
-from niah.needles import Needle, make_needle
+from niah.haystacks import Corpus, load_haystack
+from niah.needles import Needle, NeedleKind
 from niah.tokenize import Tokenizer
 
 INSTRUCTION = (
@@ -31,22 +30,9 @@ INSTRUCTION = (
 MAX_ITER = 16
 
 
-@dataclass
-class Corpus:
-    text: str  # the corpus twice over, so a haystack may wrap around its end
-    size: int  # length of one copy
-    word_ends: list[int]  # positions just after each word (before whitespace)
-    sentence_starts: list[int]  # positions where a sentence begins
-
-
-@lru_cache(maxsize=1)
 def load_corpus() -> Corpus:
-    raw = resources.files("niah").joinpath("corpus/haystack.txt").read_text(encoding="utf-8")
-    raw = raw.strip() + "\n\n"
-    text = raw + raw
-    word_ends = [m.end() for m in re.finditer(r"\S+", text)]
-    starts = [0] + [m.end() for m in re.finditer(r"[.!?]\s+", text)]
-    return Corpus(text=text, size=len(raw), word_ends=word_ends, sentence_starts=starts)
+    """The bundled prose (the default haystack)."""
+    return load_haystack("prose")
 
 
 def corpus_info() -> dict:
@@ -56,10 +42,21 @@ def corpus_info() -> dict:
 
 
 @dataclass
+class Fact:
+    """One inserted sentence: key, value, requested depth (percent), char span in content."""
+
+    key: str
+    value: str
+    depth: float
+    span: tuple[int, int] = (0, 0)
+    asked: bool = False
+
+
+@dataclass
 class Prompt:
     mode: str  # chat | completion
     content: str  # the user message (chat) or the whole prompt text (completion)
-    needle: Needle
+    needle: Needle  # the asked fact at the requested depth
     seed: int
     length: int  # requested
     depth: float  # requested, percent
@@ -69,29 +66,46 @@ class Prompt:
     tokenizer: str = ""
     iterations: int = 0
     messages: list[dict[str, str]] = field(default_factory=list)
-    distractors: list[Needle] = field(default_factory=list)  # other facts in the haystack
+    distractors: list[Needle] = field(default_factory=list)  # facts of keys not asked
+    facts: list[Fact] = field(default_factory=list)  # every inserted fact, in drawing order
+    kind: NeedleKind = field(default_factory=NeedleKind)
+    haystack: str = "prose"
 
     def body(self) -> dict:
         """The request fields that carry the prompt."""
         return {"messages": self.messages} if self.mode == "chat" else {"prompt": self.content}
 
     @property
+    def asked_keys(self) -> list[str]:
+        return list(dict.fromkeys(f.key for f in self.facts if f.asked))
+
+    @property
+    def expected(self) -> list[str]:
+        return [f.value for f in self.facts if f.asked]
+
+    @property
     def sha256(self) -> str:
-        if self.mode == "chat":
-            data = json.dumps(self.messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        else:
-            data = self.content
-        return hashlib.sha256(data.encode("utf-8")).hexdigest()
+        return prompt_sha256(self.mode, self.messages, self.content)
 
 
-def _assemble(mode: str, needle: Needle, haystack: str, inserts: list[tuple[int, int, str]]) -> tuple[str, tuple[int, int]]:
+def prompt_sha256(mode: str, messages: list | None, content: str | None) -> str:
+    """Hash of the exact prompt sent (messages JSON or text): pairs trials across configs."""
+    if mode == "chat":
+        data = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    else:
+        data = content or ""
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _assemble(mode: str, question: str, prefix: str, haystack: str, inserts: list[tuple[int, int, str]]
+              ) -> tuple[str, list[tuple[int, int]]]:
     """Content with sentences inserted into the haystack at sentence starts (or its ends).
 
     `inserts` holds (char position, order, sentence); order 0 is the asked-for needle.
-    Returns the content and the needle's char span in it.
+    Returns the content and each insert's char span in it, by order.
     """
     out = ""
-    span = (0, 0)
+    spans: dict[int, tuple[int, int]] = {}
     pos = 0
     for at, order, sentence in sorted(inserts):
         at = max(pos, min(at, len(haystack)))
@@ -99,15 +113,13 @@ def _assemble(mode: str, needle: Needle, haystack: str, inserts: list[tuple[int,
         pos = at
         if out and not out[-1].isspace():
             out += " "
-        if order == 0:
-            span = (len(out), len(out) + len(sentence))
+        spans[order] = (len(INSTRUCTION) + len(out), len(INSTRUCTION) + len(out) + len(sentence))
         out += sentence
     out = _join(out, haystack[pos:])
-    tail = "\n\n" + needle.question
+    tail = "\n\n" + question
     if mode == "completion":
-        tail += "\nAnswer: " + needle.answer_prefix
-    content = INSTRUCTION + out + tail
-    return content, (span[0] + len(INSTRUCTION), span[1] + len(INSTRUCTION))
+        tail += "\nAnswer: " + prefix
+    return INSTRUCTION + out + tail, [spans.get(i, (0, 0)) for i in range(max(spans, default=-1) + 1)]
 
 
 def _join(out: str, text: str) -> str:
@@ -119,15 +131,15 @@ def _join(out: str, text: str) -> str:
 class _Builder:
     """Holds one trial's fixed choices; `make(words)` gives the content for a haystack size."""
 
-    def __init__(
-        self, tok: Tokenizer, mode: str, needle: Needle, start: int, depth: float,
-        distractors: list[tuple[Needle, float]] = (),
-    ):
-        self.tok, self.mode, self.needle, self.depth = tok, mode, needle, depth
-        self.control = False  # True: the haystack holds no needle (a no-needle control)
-        self.distractors = list(distractors)  # (needle, depth percent)
-        self.c = load_corpus()
+    def __init__(self, tok: Tokenizer, mode: str, kind: NeedleKind, facts: list[Fact], start: int,
+                 corpus: Corpus, control: bool = False):
+        self.tok, self.mode, self.kind, self.facts = tok, mode, kind, facts
+        self.control = control  # True: the asked facts are left out (a no-needle control)
+        self.c = corpus
         self.start = start
+        self.question = kind.question(list(dict.fromkeys(f.key for f in facts if f.asked)))
+        self.prefix = kind.answer_prefix(list(dict.fromkeys(f.key for f in facts if f.asked)))
+        self.tried: dict[int, int] = {}  # haystack words -> whole-prompt tokens (filled by _fit)
         self.first_word = bisect.bisect_right(self.c.word_ends, start)
         self.max_words = bisect.bisect_right(self.c.word_ends, start + self.c.size) - self.first_word
 
@@ -150,12 +162,11 @@ class _Builder:
         rel = target - self.start
         return min(cands, key=lambda p: (abs(p - rel), p))
 
-    def make(self, words: int) -> tuple[str, tuple[int, int]]:
+    def make(self, words: int) -> tuple[str, list[tuple[int, int]]]:
         hay = self.haystack(words)
-        inserts = [] if self.control else [(self.insertion_point(hay, self.depth), 0, self.needle.sentence)]
-        for i, (n, d) in enumerate(self.distractors, start=1):
-            inserts.append((self.insertion_point(hay, d), i, n.sentence))
-        return _assemble(self.mode, self.needle, hay, inserts)
+        inserts = [(self.insertion_point(hay, f.depth), i, self.kind.sentence(f.key, f.value))
+                   for i, f in enumerate(self.facts) if not (self.control and f.asked)]
+        return _assemble(self.mode, self.question, self.prefix, hay, inserts)
 
     def count(self, content: str) -> int:
         if self.mode == "chat":
@@ -163,61 +174,121 @@ class _Builder:
         return self.tok.count_prompt(content)
 
 
-def _tokens_per_word(tok: Tokenizer) -> float:
-    """The corpus' tokens per word under `tok` (measured once, kept on the tokenizer)."""
-    cached = getattr(tok, "_niah_tpw", None)
-    if cached is None:
-        c = load_corpus()
-        end = c.word_ends[4000 - 1]
-        cached = max(0.2, tok.count_plain(c.text[:end]) / 4000)
-        tok._niah_tpw = cached
-    return cached
+def _tokens_per_word(tok: Tokenizer, corpus: Corpus | None = None) -> float:
+    """The corpus' tokens per word under `tok` (measured once per corpus, kept on the tokenizer)."""
+    c = corpus or load_corpus()
+    cache = tok.__dict__.setdefault("_niah_tpw_by_corpus", {})
+    if c.name not in cache:
+        end = c.word_ends[min(4000, len(c.word_ends) // 2) - 1]
+        cache[c.name] = max(0.2, tok.count_plain(c.text[:end]) / min(4000, len(c.word_ends) // 2))
+    return cache[c.name]
 
 
-def corpus_capacity(tok: Tokenizer) -> int:
+def corpus_capacity(tok: Tokenizer, corpus: Corpus | None = None) -> int:
     """Roughly how many tokens of filler the corpus holds under `tok` (no repeats)."""
-    c = load_corpus()
-    return int(_tokens_per_word(tok) * bisect.bisect_right(c.word_ends, c.size))
+    c = corpus or load_corpus()
+    return int(_tokens_per_word(tok, c) * bisect.bisect_right(c.word_ends, c.size))
 
 
-def fixed_tokens(tok: Tokenizer, mode: str) -> int:
-    """Tokens of a prompt with an empty haystack (template, instruction, needle, question)."""
-    b = _Builder(tok, mode, Needle("Lisbon", "1234567"), 0, 50.0)
+def fixed_tokens(tok: Tokenizer, mode: str, kind: NeedleKind | None = None) -> int:
+    """Tokens of a prompt with an empty haystack (template, instruction, facts, question)."""
+    kind = kind or NeedleKind()
+    rng = random.Random(0)
+    facts = [Fact(kind.draw_key(rng), kind.draw_value(rng), 50.0, asked=i < kind.queries)
+             for i in range(kind.keys) for _ in range(kind.values)]
+    b = _Builder(tok, mode, kind, facts, 0, load_corpus())
     return b.count(b.make(0)[0])
+
+
+def _clashes(c: Corpus, text: str) -> bool:
+    """Does a key or value occur in the haystack text (so it would not be unique)?"""
+    return any(w.lower() in c.words for w in text.replace("-", " ").split())
+
+
+def draw_facts(rng: random.Random, kind: NeedleKind, depth: float, c: Corpus) -> tuple[list[Fact], int]:
+    """Every fact of one trial, and the haystack's start; the RNG is used in a fixed order
+    (one needle: key, value, start; then distractors: key, value, depth), so a default
+    trial's bytes never change."""
+    keys: set[str] = set()
+    values: set[str] = set()
+
+    def fresh_value() -> str:
+        while True:
+            v = kind.draw_value(rng)
+            if v not in values and not _clashes(c, v):
+                values.add(v)
+                return v
+
+    def fresh_fact() -> tuple[str, str]:
+        while True:
+            k, v = kind.draw_key(rng), kind.draw_value(rng)
+            if k not in keys and v not in values and not _clashes(c, k) and not _clashes(c, v):
+                keys.add(k)
+                values.add(v)
+                return k, v
+
+    k, v = fresh_fact()
+    facts = [Fact(k, v, float(depth), asked=True)]
+    start = c.sentence_starts[rng.randrange(bisect.bisect_left(c.sentence_starts, c.size))]
+    for _ in range(kind.values - 1):
+        facts.append(Fact(k, fresh_value(), round(rng.uniform(0, 100), 3), asked=True))
+    for i in range(1, kind.keys):
+        k, v = fresh_fact()
+        asked = i < kind.queries
+        facts.append(Fact(k, v, round(rng.uniform(0, 100), 3), asked=asked))
+        for _ in range(kind.values - 1):
+            facts.append(Fact(k, fresh_value(), round(rng.uniform(0, 100), 3), asked=asked))
+    return facts, start
 
 
 def build_prompt(
     tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
-    control: bool = False,
+    kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False,
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
-    With `needles` > 1, that many - 1 distractor facts (other cities, other values) go at
-    seeded random depths; the question still asks for the one at `depth`. With `control`
-    the same question is asked of a haystack that holds no needle (needle_span is empty).
+    `kind` says which facts are hidden and asked (default: one city -> 7-digit number;
+    `needles` > 1 is `NeedleKind(keys=needles)`: distractor facts at seeded random depths,
+    the question asks for the one at `depth`). `haystack` is a kind of niah.haystacks.
+    With `control` the same question is asked of a haystack that holds none of the asked
+    facts (a no-needle control: needle_span is empty, depth_achieved the requested depth).
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
     if not 0 <= depth <= 100:
         raise BadInput(f"depth {depth:g} is outside 0-100")
-    rng = random.Random(seed)
-    needle = make_needle(rng)
-    c = load_corpus()
-    start = c.sentence_starts[rng.randrange(bisect.bisect_left(c.sentence_starts, c.size))]
     if needles < 1:
         raise BadInput(f"needles must be at least 1 (got {needles})")
-    distractors: list[tuple[Needle, float]] = []
-    keys, values = {needle.key}, {needle.value}
-    while len(distractors) < needles - 1:
-        n = make_needle(rng)
-        if n.key not in keys and n.value not in values:
-            keys.add(n.key)
-            values.add(n.value)
-            distractors.append((n, round(rng.uniform(0, 100), 3)))
-    b = _Builder(tok, mode, needle, start, depth, distractors)
-    b.control = control
+    kind = kind or NeedleKind(keys=needles)
+    kind.check()
+    c = load_haystack(haystack, kind.value)
+    facts, start = draw_facts(random.Random(seed), kind, depth, c)
+    b = _Builder(tok, mode, kind, facts, start, c, control)
+    words, n = _fit(b, tok, length, c)
+    content, spans = b.make(words)
+    spans += [(0, 0)] * (len(facts) - len(spans))
+    for f, span in zip(facts, spans):
+        left_out = control and f.asked
+        f.span = (0, 0) if left_out else span
+        assert left_out or content[span[0] : span[1]] == kind.sentence(f.key, f.value)
+        if content.count(f.value) != (0 if left_out else 1):
+            raise RuntimeError(f"needle value {f.value} occurs elsewhere in the prompt")
+    needle = Needle(facts[0].key, facts[0].value)
+    p = Prompt(
+        mode=mode, content=content, needle=needle, seed=seed, length=length, depth=depth,
+        tokens=n, needle_span=spans[0], tokenizer=tok.spec, iterations=len(b.tried),
+        facts=facts, kind=kind, haystack=haystack,
+    )
+    if mode == "chat":
+        p.messages = [{"role": "user", "content": content}]
+    p.depth_achieved = float(depth) if control else _achieved_depth(tok, b.question, content, spans[0])
+    p.distractors = [Needle(f.key, f.value) for f in facts[1:] if not f.asked]
+    return p
 
-    tried: dict[int, int] = {}
+
+def _fit(b: _Builder, tok: Tokenizer, length: int, c: Corpus) -> tuple[int, int]:
+    """Haystack words whose whole prompt counts closest to `length` (secant steps)."""
+    tried = b.tried
 
     def f(words: int) -> int:
         if words not in tried:
@@ -227,7 +298,7 @@ def build_prompt(
     base = f(0)
     if base > length:
         raise BadInput(f"length {length} is shorter than the prompt's fixed parts ({base} tokens)")
-    tpw = _tokens_per_word(tok)
+    tpw = _tokens_per_word(tok, c)
     words = min(b.max_words, max(1, round((length - base) / tpw)))
     prev: tuple[int, int] | None = None
     for _ in range(MAX_ITER):
@@ -244,28 +315,14 @@ def build_prompt(
             break
         words = nxt
     if words >= b.max_words and f(words) < length - 4:
-        raise BadInput(f"length {length} is longer than the bundled corpus can fill")
+        raise BadInput(f"length {length} is longer than the {c.name} haystack can fill")
     words = min(tried, key=lambda w: (abs(tried[w] - length), tried[w] > length, w))
-    content, span = b.make(words)
-    assert control or content[span[0] : span[1]] == needle.sentence
-    for v in values:  # the corpus holds no digits; guard anyway
-        if content.count(v) != (0 if control and v == needle.value else 1):
-            raise RuntimeError(f"needle value {v} occurs elsewhere in the prompt")
-
-    p = Prompt(
-        mode=mode, content=content, needle=needle, seed=seed, length=length, depth=depth,
-        tokens=tried[words], needle_span=span, tokenizer=tok.spec, iterations=len(tried),
-    )
-    if mode == "chat":
-        p.messages = [{"role": "user", "content": content}]
-    p.depth_achieved = depth if control else _achieved_depth(tok, needle, content, span)
-    p.distractors = [n for n, _ in distractors]
-    return p
+    return words, tried[words]
 
 
-def _achieved_depth(tok: Tokenizer, needle: Needle, content: str, span: tuple[int, int]) -> float:
+def _achieved_depth(tok: Tokenizer, question: str, content: str, span: tuple[int, int]) -> float:
     """Needle token offset within the haystack / haystack tokens (needle excluded), percent."""
-    hay_end = content.rindex("\n\n" + needle.question)
+    hay_end = content.rindex("\n\n" + question)
     before = tok.count_plain(content[len(INSTRUCTION) : span[0]])
     after = tok.count_plain(content[span[1] : hay_end])
     total = before + after

@@ -11,11 +11,17 @@ Outcomes (niah.store.OUTCOMES), decided in this order:
 - `empty`: nothing but whitespace came back.
 - `refused`: the answer declines ("I can't", "I'm sorry", "unable to", ...).
 - `wrong`: anything else.
+
+With several expected values (`--values`, `--queries`), `score_values` records a hit per
+value: the outcome is `correct` when every value came back (and no distractor did), and
+`recall_share` is the share found. Pure functions of the stored answer and facts, so
+`niah rescore` re-scores an old run from its trials.jsonl alone.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 # Separators inside one number; not newlines or tabs, which separate two numbers.
 _SEP_IN_NUMBER = re.compile(r"(?<=\d)[ ,._'\u00a0\u202f-](?=\d)")
@@ -35,9 +41,11 @@ def normalise(text: str) -> str:
 
 
 def holds(answer: str | None, value: str) -> bool:
-    """The value occurs in the answer as a whole (not inside a longer number)."""
-    v = re.escape(normalise(value))
-    return re.search(rf"(?<![0-9]){v}(?![0-9])", normalise(answer or "")) is not None
+    """The value occurs in the answer as a whole (not inside a longer number or word)."""
+    norm = normalise(value)
+    before = "0-9" if norm[:1].isdigit() else "0-9a-z"  # a number may touch a letter, a word may not
+    after = "0-9" if norm[-1:].isdigit() else "0-9a-z"
+    return re.search(rf"(?<![{before}]){re.escape(norm)}(?![{after}])", normalise(answer or "")) is not None
 
 
 def scored_text(answer: str | None, reasoning: str | None) -> str:
@@ -68,3 +76,39 @@ def score(
     if _REFUSAL.search(text):
         return "refused"
     return "wrong"
+
+
+@dataclass
+class Score:
+    outcome: str
+    hits: list[bool] = field(default_factory=list)  # one per expected value, in order
+
+    @property
+    def recall_share(self) -> float | None:
+        return sum(self.hits) / len(self.hits) if self.hits else None
+
+
+def score_values(
+    expected: list[str] | tuple[str, ...],
+    answer: str | None,
+    reasoning: str | None = None,
+    finish_reason: str | None = None,
+    error: str | None = None,
+    distractors: tuple[str, ...] | list[str] = (),
+) -> Score:
+    """Outcome and per-value hits for every expected value (see module doc)."""
+    if error:
+        return Score("error", [False] * len(expected))
+    text = scored_text(answer, reasoning)
+    hits = [holds(text, v) for v in expected]
+    if hits and all(hits):
+        return Score("wrong" if any(holds(text, d) for d in distractors) else "correct", hits)
+    if len(expected) == 1:
+        return Score(score(expected[0], answer, reasoning, finish_reason, error, distractors), hits)
+    if finish_reason == "length":
+        return Score("truncated", hits)
+    if not text.strip():
+        return Score("empty", hits)
+    if not any(hits) and _REFUSAL.search(text):
+        return Score("refused", hits)
+    return Score("wrong", hits)

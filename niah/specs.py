@@ -1,8 +1,10 @@
-"""Parse the sweep axes: lengths (`300,1k,4k,22k`, `300:22k:8`) and depths (`0,50,100`, `0:100:5`).
+"""Parse the sweep axes: lengths (`300,1k,4k,22k`, `300:22k:8`) and depths (`0,50,100`,
+`0:100:5`, `0:100/10`).
 
 Suffixes: `k` = 1,000, `ki` = 1,024, `m` = 1,000,000 (case-insensitive). A range
-`LO:HI:N` gives N values from LO to HI inclusive: log-spaced for lengths, evenly spaced
-for depths.
+`LO:HI:N` gives N values from LO to HI inclusive (N is a count, not a step): log-spaced for
+lengths, evenly spaced for depths (`0:100:10` is 10 values 11.1 apart). For depths,
+`LO:HI/STEP` steps by STEP (`0:100/10` is 0, 10, ..., 100).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def parse_depths(text: str) -> list[float]:
     """Comma list of percentages and evenly spaced ranges, each within 0-100."""
     out: list[float] = []
     for item in _items(text, "depths"):
+        if "/" in item:
+            out.extend(_stepped(item))
+            continue
         rng = _range(item)
         if rng is None:
             out.append(_depth(item))
@@ -78,6 +83,23 @@ def parse_depths(text: str) -> list[float]:
             continue
         out.extend(round(lo + i * (hi - lo) / (n - 1), 6) for i in range(n))
     return sorted(set(out))
+
+
+def _stepped(item: str) -> list[float]:
+    """`LO:HI/STEP`: LO, LO+STEP, ... up to HI (HI included when a step lands on it)."""
+    span, _, step_text = item.partition("/")
+    parts = span.split(":")
+    if len(parts) != 2:
+        raise BadInput(f"bad range {item!r}: expected LO:HI/STEP, e.g. 0:100/10")
+    lo, hi = _depth(parts[0]), _depth(parts[1])
+    try:
+        step = float(step_text)
+    except ValueError:
+        raise BadInput(f"bad range {item!r}: STEP must be a number") from None
+    if not step > 0 or lo > hi:
+        raise BadInput(f"bad range {item!r}: STEP must be positive and LO <= HI")
+    n = int(math.floor((hi - lo) / step + 1e-9))
+    return [round(lo + i * step, 6) for i in range(n + 1)]
 
 
 def _depth(text: str) -> float:

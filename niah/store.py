@@ -20,11 +20,11 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from niah.errors import BadInput
 
-SCHEMA_VERSION = 1
+from niah.record import TRIAL_SCHEMA as SCHEMA_VERSION  # noqa: E402 (one definition: niah.record)
 MANIFEST = "manifest.json"
 TRIALS = "trials.jsonl"
 ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retries them
@@ -107,6 +107,8 @@ class RunStore:
         self.done: set[str] = set()
         self.skipped_lines: list[int] = []
         self.retried = 0  # error records moved aside on resume, to run again
+        self.lock = None  # niah.lock.RunLock held while a sweep writes here
+        self.prompts = None  # niah.promptset.RunPrompts: the prompts this sweep built
 
     # -- opening -----------------------------------------------------------------------
     def open(self, resume: bool, retry_errors: bool = True) -> "RunStore":
@@ -179,6 +181,9 @@ class RunStore:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def __enter__(self) -> "RunStore":
         return self
@@ -222,13 +227,6 @@ def load_run(run_dir: Path | str, warn: bool = True) -> tuple[dict[str, Any], li
             stacklevel=2,
         )
     return manifest, loaded.records
-
-
-def trials_frame(records: Iterable[dict[str, Any]]):
-    """Records as a pandas DataFrame (pandas imported lazily)."""
-    import pandas as pd
-
-    return pd.DataFrame(list(records))
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:

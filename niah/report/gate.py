@@ -305,6 +305,9 @@ def write_outputs(res: GateResult, junit_path: Path | str | None, summary_path: 
             raise BadInput(f"cannot write {p}: {e.strerror or e}") from None
     step = os.environ.get("GITHUB_STEP_SUMMARY")
     if step:
-        with open(step, "a", encoding="utf-8") as f:
-            f.write(md + "\n")
+        try:  # an I/O failure is exit 2 too, never read as a regression
+            with open(step, "a", encoding="utf-8") as f:
+                f.write(md + "\n")
+        except OSError as e:
+            raise BadInput(f"cannot append to $GITHUB_STEP_SUMMARY ({step}): {e.strerror or e}") from None
     return md

@@ -47,12 +47,12 @@ def split_niah_args(argv: list[str]) -> tuple[str, str | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     from niah.serving.sglang.command import platform_refusal, refusal
-    from niah.serving.sglang.plugin import INDEX_DTYPES, check_arm, default_kernels, entry_point_registered, install
+    from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, check_arm, default_kernels, entry_point_registered, install
 
     try:
         dtype, kernels, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
-        if dtype not in INDEX_DTYPES:
-            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+        if dtype not in SGLANG_INDEX_DTYPES:
+            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         kernels = kernels or default_kernels(dtype)
         check_arm(dtype, kernels)
         problem = refusal(dtype, kernels, rest) or platform_refusal(kernels)

@@ -31,10 +31,9 @@ import sys
 from dataclasses import dataclass, field
 
 from niah.errors import BadInput
+from niah.serving.sglang.plugin import KERNELS, SGLANG_INDEX_DTYPES
 
 LAUNCH_MODULE = "niah.serving.sglang"
-INDEX_DTYPES = ("fp8", "bf16")
-KERNELS = ("stock", "niah")
 MAX_INDEX_TOPK = 2048  # SGLang's v2 top-k: 0 < k <= 2048
 
 
@@ -56,8 +55,8 @@ class SGLangLaunch:
     def validate(self) -> None:
         if not self.model_path:
             raise BadInput("sglang: model_path is required")
-        if self.index_dtype not in INDEX_DTYPES:
-            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+        if self.index_dtype not in SGLANG_INDEX_DTYPES:
+            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         if self.kernels not in (None, *KERNELS):
             raise BadInput(f"sglang: kernels {self.kernels!r} is not one of {', '.join(KERNELS)}")
         if self.index_dtype == "bf16" and self.kernels == "stock":

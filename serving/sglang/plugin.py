@@ -30,7 +30,8 @@ log = logging.getLogger("niah.sglang")
 
 ENV_INDEX_DTYPE = "NIAH_INDEX_DTYPE"
 ENV_KERNELS = "NIAH_KERNELS"
-INDEX_DTYPES = ("fp8", "bf16")
+# Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
+SGLANG_INDEX_DTYPES = ("fp8", "bf16")
 KERNELS = ("stock", "niah")
 ENTRY_POINT_GROUP = "sglang.srt.plugins"
 ENTRY_POINT_NAME = "niah"
@@ -129,8 +130,8 @@ def installed_arm() -> tuple[str, str] | None:
 
 
 def check_arm(index_dtype: str, kernels: str) -> None:
-    if index_dtype not in INDEX_DTYPES:
-        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(INDEX_DTYPES)}")
+    if index_dtype not in SGLANG_INDEX_DTYPES:
+        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
     if kernels not in KERNELS:
         raise BadInput(f"unknown kernels {kernels!r}; expected one of {', '.join(KERNELS)}")
     if index_dtype == "bf16" and kernels != "niah":

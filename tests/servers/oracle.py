@@ -11,7 +11,10 @@ Behaviours: --wrong-above N (wrong value beyond N prompt tokens), --empty, --ref
 --tokenize-text-only (/tokenize takes {"prompt"} only, as SGLang's does),
 --needle-span (advertise niah_extensions and return selection_recall).
 Faults: --fail-first N (first N generation requests get 503), --drop-every N (every Nth
-generation request's connection is closed with no response), --delay S.
+generation request's connection is closed with no response), --delay S. Faults hit the
+trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
+counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
+--api-key K: every request needs `Authorization: Bearer K` (401 otherwise).
 GET /stats gives request counters. Prints `PORT <n>` once listening (port 0 = free).
 
     python tests/servers/oracle.py --port 0 --max-model-len 32768
@@ -49,7 +52,8 @@ class Oracle:
         self.args = args
         self.enc = make_encoding()
         self.lock = threading.Lock()
-        self.stats = {"generate": 0, "tokenize": 0, "failed_503": 0, "dropped": 0, "answered": 0}
+        self.stats = {"generate": 0, "tokenize": 0, "failed_503": 0, "dropped": 0, "answered": 0, "probes": 0}
+        self.faultable = 0
 
     # -- tokenization, exactly as the "model" sees it --------------------------------------
     def chat_ids(self, messages, add_generation_prompt=True) -> list[int]:
@@ -76,16 +80,19 @@ class Oracle:
             return "", None
         if a.refuse:
             return "I'm sorry, but I cannot help with that request.", None
-        asked = re.findall(r"special magic number for ([A-Z][\w ]*?)(?: mentioned| is\s*$|\?)", text)
-        key = asked[-1] if asked else None
-        m = re.search(rf"The special magic number for {re.escape(key)} is (\d+)\.", text) if key else None
-        if not m:
+        q = re.findall(r"special magic (?:number|uuid|word)s? for (.+?)(?: mentioned| (?:is|are)\s*$|\?)", text)
+        keys = re.split(r", | and ", q[-1]) if q else []
+        facts: dict[str, list[str]] = {}
+        for k, v in re.findall(r"The special magic (?:number|uuid|word) for (.+?) is ([\w-]+)\.", text):
+            facts.setdefault(k, []).append(v)
+        found = [(k, v) for k in keys for v in facts.get(k, [])]
+        if not found:
             ans = "I do not see such a number in the text."
         else:
-            value = m.group(1)
             if a.wrong_above and n_prompt > a.wrong_above:
-                value = str((int(value) + 1111111) % 9000000 + 1000000)
-            ans = f"The special magic number for {key} is {value}."
+                found = [(k, str((int(v) + 1111111) % 9000000 + 1000000) if v.isdigit() else v[::-1])
+                         for k, v in found]
+            ans = " ".join(f"The special magic number for {k} is {v}." for k, v in found)
         if a.verbose:
             ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
         if a.reasoning:
@@ -121,11 +128,10 @@ class Oracle:
                 reasoning = out_text
             else:
                 content = out_text
-        result = {
-            "content": content, "reasoning": reasoning, "finish_reason": finish,
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(out_ids),
-                      "total_tokens": n_prompt + len(out_ids)},
-        }
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": len(out_ids), "total_tokens": n_prompt + len(out_ids)}
+        if self.args.no_usage:
+            usage = {"completion_tokens": len(out_ids)}
+        result = {"content": content, "reasoning": reasoning, "finish_reason": finish, "usage": usage}
         if self.args.needle_span and "niah_needle_span" in body:
             s, e = body["niah_needle_span"]
             ok = bool(re.fullmatch(r"The special magic number for [\w ]+ is \d+\.", span_text[s:e]))
@@ -159,6 +165,8 @@ def make_handler(oracle: Oracle):
             return json.loads(self.rfile.read(n) or b"{}")
 
         def do_GET(self):
+            if self.path in ("/v1/models", "/models") and not self._authorized():
+                return
             if self.path in ("/v1/models", "/models"):
                 entry = {"id": MODEL, "object": "model", "owned_by": "niah-tests",
                          "max_model_len": args.max_model_len}
@@ -175,8 +183,16 @@ def make_handler(oracle: Oracle):
                 return self._json(200, {"ok": True})
             self._json(404, {"error": "not found"})
 
+        def _authorized(self) -> bool:
+            if args.api_key and self.headers.get("Authorization") != f"Bearer {args.api_key}":
+                self._json(401, {"error": {"message": "invalid api key"}})
+                return False
+            return True
+
         def do_POST(self):
             body = self._body()
+            if not self._authorized():
+                return
             if self.path in ("/tokenize", "/v1/tokenize"):
                 if args.no_tokenize:
                     return self._json(404, {"error": "not found"})
@@ -188,17 +204,28 @@ def make_handler(oracle: Oracle):
                     ids = oracle.chat_ids(body["messages"], body.get("add_generation_prompt", True))
                 else:
                     ids = oracle.prompt_ids(body.get("prompt", ""), body.get("add_special_tokens", True))
+                if args.tokenize_shape == "odd":
+                    return self._json(200, {"n_tokens": len(ids)})
+                if args.tokenize_shape == "zero":
+                    return self._json(200, {"tokens": [], "count": 0})
+                if args.tokenize_shape == "off":
+                    return self._json(200, {"count": len(ids) + 25, "max_model_len": args.max_model_len})
                 return self._json(200, {"tokens": ids, "count": len(ids), "max_model_len": args.max_model_len})
             if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 return self._json(404, {"error": "not found"})
+            probe = body.get("max_tokens") == 1
             with oracle.lock:
                 oracle.stats["generate"] += 1
-                n = oracle.stats["generate"]
-            if n <= args.fail_first:
+                oracle.stats["probes"] += probe
+                oracle.faultable += not probe
+                n = oracle.faultable if not probe else 0
+            if probe:
+                pass
+            elif n <= args.fail_first:
                 with oracle.lock:
                     oracle.stats["failed_503"] += 1
                 return self._json(503, {"error": "overloaded (injected)"})
-            if args.drop_every and n % args.drop_every == 0:
+            elif args.drop_every and n % args.drop_every == 0:
                 with oracle.lock:
                     oracle.stats["dropped"] += 1
                 self.close_connection = True
@@ -277,6 +304,11 @@ def main(argv=None) -> None:
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--drop-every", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
+    p.add_argument("--api-key", help="require this bearer token")
+    p.add_argument("--tokenize-shape", choices=("known", "odd", "zero", "off"), default="known",
+                   help="odd: /tokenize answers {\"n_tokens\": ...}; zero: it counts 0 for everything; "
+                        "off: its counts are 25 more than the model sees")
     args = p.parse_args(argv)
     oracle = Oracle(args)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(oracle))

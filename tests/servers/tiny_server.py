@@ -14,7 +14,10 @@
 
 POST /v1/chat/completions answers the first 7-digit number in the prompt (the needle)
 after --delay seconds, as plain JSON (no streaming), so a sweep against it scores
-"correct"; there is no /tokenize (niah falls back to its offline tokenizer).
+"correct". Its "tokens" are whitespace-separated words (3 more for the chat template, 1
+for a prompt's BOS), as POST /tokenize (vLLM's shape) and usage.prompt_tokens both say,
+so niah's lengths against it are exact. A max_tokens=1 request (niah checking its
+counter) is answered but not counted by --die-on-request.
 """
 
 import argparse
@@ -94,12 +97,19 @@ def main() -> None:
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path == "/tokenize":
+                if "messages" in body:
+                    n = 3 + sum(len(m.get("content", "").split()) for m in body["messages"])
+                else:
+                    n = len(body.get("prompt", "").split()) + (1 if body.get("add_special_tokens", True) else 0)
+                return self._send(200, {"count": n, "max_model_len": 8192})
             if self.path != "/v1/chat/completions":
                 return self._send(404, {"error": "not found"})
+            probe = body.get("max_tokens") == 1
             with lock:
-                served[0] += 1
+                served[0] += not probe
                 n = served[0]
-            if a.die_on_request is not None and n >= a.die_on_request:
+            if not probe and a.die_on_request is not None and n >= a.die_on_request:
                 print(a.die_with, flush=True)
                 os._exit(1)
             time.sleep(a.delay)
@@ -110,7 +120,7 @@ def main() -> None:
                 "id": f"tiny-{n}", "object": "chat.completion", "model": "tiny",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
                              "finish_reason": "stop"}],
-                "usage": {"completion_tokens": 1},
+                "usage": {"prompt_tokens": 3 + len(text.split()), "completion_tokens": 1},
             })
 
     srv = ThreadingHTTPServer((a.host, a.port), Handler)

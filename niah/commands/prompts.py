@@ -1,0 +1,62 @@
+"""`niah prompts build` (freeze a prompt set) and `niah rescore` (score stored answers again)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from niah.cli import app, prompts_app
+from niah.commands.sweep import DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, TOKENIZER_HELP, make_spec, needle_options
+
+
+@prompts_app.command("build")
+@needle_options
+def build_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
+    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
+    model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
+    depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
+    trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
+    seed: int = typer.Option(0, help="Base seed."),
+    mode: str = typer.Option("chat", help="chat or completion."),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
+    **kinds,
+) -> None:
+    """Build every trial's prompt and write them to a set file; run it with `niah sweep --prompts`.
+
+    Deterministic: the same options and counter give the same bytes. Each line holds the
+    messages or prompt text, every inserted fact, the asked keys, the expected values,
+    the counter and its count, and a schema version.
+    """
+    from niah.promptset import build_set, write_set
+    from niah.sweep import Target, prepare_target
+
+    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths, **kinds)
+    prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
+    entries = build_set(prepared.tokenizer, spec)
+    write_set(out, entries)
+    cost = getattr(prepared.tokenizer, "cost", None)
+    typer.echo(f"{len(entries)} prompts counted with {prepared.tokenizer.spec}"
+               + (f" ({cost['requests']} usage probes)" if cost else "") + f": {out}")
+
+
+@app.command("rescore")
+def rescore_cmd(
+    run: Path = typer.Argument(..., help="A run folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would change."),
+) -> None:
+    """Score a run's stored answers again with the current scorer (rewrites trials.jsonl)."""
+    from niah.rescore import rescore_run
+
+    res = rescore_run(run, write=not dry_run)
+    typer.echo(f"{res.total} trials re-scored: {len(res.changed)} outcome(s) changed"
+               + (" (written)" if res.written and res.changed else ""))
+    for key, old, new in res.changed[:50]:
+        typer.echo(f"  {key}: {old} -> {new}")
+    if res.no_distractors:
+        typer.echo(f"note: {res.no_distractors} old record(s) name no distractors; scored without them")

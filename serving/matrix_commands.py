@@ -1,0 +1,168 @@
+"""What launches each configuration of a matrix: exact command lines and environments.
+
+`server_command(cfg, port)` is the argv and environment that serve one configuration
+(embedded: `niah serve`; sglang: serving/sglang builds it; command: the configured argv
+with {port} and axis keys filled in). `matrix_commands` / `print_matrix_commands` are the
+dry run; `axis_differences` says what tells configurations apart on the command line.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from niah.errors import BadInput
+
+from niah.serving.matrix import (
+    MatrixConfig,
+    Matrix,
+    HOST,
+    PORT_PLACEHOLDER,
+    AXIS_KEYS,
+    load_matrix,
+    PLACEHOLDER_RE,
+)
+
+
+# -- commands -----------------------------------------------------------------------------
+def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
+    """argv and environment overrides for the embedded CPU server (`niah serve`)."""
+    import sys
+
+    s = cfg.settings
+    argv = [s.get("python", sys.executable), "-m", "niah", "serve"]
+    for key, flag in (("attention", "--attention"), ("index_dtype", "--index-dtype"),
+                      ("index_topk", "--index-topk"), ("window", "--window")):
+        if key in s:
+            argv += [flag, str(s[key])]
+    argv += ["--host", HOST, "--port", str(port), *s.get("args", [])]
+    return argv, cfg.env
+
+
+def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for SGLang with the niah plugin (serving/sglang builds them)."""
+    from niah.serving.sglang.command import SGLangLaunch, build_sglang_command
+
+    s = cfg.settings
+    launch = SGLangLaunch(
+        model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
+        host=HOST, index_dtype=s.get("index_dtype", "fp8"), kernels=s.get("kernels"),
+        index_topk=s.get("index_topk"),
+        extra_args=list(s.get("args", [])), env=cfg.env,
+    )
+    if "python" in s:
+        launch.python = s["python"]
+    try:
+        argv, env = build_sglang_command(launch)
+    except BadInput as e:
+        raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
+    return _with_placeholder(argv, port), env
+
+
+_PORT_SENTINEL = 65535
+
+
+def _with_placeholder(argv: list[str], port: int | str) -> list[str]:
+    if port != PORT_PLACEHOLDER:
+        return argv
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == "--port" and out[i + 1] == str(_PORT_SENTINEL):
+            out[i + 1] = PORT_PLACEHOLDER
+    return out
+
+
+def generic_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
+    """engine = "command": the configured argv with {port} and {axis} keys filled in."""
+    values = {**{k: str(v) for k, v in cfg.settings.items() if k in AXIS_KEYS}, "port": str(port)}
+    argv = [PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), a) for a in cfg.settings["command"]]
+    return argv, cfg.env
+
+
+def server_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
+    """The exact command and environment overrides that serve `cfg` on `port`."""
+    if cfg.engine == "command":
+        return generic_command(cfg, port)
+    if cfg.engine == "embedded":
+        return embedded_command(cfg, port)
+    if cfg.engine == "sglang":
+        return sglang_command(cfg, port)
+    raise ValueError(f"engine {cfg.engine!r} is not launched by niah")
+
+
+def format_command(argv: list[str], env: dict[str, str]) -> str:
+    """A shell line: `NAME=value ... argv`, the port placeholder left unquoted."""
+    parts = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    parts += [a if a == PORT_PLACEHOLDER else shlex.quote(a) for a in argv]
+    return " ".join(parts)
+
+
+def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig, str]]:
+    """(configuration, what would run) for every configuration, without starting anything."""
+    matrix = matrix_path if isinstance(matrix_path, Matrix) else load_matrix(matrix_path)
+    out = []
+    for cfg in matrix.configs:
+        if cfg.launched:
+            argv, env = server_command(cfg, PORT_PLACEHOLDER)
+            out.append((cfg, format_command(argv, env)))
+        else:
+            model = cfg.settings.get("model")
+            out.append((cfg, f"(external) {cfg.settings['endpoint']}" + (f" model={model}" if model else "")))
+    return out
+
+
+def _argv_diff(a: list[str], b: list[str]) -> list[str]:
+    import difflib
+
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op != "equal":
+            flag = a[i1 - 1] + " " if i1 and j1 and a[i1 - 1].startswith("--") else ""
+            out.append(f"{flag}{' '.join(a[i1:i2]) or '(nothing)'} -> {flag}{' '.join(b[j1:j2]) or '(nothing)'}")
+    return out
+
+
+def axis_differences(matrix: Matrix) -> list[dict[str, Any]]:
+    """For each axis, every pair of configurations whose axes differ in that axis only,
+    with what differs between their commands ("argv": old -> new segments) and
+    environments ("env": {NAME: [a, b]}). One factor at a time: nothing else may differ."""
+    launched = [c for c in matrix.configs if c.launched and c.axes]
+    built = {c.name: server_command(c, PORT_PLACEHOLDER) for c in launched}
+    out = []
+    for i, a in enumerate(launched):
+        for b in launched[i + 1:]:
+            if set(a.axes) != set(b.axes):
+                continue
+            diff = [k for k in a.axes if a.axes[k] != b.axes[k]]
+            if len(diff) != 1:
+                continue
+            (argv_a, env_a), (argv_b, env_b) = built[a.name], built[b.name]
+            env = {k: [env_a.get(k), env_b.get(k)] for k in sorted(set(env_a) | set(env_b))
+                   if env_a.get(k) != env_b.get(k)}
+            out.append({"axis": diff[0], "a": a.name, "b": b.name,
+                        "argv": _argv_diff(argv_a, argv_b), "env": env})
+    return out
+
+
+def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
+    """The dry run: each configuration's exact command line and environment, then what
+    differs between the arms of each axis."""
+    import sys
+
+    file = file or sys.stdout
+    matrix = load_matrix(matrix_path)
+    rows = matrix_commands(matrix)
+    print(f"# {len(rows)} configuration(s) from {matrix_path}; "
+          f"{PORT_PLACEHOLDER} is a free loopback port chosen at launch", file=file)
+    for cfg, line in rows:
+        axes = " ".join(f"{k}={v}" for k, v in cfg.axes.items())
+        print(f"\n# {cfg.name}  [{cfg.engine}]" + (f"  {axes}" if axes else ""), file=file)
+        print(line, file=file)
+    diffs = axis_differences(matrix)
+    if diffs:
+        print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
+    for d in diffs:
+        parts = d["argv"] + [f"{k}={v[0] if v[0] is not None else '(unset)'} -> "
+                             f"{k}={v[1] if v[1] is not None else '(unset)'}" for k, v in d["env"].items()]
+        print(f"# {d['axis']}: {d['a']} -> {d['b']}: {'; '.join(parts) or 'nothing'}", file=file)
