@@ -67,6 +67,17 @@ class Tokenizer:
 
 
 # -- server --------------------------------------------------------------------------------
+def http_client(owner):
+    """`owner`'s HTTP client, made on first use (owner has _lock, _client, api_key, timeout_s)."""
+    with owner._lock:
+        if owner._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {owner.api_key}"} if owner.api_key else {}
+            owner._client = httpx.Client(timeout=owner.timeout_s, headers=headers)
+        return owner._client
+
+
 @dataclass
 class ServerTokenizer(Tokenizer):
     endpoint: str
@@ -88,13 +99,7 @@ class ServerTokenizer(Tokenizer):
     chat_overhead: int | None = None
 
     def _http(self):
-        with self._lock:
-            if self._client is None:
-                import httpx
-
-                headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-                self._client = httpx.Client(timeout=self.timeout_s, headers=headers)
-            return self._client
+        return http_client(self)
 
     def probe(self) -> bool:
         """True when /tokenize answers a known shape (tries ROOT/tokenize, then /v1/tokenize):

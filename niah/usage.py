@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from niah.errors import BadInput, ServerError
-from niah.tokenize import FALLBACK, Messages, ServerTokenizer, Tokenizer, api_url, load_tokenizer
+from niah.tokenize import (FALLBACK, Messages, ServerTokenizer, Tokenizer, api_url, http_client,
+                           load_tokenizer)
 
 PROBE_LENGTH = 300  # tokens of the probe prompt every counter is checked on
 
@@ -57,13 +58,7 @@ class UsageTokenizer(Tokenizer):
                 "warms_prefix_cache": True}
 
     def _http(self):
-        with self._lock:
-            if self._client is None:
-                import httpx
-
-                headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-                self._client = httpx.Client(timeout=self.timeout_s, headers=headers)
-            return self._client
+        return http_client(self)
 
     def _usage(self, path: str, fields: dict) -> int:
         import httpx
