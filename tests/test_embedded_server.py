@@ -251,6 +251,6 @@ def test_server_info_attests_what_the_indexer_ran(server):
 
     a = from_server_info(httpx.get(server["base"] + "/server_info").json())
     assert (a["index_dtype"], a["kernels"], a["fp8_reads_while_bf16"]) == ("fp8", "torch", 0)
-    assert a["counts"]["store.fp8"] > 0 and a["counts"]["prefill_logits.fp8"] > 0 and a["counts"]["topk.torch"] > 0
+    assert a["counts"]["store.fp8"] > 0 and a["counts"]["prefill_logits.fp8"] > 0 and a["counts"]["topk.fp32"] > 0
     assert a["pool_bytes_per_token"] == 3 * (64 + 4)  # 3 kv heads x (64 fp8 values + one fp32 scale)
     assert verdict(a, {"index_dtype": "fp8"})[0] and not verdict(a, {"index_dtype": "bf16"})[0]

@@ -25,10 +25,10 @@ BAD_BF16 = {"index_dtype": "bf16", "kernels": "niah", "pool_bytes_per_token": 25
             "counts": {"store.bf16": 40, "decode_logits.bf16": 9, "prefill_logits.fp8": 2},
             "fp8_reads_while_bf16": 2}
 GOOD_BF16 = {"index_dtype": "bf16", "kernels": "niah", "pool_bytes_per_token": 256,
-             "counts": {"store.bf16": 40, "decode_logits.bf16": 9, "prefill_logits.bf16": 2, "topk.niah": 11},
+             "counts": {"store.bf16": 40, "decode_logits.bf16": 9, "prefill_logits.bf16": 2, "topk.fp32": 11},
              "fp8_reads_while_bf16": 0}
 GOOD_FP8 = {"index_dtype": "fp8", "kernels": "stock", "pool_bytes_per_token": 132,
-            "counts": {"store.fp8": 40, "decode_logits.fp8": 9, "prefill_logits.fp8": 2, "topk.niah": 11},
+            "counts": {"store.fp8": 40, "decode_logits.fp8": 9, "prefill_logits.fp8": 2, "topk.fp32": 11},
             "fp8_reads_while_bf16": 0}
 
 
@@ -51,14 +51,14 @@ def test_counter_flags_fp8_paths_reached_while_bf16_is_configured(fresh_counter)
     assert snap["counts"] == {"store.bf16": 1, "store.fp8": 1} and snap["fp8_reads_while_bf16"] == 1
     assert verdict(snap, {"index_dtype": "bf16"}) == (False, "1 fp8 index-key path call(s) while bf16 was configured")
     with pytest.raises(ValueError, match="unknown path"):
-        attest.record("logits", "bf16")
+        attest.record("logits", "bf16", "niah.x")
 
 
 def test_stock_counters_pass_calls_through_and_attestation_reaches_internal_state(fresh_counter):
     from niah.serving.sglang import replacements
 
     attest.configure("fp8", "stock")
-    resolver = replacements.counting("decode_logits", "fp8")(lambda: "deep_gemm.fp8_paged_mqa_logits")
+    resolver = replacements.counting("decode_logits", "fp8", "sglang.resolve_fp8_paged_mqa_logits_fn")(lambda: "deep_gemm.fp8_paged_mqa_logits")
     assert resolver() == "deep_gemm.fp8_paged_mqa_logits" and resolver() == "deep_gemm.fp8_paged_mqa_logits"
     controller_out = types.SimpleNamespace(internal_state={"tp_size": 8})
     get_state = replacements.wrap_internal_state(lambda self, req: controller_out)
@@ -100,7 +100,7 @@ def test_embedded_indexer_attests_what_it_stored(fresh_counter):
         dsa.store(cache, torch.randn(1, 3, 8, 64), 0)
         dsa.keep_mask(torch.randn(1, 9, 8, 64), cache.idx_k[:, :8], 0)
         a = attestation()
-        assert a["counts"] == {f"store.{dtype}": 1, f"prefill_logits.{dtype}": 1, "topk.torch": 1}
+        assert a["counts"] == {f"store.{dtype}": 1, f"prefill_logits.{dtype}": 1, "topk.fp32": 1}
         assert a["pool_bytes_per_token"] == 3 * (128 if dtype == "bf16" else 68)
         assert verdict(a, {"index_dtype": dtype})[0]
         assert not verdict(a, {"index_dtype": "bf16" if dtype == "fp8" else "fp8"})[0]

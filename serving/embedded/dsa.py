@@ -72,7 +72,7 @@ class DSA:
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
         """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back."""
         T = k.shape[2]
-        attest.record("store", self.index_dtype)
+        attest.record("store", self.index_dtype, "niah.store_roundtrip")
         attest.set_pool_bytes(k.shape[1] * KEY_BYTES[self.index_dtype](k.shape[3]))
         cache.idx_k[:, start:start + T] = store_roundtrip(k[0], self.index_dtype)
 
@@ -136,9 +136,10 @@ class DSA:
             mask.zero_()
         else:
             scores = self.index_scores(q, idx_k, bufs, p0)          # [C, S]; stale where s > p
-            attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.index_dtype)
+            attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.index_dtype,
+                          "niah.embedded_index_scores")
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
-            attest.record("topk", "torch")
+            attest.record("topk", "fp32", "torch.topk")
             top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
             mask.fill_(float("-inf")).scatter_(1, top, 0.0)
             if self.window > 0:

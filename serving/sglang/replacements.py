@@ -42,11 +42,12 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_m
     context_lens = _flat_context_lens(context_lens)
     rows = q.shape[0]  # SGLang may pass tables with padding rows past the real batch
     context_lens, block_table = context_lens[:rows], block_table[:rows]
-    attest.record("decode_logits", "bf16" if kv_cache.dtype == torch.bfloat16 else "fp8")
     if kv_cache.dtype == torch.bfloat16:
+        attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
         return kernel("bf16_paged_mqa_logits")(
             q.to(torch.bfloat16), kv_cache, weights, context_lens, block_table,
             schedule_meta, max_context_len, clean_logits=clean_logits)
+    attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
     return kernel("fp8_paged_mqa_logits")(
         q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
         clean_logits=clean_logits)
@@ -68,11 +69,12 @@ def mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logit
     if weights.dim() == 3 and weights.shape[-1] == 1:
         weights = weights.squeeze(-1)
     k16 = bf16_cache.unsmuggle_bf16(keys, q.shape[-1])
-    attest.record("prefill_logits", "fp8" if k16 is None else "bf16")
     if k16 is not None:
+        attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
         return kernel("bf16_mqa_logits")(
             q.to(torch.bfloat16), k16, weights, cu_seq_len_k_start, cu_seq_len_k_end,
             clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+    attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
     return kernel("fp8_mqa_logits")(
         q, (keys, scales), weights, cu_seq_len_k_start, cu_seq_len_k_end,
         clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
@@ -97,10 +99,10 @@ def store_bf16_keys(buf: torch.Tensor, loc: torch.Tensor, key: torch.Tensor, pag
     """Write keys unquantised into the bf16 cache through the bundled store kernel
     (`store_index_keys(k [N, D], kv_cache bf16 [pages, 64, 1, D], slot_mapping [N])`),
     on CUDA by default; torch index-put otherwise. Negative slots are padding, skipped."""
-    attest.record("store", "bf16")
     if use_kernel is None:
         use_kernel = key.is_cuda
     fn = store_kernel() if use_kernel else None
+    attest.record("store", "bf16", "niah.store_index_keys" if fn is not None else "niah.store_keys_torch")
     if fn is None:
         if use_kernel:
             log.warning("niah: no store kernel in niah.kernels; storing bf16 keys with torch")
@@ -152,7 +154,7 @@ def index_key_cache_get_k_and_scale(self, layer_id, seq_len_tensor, page_indices
 
 def index_key_cache_store_quantized(self, layer_id, loc, index_k, index_k_scale):
     """IndexKeyCache.store_quantized: an fp8 write into the bf16 cache is a bug; refuse."""
-    attest.record("store", "fp8")
+    attest.record("store", "fp8", "sglang.IndexKeyCache.store_quantized")
     raise RuntimeError(
         "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
         "(IndexKeyCache.store_quantized) into the bf16 cache; that path is not supported "
@@ -250,14 +252,14 @@ def indexer_get_topk_paged(self, forward_batch, layer_id, q_fp8, weights, metada
 # Attestation and top-k (every arm)
 
 
-def counting(path: str, dtype: str):
+def counting(path: str, dtype: str, kernel: str):
     """factory(original) -> a pass-through wrapper that records one `path`/`dtype` call
     (the stock arm's resolvers, whose callers call them once per logits call, and the fp8
     key store)."""
 
     def factory(original):
         def counted(*args, **kwargs):
-            attest.record(path, dtype)
+            attest.record(path, dtype, kernel)
             return original(*args, **kwargs)
 
         counted.__wrapped__ = original
@@ -304,9 +306,9 @@ def wrap_topk_func(original):
 
     def topk_func(self, score, lengths, topk, row_starts=None):
         if not self.is_torch():
-            attest.record("topk", self.value)
+            attest.record("topk", "fp32", f"sglang.topk_{self.value}")
             return original(self, score, lengths, topk, row_starts=row_starts)
-        attest.record("topk", "niah")
+        attest.record("topk", "fp32", "niah.topk_indices")
         return niah_topk(score, lengths, topk, row_starts)
 
     topk_func.__wrapped__ = original

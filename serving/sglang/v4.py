@@ -61,7 +61,7 @@ def env_refusal(env=os.environ) -> str | None:
 
 def refuse(problem: str, path: str | None = None) -> None:
     if path:
-        attest.record(path, "fp8")
+        attest.record(path, "fp8", "sglang.v4_fp8_path_refused")
     raise V4Refused(f"{PREFIX}: {problem}")
 
 
@@ -149,7 +149,7 @@ def store_bf16_rows(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache,
     kernel("store_v4_index_keys")(kv, plan[1], bool(plan.is_decode), int(plan.compress_ratio),
                                   norm_weight, float(norm_eps), freqs.float(), out_loc, cache, "bf16",
                                   page_size, page_stride=INDEX_PAGE * BF16_TOKEN_BYTES)
-    attest.record("store", "bf16")
+    attest.record("store", "bf16", "niah.store_v4_index_keys")
 
 
 def wrap_compress_norm_rope_store(original: Callable) -> Callable:
