@@ -153,37 +153,37 @@ def test_interpreter_goes_through_kernel_grid():
 
 
 def _calls(kind):
-    """(name, clean_logits, zero-argument call) of each wrapper on small cases (the cases of
-    test_kernels_paged.py and test_kernels_mqa.py)."""
+    """(name, written, zero-argument call) of each wrapper on small cases (the cases of
+    test_kernels_paged.py and test_kernels_mqa.py); `written` is None (clean_logits=True:
+    every position) or the [rows, cols] mask of the positions clean_logits=False writes for sure."""
+    from niah.kernels.paged_logits.reference import visible_lengths
+
     paged = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
     pq, pkv, pw, pctx, pbt = paged_case(kind, 3, 1, 64, 128, [1000, 130, 64], 1024)
     nq, nkv, nw, nctx, nbt = paged_case(kind, 2, 2, 32, 128, [700, 90], 768, seed=3)
+    scored = torch.arange(768, device=DEV)[None, :] < visible_lengths(nctx, 2, 2)[:, None]
     fq, fk, fsf, fw, fks, fke = prefill_case(kind, 64, [40, 9], [300, 20])
     return [
-        ("paged", True, lambda: paged(pq, pkv, pw, pctx, pbt, None, 1024, clean_logits=True)),
-        ("paged-next2-noclean", False, lambda: paged(nq, nkv, nw, nctx, nbt, None, 768, clean_logits=False)),
-        ("prefill", True, lambda: prefill_run(kind, fq, fk, fsf, fw, fks, fke, clean_logits=True)),
+        ("paged", None, lambda: paged(pq, pkv, pw, pctx, pbt, None, 1024, clean_logits=True)),
+        ("paged-next2-noclean", scored, lambda: paged(nq, nkv, nw, nctx, nbt, None, 768, clean_logits=False)),
+        ("prefill", None, lambda: prefill_run(kind, fq, fk, fsf, fw, fks, fke, clean_logits=True)),
     ]
 
 
-def _same(a, b, clean):
-    """Bitwise equal; with clean_logits=False only where the reference wrote a score (the rest
-    of a page past a row's length is -inf in both, whole pages past it are left unwritten)."""
-    if clean:
-        return torch.equal(a, b)
-    keep = torch.isfinite(b)
-    return torch.equal(a[keep], b[keep])
+def _same(a, b, written):
+    """Bitwise equal (where `written`, when given: clean_logits=False leaves the rest unwritten)."""
+    return torch.equal(a, b) if written is None else torch.equal(a[written], b[written])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU, reason="needs CUDA")
 @pytest.mark.parametrize("kind", ["bf16", "fp8"])
 def test_gpu_direct_launch_equals_kernel_grid_eager_and_in_a_graph(kind):
-    for name, clean, call in _calls(kind):
+    for name, written, call in _calls(kind):
         with via_triton():
             want = call()
         first, again = call(), call()  # the first call fills the cache through Triton, the second is direct
-        assert _same(first, want, clean) and _same(again, want, clean), name
+        assert _same(first, want, written) and _same(again, want, written), name
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -195,7 +195,7 @@ def test_gpu_direct_launch_equals_kernel_grid_eager_and_in_a_graph(kind):
         out.fill_(0)
         graph.replay()
         torch.cuda.synchronize()
-        assert _same(out, want, clean), name
+        assert _same(out, want, written), name
 
 
 @pytest.mark.gpu
