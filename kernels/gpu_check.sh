@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c "import niah.kernels" 2>/dev/null; then ln -sfn ../kernels niah/kernels; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT_DIR/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT_DIR/gpu.txt"
-TESTS=${TESTS:-tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py}
+TESTS=${TESTS:-tests/test_kernels_paged.py tests/test_kernels_mqa.py tests/test_kernels_store.py tests/test_kernels_topk.py tests/test_kernels_v32_store.py}
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 $TESTS \
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
 [ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 -m niah.kernels.bench --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
