@@ -205,7 +205,7 @@ def describe_difference(d: dict[str, Any]) -> str:
     """One line: `N difference(s): launcher -m X -> -m Y; piece; NAME=a -> NAME=b`."""
     parts = [f"launcher -m {d['launcher'][0]} -> -m {d['launcher'][1]}"] if d.get("launcher") else []
     parts += d["argv"]
-    parts += [f"{k}={v[0] if v[0] is not None else '(unset)'} -> {k}={v[1] if v[1] is not None else '(unset)'}"
+    parts += [f"{k}={v[0] if v[0] is not None else '(not set)'} -> {k}={v[1] if v[1] is not None else '(not set)'}"
               for k, v in d["env"].items()]
     n = d["count"]
     return f"{n} difference{'s' if n != 1 else ''}: {'; '.join(parts)}" if parts else "nothing"
