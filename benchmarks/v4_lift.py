@@ -35,7 +35,7 @@ IDX = "sglang.srt.layers.attention.dsv4.indexer"
 CMP = "sglang.kernels.ops.attention.dsv4.compress"
 POOL = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
 META = "sglang.srt.layers.attention.dsv4.metadata"
-MODULES = (CV2, IDX, CMP, POOL, META)
+MODULES = (CV2, IDX, CMP, POOL, META, "sglang.srt.layers.attention.mqa_logits_utils")
 
 
 class Source:
@@ -157,6 +157,30 @@ def make_pool(src: Source, arm: str, pages: int, device):
     return pool
 
 
+def _cpu_torch():
+    """torch with `torch.cuda.is_current_stream_capturing()` answering False: a CPU-only build
+    raises there, and it is the one CUDA runtime query of SGLang's non-paged decision."""
+    cuda = types.SimpleNamespace(**{k: getattr(torch.cuda, k) for k in dir(torch.cuda) if not k.startswith("__")})
+    cuda.is_current_stream_capturing = lambda: False
+    t = types.ModuleType("torch")
+    t.__dict__.update({k: v for k, v in vars(torch).items() if k != "cuda"})
+    t.cuda = cuda
+    return t
+
+
+def _production_ns(src: Source, ns: dict) -> None:
+    """What the non-paged prefill needs, lifted; on a CPU-only machine the lifted code is told
+    it runs on CUDA (`is_cuda`), the platform the plugin serves."""
+    ns.update(Iterator=typing.Iterator, ceil_div=lambda a, b: -(-a // b), MQA_LOGITS_ROW_ALIGN_ELEMS=256,
+              MQA_LOGITS_BYTES_PER_ELEM=4)
+    lift(src, META, "NonPagedIndexerPlan", ns)
+    lift(src, META, "iter_row_chunks", ns)
+    for name in ("mqa_logits_row_bytes", "mqa_logits_rows_per_chunk"):
+        lift(src, "sglang.srt.layers.attention.mqa_logits_utils", name, ns)
+    if not torch.cuda.is_available():
+        ns.update(is_cuda=lambda: True, torch=_cpu_torch())
+
+
 def make_backend(src: Source, arm: str, pool, capture: dict, production: bool = False):
     """An object with SGLang's CompressorBackendMixin / C4IndexerBackendMixin methods (lifted).
     production=False: SGLANG_FP8_PAGED_MQA_LOGITS_TORCH on, the paged function is SGLang's torch
@@ -181,8 +205,10 @@ def make_backend(src: Source, arm: str, pool, capture: dict, production: bool = 
                 get_platform=lambda: types.SimpleNamespace(is_sm120=False),
                 ForwardMode=types.SimpleNamespace(EXTEND="EXTEND"), is_in_tc_piecewise_cuda_graph=lambda: False,
                 is_in_breakable_cuda_graph=lambda: False, get_parallel=lambda: types.SimpleNamespace(attn_cp_size=1))
-    ns_m = base_ns()
+    ns_m = base_ns()  # DeepGEMM's schedule metadata is not built (it is CUDA; niah's kernels take none)
     ns_i["PagedIndexerMetadata"] = lift(src, META, "PagedIndexerMetadata", ns_m)
+    if production:
+        _production_ns(src, ns_i)
     stock = lift(src, IDX, "fp8_paged_mqa_logits_torch", ns_i)
     for name in ("_topk_transform_vectorized", "topk_transform_pytorch_vectorized"):
         lift(src, IDX, name, ns_i)
@@ -196,7 +222,8 @@ def make_backend(src: Source, arm: str, pool, capture: dict, production: bool = 
         capture["logits"] = out
         return out
 
-    ns_i["fp8_paged_mqa_logits_torch"] = captured
+    if not production:
+        ns_i["fp8_paged_mqa_logits_torch"] = captured
     for n in ("_gather_nonpaged_index_k", "_nonpaged_mqa_logits"):
         imeths[n] = staticmethod(imeths[n])
     cls = type("DeepseekV4Backend", (), {**cmeths, **imeths})
@@ -206,7 +233,7 @@ def make_backend(src: Source, arm: str, pool, capture: dict, production: bool = 
         get_index_k_scale_buffer=lambda layer_id, **kw: pool.get_index_k_scale_buffer(0, **kw))
     backend.hisparse_coordinator = None
     backend.debug_use_external_c4_sparse_indices = False
-    backend.dsa_topk_backend = types.SimpleNamespace(is_torch=lambda: True)
+    backend.dsa_topk_backend = types.SimpleNamespace(is_torch=lambda: True, is_sgl_kernel=lambda: False)
     backend.forward_indexer_compressor = _jit_store_unreachable  # skip_compressor=True below
     backend.plan_classes = (lift(src, CMP, "CompressorDecodePlan", base_ns()),
                             lift(src, CMP, "CompressorPrefillPlan", base_ns()))
