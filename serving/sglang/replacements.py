@@ -238,9 +238,9 @@ def wrap_topk_transform(original):
     """DSATopKBackend.topk_transform: SGLang's own top-k in every arm (fused topk_v2 by
     default), each call counted under the backend's name."""
 
-    def topk_transform(self, *args, **kwargs):
-        attest.record("topk", "fp32", f"sglang.topk_{self.value}")
-        return original(self, *args, **kwargs)
+    def topk_transform(*args, **kwargs):  # (self, ...): handed on unchanged
+        attest.record("topk", "fp32", f"sglang.topk_{args[0].value}")
+        return original(*args, **kwargs)
 
     topk_transform.__wrapped__ = original
     return topk_transform

@@ -101,10 +101,10 @@ def counting_fp8_store(kernel_name: str):
     """fp8 arms: SGLang's own store, each call counted (with the rotation it implies)."""
 
     def factory(original):
-        def counted(self, *args, **kwargs):
+        def counted(*args, **kwargs):  # (self, ...): SGLang's arguments, handed on unchanged
             attest.record("store", "fp8", kernel_name)
-            attest.set_facts(rotation="none" if self.use_dsa_indexer_fusion else "hadamard")
-            return original(self, *args, **kwargs)
+            attest.set_facts(rotation="none" if args[0].use_dsa_indexer_fusion else "hadamard")
+            return original(*args, **kwargs)
 
         counted.__wrapped__ = original
         return counted
