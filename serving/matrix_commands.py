@@ -227,7 +227,7 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
         arm = arm_of(cfg)
         if arm:
             print(f"# arm {arm['arm']}: keys {arm['index_keys']}; query {arm['query']}; logits {arm['logits']}; "
-                  f"top-k {arm['top_k']}", file=file)
+                  f"top-k {arm['top_k']}; paths {arm['paths']}", file=file)
         print(line, file=file)
     diffs = axis_differences(matrix)
     if diffs:

@@ -190,28 +190,45 @@ def test_decode_refuses_the_branches_it_does_not_reproduce():
         idx._get_topk_paged(types.SimpleNamespace(forward_mode=Mode("verify")), 0, None, None, None)
 
 
-def test_prefill_through_sglangs_own_get_topk_ragged_over_the_bf16_gather():
-    """One request of n tokens: keys stored by the fused path, SGLang's fp8 query, then
-    SGLang's `_get_topk_ragged` (lifted) -> IndexKeyCache.get_k_and_scale (bf16) -> niah's
-    bf16 prefill logits (heads padded to 32 as for DeepGEMM) -> SGLang's top-k."""
+def test_prefill_as_the_cuda_graph_split_op_runs_it_over_the_bf16_gather():
+    """One request of n tokens, padded to a captured size, in the calls and arguments of
+    pcg_dsa_indexer_prefill_split (prefill CUDA graphs on): `_fused_q_prepare_and_store(...,
+    num_tokens=n, enable_dual_stream=False)` stores the n real keys through niah's fused store,
+    then SGLang's own `_get_topk_ragged(False, ..., topk_result)` (lifted) -> IndexKeyCache.
+    get_k_and_scale (bf16) -> niah's bf16 prefill logits (heads padded to 32 as for DeepGEMM)
+    -> SGLang's top-k, into the padded static buffer."""
     ns, backend, pool, idx = world("bf16")
-    n, table = 120, torch.tensor([2, 5], dtype=torch.int32)
-    _, positions, loc, key_raw = prefill_keys(ns, backend, pool, idx, n, table)
+    n, pad, table = 120, 8, torch.tensor([2, 5], dtype=torch.int32)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(n + pad, HIDDEN, generator=g).bfloat16()
+    positions = torch.arange(n + pad)
+    loc = torch.cat([table.long()[torch.arange(n) // 64] * 64 + torch.arange(n) % 64,
+                     torch.zeros(pad, dtype=torch.long)])  # padded rows: slot 0, must not be written
     q8, w = decode_inputs(5, rows=n)
+    idx.wq_b = L.Linear(torch.randn(HEADS * 128, 8, generator=g).bfloat16())
+    ns["fused_q_indexer_rope_first_quant"] = lambda q, weights_raw, gate, cos_sin, pos: (q8[: q.shape[0]],
+                                                                                         w[: q.shape[0]])
+    fb = types.SimpleNamespace(forward_mode=Mode("extend"), out_cache_loc=loc, seq_lens_cpu=torch.tensor([n]),
+                               extend_seq_lens_cpu=[n], extend_num_tokens=n)
+    q_fp8, weights = idx._fused_q_prepare_and_store(x, torch.randn(n + pad, 8, generator=g).bfloat16(), positions,
+                                                    fb, 0, None, num_tokens=n, enable_dual_stream=False)
+    pages = bf16_cache.pages_view(pool.get_index_k_with_scale_buffer(0))
+    key_raw = idx._fused_k_weights(x)[0][:n]
+    rows = reference_rows(idx, key_raw, positions[:n])
+    assert torch.equal(pages[loc[:n] // 64, loc[:n] % 64, 0], rows)
+    assert torch.count_nonzero(pages[0]) == 0  # the padded rows' slot stayed untouched
     ks = torch.zeros(n, dtype=torch.int32)
     ke = torch.arange(1, n + 1, dtype=torch.int32)
     meta = metadata(ns, backend, "RAGGED", real_page_table=table[None], indexer_k_start_end=(ks, ke),
                     indexer_seq_lens_cpu=torch.tensor([n]), indexer_seq_lens=torch.tensor([n], dtype=torch.int32),
                     dsa_seqlens_expanded=ke, token_to_batch_idx=torch.zeros(n, dtype=torch.int32),
                     topk_indices_offset=torch.zeros(n, dtype=torch.int32), cache_seqlens_int32=ke)
-    fb = types.SimpleNamespace(forward_mode=Mode("extend"), seq_lens_cpu=torch.tensor([n]),
-                               extend_seq_lens_cpu=[n])
+    topk_result = torch.full((n + pad, TOPK), -1, dtype=torch.int32)  # the split op's static buffer
     before = attest.snapshot()["counts"].get("prefill_logits.bf16", 0)
-    got = idx._get_topk_ragged(False, fb, 0, q8, w, meta)
+    got = idx._get_topk_ragged(False, fb, 0, q_fp8, weights, meta, topk_result)
+    assert got is topk_result and (topk_result[n:] == -1).all()
     assert attest.snapshot()["counts"]["prefill_logits.bf16"] == before + 1
-    rows = reference_rows(idx, key_raw, positions).double()
     for i in (5, 40, n - 1):  # causal rows: token i sees keys 0..i
-        score = (torch.relu(q8[i].double() @ rows[: i + 1].T) * w[i].double()).sum(0)
+        score = (torch.relu(q8[i].double() @ rows[: i + 1].double().T) * w[i].double()).sum(0)
         want = set(score.topk(min(TOPK, i + 1)).indices.tolist())
-        sel = {int(v) for v in got[i] if v >= 0}
-        assert sel == want, i
+        assert {int(v) for v in got[i] if v >= 0} == want, i
