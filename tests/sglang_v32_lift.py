@@ -213,3 +213,39 @@ def make_indexer(cls, heads: int, hidden: int, topk: int, seed: int = 0, backend
                                         bias=0.1 * torch.randn(HEAD_DIM, generator=g), variance_epsilon=1e-6)
     self.rotary_emb = types.SimpleNamespace(cos_sin_cache=cos_sin_cache())
     return self
+
+
+def hadamard_stand_in(x: torch.Tensor) -> torch.Tensor:
+    """SGLang's rotate_activation (JIT CUDA hadamard_transform, scale d^-0.5) in torch: Sylvester order."""
+    d = x.shape[-1]
+    h = torch.ones(1, 1, dtype=torch.float32)
+    while h.shape[0] < d:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return (x.float() @ h.T * d**-0.5).to(x.dtype)
+
+
+def unfused(ns: dict, idx, seed: int = 0) -> None:
+    """The Indexer SGLang builds for a NeoX-RoPE config (DeepSeek-V3.2 without
+    indexer_rope_interleave): fusion off, its own wk, k_norm (LayerNorm.forward_native) and
+    rotary (RotaryEmbedding.forward_native, NeoX), lifted; the key is Hadamard-rotated."""
+    g = torch.Generator().manual_seed(seed)
+    cls = type(idx)
+    cls._get_k_bf16 = lift(f"{DSA}.dsa_indexer", "Indexer._get_k_bf16", ns)
+    cls._update_rope_guarded = staticmethod(lift(f"{DSA}.dsa_indexer", "Indexer._update_rope_guarded", ns))
+    ns["rotate_activation"] = hadamard_stand_in
+    idx.use_dsa_indexer_fusion = False
+    hidden = idx.wk_weights_proj.weight.shape[1]
+    idx.wk = Linear((torch.randn(HEAD_DIM, hidden, generator=g) / hidden**0.5).bfloat16())
+    ln_ns = {"torch": torch, "F": torch.nn.functional}
+    ln_fwd = lift("sglang.srt.layers.layernorm", "LayerNorm.forward_native", ln_ns)
+    ln = types.SimpleNamespace(weight=idx.k_norm.weight, bias=idx.k_norm.bias, elementwise_affine=True, use_bias=True,
+                               dtype=torch.float32, hidden_size=HEAD_DIM, variance_epsilon=idx.k_norm.variance_epsilon)
+    idx.k_norm = type("LayerNorm", (), {"__call__": lambda self, x: ln_fwd(ln, x),
+                                        "weight": ln.weight, "bias": ln.bias, "variance_epsilon": 1e-6})()
+    rope_ns = {"torch": torch, "Optional": typing.Optional, "Tuple": typing.Tuple, "FusedSetKVBufferArg": object}
+    fwd = lift("sglang.srt.layers.rotary_embedding.base", "RotaryEmbedding.forward_native", rope_ns)
+    apply = lift("sglang.srt.layers.rotary_embedding.utils", "apply_rotary_emb", {"torch": torch})
+    rope = types.SimpleNamespace(head_size=ROPE, rotary_dim=ROPE, is_neox_style=True,
+                                 cos_sin_cache=idx.rotary_emb.cos_sin_cache, _apply_rotary_emb_wrapped=apply)
+    idx.rotary_emb = type("Rope", (), {"__call__": lambda self, p, q, k: fwd(rope, p, q, k),
+                                       "cos_sin_cache": rope.cos_sin_cache})()

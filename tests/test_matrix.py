@@ -282,7 +282,7 @@ def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):
     assert r.stdout.count(" -m sglang.launch_server --model-path ") == 2
     assert ("# index_dtype: fp8-k512 -> bf16-k512: 5 differences: launcher -m sglang.launch_server -> "
             "-m niah.serving.sglang; + --niah-index-dtype bf16; + --niah-kernels niah; ") in r.stdout
-    assert "# arm bf16/niah: " in r.stdout and "query fp8, SGLang's fused query, upcast exactly to bf16" in r.stdout
+    assert "# arm bf16/niah: " in r.stdout and "query fp8, SGLang's own, upcast exactly to bf16" in r.stdout
     assert not (tmp_path / "run").exists()
 
 
@@ -314,6 +314,6 @@ def test_the_manifest_records_each_arm_and_the_counted_differences(tmp_path, mon
     assert set(m["arms"]) == set(SGLANG_ARMS)
     assert m["arms"]["fp8-k512"]["arm"] == "fp8/stock" and m["arms"]["fp8-k512"]["plugin"].startswith("not loaded")
     bf16 = m["arms"]["bf16-k1024"]
-    assert bf16["arm"] == "bf16/niah" and bf16["query"].startswith("fp8, SGLang's fused query, upcast exactly")
-    assert bf16["top_k"] == "SGLang's" and "no rotation" in bf16["index_keys"]
+    assert bf16["arm"] == "bf16/niah" and bf16["query"].startswith("fp8, SGLang's own, upcast exactly to bf16")
+    assert bf16["top_k"] == "SGLang's" and "same norm, RoPE and rotation as fp8/stock" in bf16["index_keys"]
     assert m["commands"]["fp8-k512"].split()[1:3] == ["-m", "sglang.launch_server"]

@@ -232,3 +232,27 @@ def test_prefill_as_the_cuda_graph_split_op_runs_it_over_the_bf16_gather():
         score = (torch.relu(q8[i].double() @ rows[: i + 1].double().T) * w[i].double()).sum(0)
         want = set(score.topk(min(TOPK, i + 1)).indices.tolist())
         assert {int(v) for v in got[i] if v >= 0} == want, i
+
+
+def test_unfused_neox_path_deepseek_v32_stores_sglangs_rotated_key_as_bf16():
+    """DeepSeek-V3.2's config has no indexer_rope_interleave: SGLang builds a NeoX-RoPE indexer,
+    fusion is off (`not is_neox_style`), and `_forward_cuda_k_only` -> `_get_k_bf16` (wk,
+    LayerNorm, NeoX RoPE, Hadamard) -> `_store_index_k_cache`, which niah's bf16 arm replaces:
+    the key SGLang computed, stored unquantised, rotation attested."""
+    ns, backend, pool, idx = world("bf16")
+    L.unfused(ns, idx)
+    n, table = 100, torch.tensor([3, 0], dtype=torch.int32)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, HIDDEN, generator=g).bfloat16()
+    positions = torch.arange(n)
+    loc = table.long()[torch.arange(n) // 64] * 64 + torch.arange(n) % 64
+    before = attest.snapshot()["counts"].get("store.bf16", 0)
+    idx._forward_cuda_k_only(x, positions, types.SimpleNamespace(forward_mode=Mode("extend"), out_cache_loc=loc),
+                             0, None, None, return_indices=False)
+    want = idx._get_k_bf16(x, positions)  # SGLang's own key, Hadamard-rotated
+    pages = bf16_cache.pages_view(pool.get_index_k_with_scale_buffer(0))
+    assert torch.equal(pages[loc // 64, loc % 64, 0], want.to(torch.bfloat16))
+    unrotated = idx._get_k_bf16(x, positions, apply_hadamard=False)
+    assert not torch.allclose(want.float(), unrotated.float(), atol=1e-2)  # the rotation is there
+    snap = attest.snapshot()
+    assert snap["counts"]["store.bf16"] == before + 1 and snap["facts"]["rotation"] == "hadamard"

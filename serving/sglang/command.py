@@ -147,26 +147,27 @@ NIAH_ENV_PREFIX = "NIAH_"
 ARMS: dict[str, dict[str, str]] = {
     "fp8/stock": {
         "launcher": SGLANG_MODULE, "plugin": "not loaded (NIAH_* variables removed)",
-        "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (V3.2: fused store, no rotation; "
-                      "V4: fused store with Hadamard)",
+        "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (V3.2 NeoX RoPE, e.g. DeepSeek-V3.2: "
+                      "unfused, Hadamard-rotated; interleaved RoPE: fused, no rotation; V4: Hadamard)",
         "query": "fp8, SGLang's", "logits": "SGLang's (DeepGEMM by default)", "top_k": "SGLang's",
         "paths": "SGLang's defaults"},
     "fp8/niah": {
         "launcher": LAUNCH_MODULE, "plugin": "loaded",
         "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (as fp8/stock)",
         "query": "fp8, SGLang's", "logits": "niah's fp8 Triton kernels", "top_k": "SGLang's",
-        "paths": "SGLang's defaults (fused indexer, prefill CUDA graphs, V4 non-paged prefill); DeepGEMM's "
-                 "logits replaced by niah's on SGLang's own calls"},
+        "paths": "SGLang's defaults (the indexer path the model config selects, prefill CUDA graphs, V4 "
+                 "non-paged prefill); DeepGEMM's logits replaced by niah's on SGLang's own calls"},
     "bf16/niah": {
         "launcher": LAUNCH_MODULE, "plugin": "loaded",
-        "index_keys": "bf16, 256 B/token (V4: 264 B with page padding), written by niah's store with SGLang's "
-                      "norm and RoPE (V3.2: no rotation, as SGLang's fused store; V4: Hadamard, as SGLang's)",
-        "query": "fp8, SGLang's fused query, upcast exactly to bf16 for niah's bf16 kernels (a bf16 query "
-                 "is a further factor this arm does not take)",
+        "index_keys": "bf16, 256 B/token (V4: 264 B with page padding): SGLang's key before its fp8 cast, the "
+                      "same norm, RoPE and rotation as fp8/stock (V3.2 unfused: SGLang's rotated key stored by "
+                      "niah; fused: niah's fused store; V4: niah's V4 store)",
+        "query": "fp8, SGLang's own, upcast exactly to bf16 for niah's bf16 kernels (a bf16 query is a further "
+                 "factor this arm does not take)",
         "logits": "niah's bf16 Triton kernels", "top_k": "SGLang's",
-        "paths": "SGLang's defaults (fused indexer, prefill CUDA graphs, V4 non-paged prefill); DeepGEMM's "
-                 "logits replaced by niah's on SGLang's own calls; prefill key gather in torch (SGLang: a "
-                 "Triton kernel)"},
+        "paths": "SGLang's defaults (the indexer path the model config selects, prefill CUDA graphs, V4 "
+                 "non-paged prefill); DeepGEMM's logits replaced by niah's on SGLang's own calls; prefill key "
+                 "gather in torch (SGLang: a Triton kernel)"},
 }
 
 

@@ -1,7 +1,12 @@
 """DeepSeek-V3.2 (DSA indexer) inside SGLang 0.5.23's default CUDA paths: what the plugin
 puts in `Indexer`'s place for bf16 index keys, and what it only counts for fp8.
 
-Production (`use_dsa_indexer_fusion`, the CUDA default) writes keys with
+SGLang picks the indexer path from the model config: `use_dsa_indexer_fusion` needs CUDA and
+interleaved RoPE (`is_neox_style = not config.indexer_rope_interleave`, default False), so a
+DeepSeek-V3.2 config without that field runs the UNFUSED path (its own `wk`, LayerNorm, NeoX
+RoPE, Hadamard rotation of q and k, `act_quant` fp8 query, keys through
+`_store_index_k_cache` -> `fused_store_index_k_cache`); interleaved-RoPE configs (e.g.
+GLM-5) run the fused one. Both are covered. The fused path writes keys with
 `Indexer._fused_k_prepare_and_store` -> `fused_k_indexer_norm_rope_store` (JIT CUDA:
 LayerNorm + bias, RoPE, fp8 quantisation, store; no Hadamard rotation) from the merged bf16
 `wk_weights_proj`. It is reached from `_fused_q_prepare_and_store` (eager decode and
@@ -9,19 +14,21 @@ extend, its dual-stream variant, and the prefill CUDA-graph split op
 `pcg/bcg_dsa_indexer_prefill_split`) and from `_forward_cuda_k_only` (sequences no longer
 than top-k, eager or in the split op). Keys SGLang computes itself (fusion off: neox-style
 RoPE or SGLANG_DISABLE_DSA_INDEXER_FUSION; context-parallel prefill) go through
-`_store_index_k_cache`. Decode reads pages in `_get_topk_paged`; prefill gathers keys
-(`IndexKeyCache.get_k_and_scale`) in `_get_topk_ragged`, which stays SGLang's own.
+`_store_index_k_cache`, already rotated. Decode reads pages in `_get_topk_paged`; prefill
+gathers keys (`IndexKeyCache.get_k_and_scale`) in `_get_topk_ragged`, SGLang's own.
 
 With bf16 keys:
 - `_fused_k_prepare_and_store` -> niah.kernels.store_v32_index_keys: the same norm and RoPE,
   no rotation, a bf16 row (256 B a token) instead of fp8 + scale;
-- `_store_index_k_cache` -> the key SGLang computed, stored unquantised;
+- `_store_index_k_cache` -> the key SGLang computed (rotated on the unfused path), stored
+  unquantised by niah.kernels.store_index_keys (torch on CPU);
 - `_get_topk_paged` -> SGLang's own decode body for its default configuration (DeepGEMM
   backend, decode/idle rows: page table, context lengths, `deepgemm_paged_mqa_logits_split`,
   masking, `metadata.topk_transform`, padding) with niah's bf16 paged logits as the kernel;
   its other branches are refused (the cutedsl/aiter backends, target-verify/draft-extend).
-SGLang's fp8 query (`fused_q_indexer_rope_first_quant`) is kept in every arm: the bf16
-kernels get it upcast to bf16, exactly. Each replacement is built from the original and
+SGLang's fp8 query (`act_quant` unfused, `fused_q_indexer_rope_first_quant` fused) is kept
+in every arm: the bf16 kernels get it upcast to bf16, exactly. Each replacement is built from
+the original and
 reaches SGLang's helpers through the original's module globals (`original.__globals__`),
 so it calls what the original calls.
 """
