@@ -81,6 +81,7 @@ def route_deep_gemm(env=os.environ) -> str:
     """Replace deep_gemm.fp8_paged_mqa_logits / fp8_mqa_logits with niah's kernels (niah arms,
     V4 pool construction). Returns what was done ("routed", or why not); refuses when the
     default path needs DeepGEMM and it is not installed."""
+    import importlib
     import importlib.util
 
     from niah.serving.sglang import plugin
@@ -91,6 +92,10 @@ def route_deep_gemm(env=os.environ) -> str:
                    "at call time (the stock arm fails the same way); install it, or set "
                    "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 in the configuration's env (every arm)")
         return "deep_gemm absent (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH set by the user)"
+    module = importlib.import_module(DEEP_GEMM)
+    missing = [name for name in DEEP_GEMM_ROUTES if not callable(getattr(module, name, None))]
+    if missing:
+        refuse(f"the installed DeepGEMM has no {', '.join(missing)}, which SGLang's C4 indexer calls")
     for name in DEEP_GEMM_ROUTES:
         plugin.apply_at(DEEP_GEMM, name, _const(DEEP_GEMM_KERNELS[name]))
     return "routed"
