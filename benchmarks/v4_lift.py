@@ -35,7 +35,7 @@ IDX = "sglang.srt.layers.attention.dsv4.indexer"
 CMP = "sglang.kernels.ops.attention.dsv4.compress"
 POOL = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
 META = "sglang.srt.layers.attention.dsv4.metadata"
-MODULES = (CV2, IDX, CMP, POOL, META)
+MODULES = (CV2, IDX, CMP, POOL, META, "sglang.srt.layers.attention.mqa_logits_utils")
 
 
 class Source:
@@ -96,14 +96,18 @@ V4_ENVS = dict(SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=True, SGLANG_OPT_USE_TILELANG_I
                SGLANG_OPT_USE_AITER_INDEXER=False, SGLANG_OPT_DSV4_NONPAGED_INDEXER=True,
                SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS=0, SGLANG_OPT_USE_ONLINE_COMPRESS=False,
                SGLANG_DSA_FUSE_TOPK=False)
+# SGLang's defaults (environ.py) for what the lifted code reads, but the non-paged prefill's
+# 8,192-row threshold (0: any prefill row count takes it, so small tests reach it):
+# forward_c4_indexer imports deep_gemm.fp8_paged_mqa_logits at call time.
+PRODUCTION_ENVS = {**V4_ENVS, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": False}
 
 
-def base_ns() -> dict:
+def base_ns(envs: dict | None = None) -> dict:
     return {"torch": torch, "F": F, "math": math, "typing": typing, "TYPE_CHECKING": False,
             "Any": typing.Any, "Optional": typing.Optional, "List": typing.List, "Tuple": typing.Tuple,
             "Union": typing.Union, "Callable": typing.Callable, "Dict": typing.Dict, "Literal": typing.Literal,
             "NamedTuple": typing.NamedTuple, "cast": typing.cast, "dataclass": dataclasses.dataclass,
-            "field": dataclasses.field, "envs": Envs(**V4_ENVS), "is_hip": lambda: False,
+            "field": dataclasses.field, "envs": Envs(**(V4_ENVS if envs is None else envs)), "is_hip": lambda: False,
             "is_xpu": lambda: False, "is_cuda": torch.cuda.is_available, "_is_hip": False, "_is_xpu": False,
             "nullcontext": contextlib.nullcontext, "ceil_div": lambda a, b: -(-a // b),
             "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache"}
@@ -129,7 +133,8 @@ def niah_fp8_store(kv, plan, **kw):
 
 
 def make_pool(src: Source, arm: str, pages: int, device):
-    """SGLang's DeepSeekV4IndexerPool allocation (lifted), through the plugin's wrappers for bf16."""
+    """SGLang's DeepSeekV4IndexerPool allocation (lifted), through the plugin's wrappers for bf16
+    (with the plugin's bf16 gather as get_index_k_scale_buffer)."""
     from niah.serving.sglang import v4
 
     ns = base_ns()
@@ -140,6 +145,7 @@ def make_pool(src: Source, arm: str, pages: int, device):
     if arm == "bf16":
         ns["get_dsv4_indexer_bytes_per_token"] = v4.wrap_bytes_per_token(bpt)  # the plugin rebinds the global
         methods["_create_buffer"] = v4.wrap_create_buffer(methods["_create_buffer"])
+        methods["get_index_k_scale_buffer"] = v4.gather_bf16_index_k
     cls = type("DeepSeekV4IndexerPool", (), {"quant_block_size": 128, "index_k_with_scale_buffer_dtype": torch.uint8,
                                              **methods})
     pool = cls.__new__(cls)
@@ -151,11 +157,40 @@ def make_pool(src: Source, arm: str, pages: int, device):
     return pool
 
 
-def make_backend(src: Source, arm: str, pool, capture: dict):
-    """An object with SGLang's CompressorBackendMixin / C4IndexerBackendMixin methods (lifted)."""
+def _cpu_torch():
+    """torch with `torch.cuda.is_current_stream_capturing()` answering False: a CPU-only build
+    raises there, and it is the one CUDA runtime query of SGLang's non-paged decision."""
+    cuda = types.SimpleNamespace(**{k: getattr(torch.cuda, k) for k in dir(torch.cuda) if not k.startswith("__")})
+    cuda.is_current_stream_capturing = lambda: False
+    t = types.ModuleType("torch")
+    t.__dict__.update({k: v for k, v in vars(torch).items() if k != "cuda"})
+    t.cuda = cuda
+    return t
+
+
+def _production_ns(src: Source, ns: dict) -> None:
+    """What the non-paged prefill needs, lifted; on a CPU-only machine the lifted code is told
+    it runs on CUDA (`is_cuda`), the platform the plugin serves."""
+    ns.update(Iterator=typing.Iterator, ceil_div=lambda a, b: -(-a // b), MQA_LOGITS_ROW_ALIGN_ELEMS=256,
+              MQA_LOGITS_BYTES_PER_ELEM=4)
+    lift(src, META, "NonPagedIndexerPlan", ns)
+    lift(src, META, "iter_row_chunks", ns)
+    for name in ("mqa_logits_row_bytes", "mqa_logits_rows_per_chunk"):
+        lift(src, "sglang.srt.layers.attention.mqa_logits_utils", name, ns)
+    if not torch.cuda.is_available():
+        ns.update(is_cuda=lambda: True, torch=_cpu_torch())
+
+
+def make_backend(src: Source, arm: str, pool, capture: dict, production: bool = False):
+    """An object with SGLang's CompressorBackendMixin / C4IndexerBackendMixin methods (lifted).
+    production=False: SGLANG_FP8_PAGED_MQA_LOGITS_TORCH on, the paged function is SGLang's torch
+    fallback (fp8) or the plugin's replacement (bf16), its logits captured. production=True:
+    SGLang's defaults; the lifted code imports `deep_gemm` itself (the caller provides the module,
+    routed by the plugin), non-paged prefill included."""
     from niah.serving.sglang import v4
 
-    ns_c = base_ns()
+    envs = PRODUCTION_ENVS if production else None
+    ns_c = base_ns(envs)
     ns_c["KVLayout"] = types.SimpleNamespace(V4="V4")
     for name in ("_use_online_compress", "is_overlap_compress"):
         lift(src, CV2, name, ns_c)
@@ -165,13 +200,15 @@ def make_backend(src: Source, arm: str, pool, capture: dict):
     ns_c["compress_norm_rope_store"] = (v4.wrap_compress_norm_rope_store(_jit_store_unreachable)
                                         if arm == "bf16" else niah_fp8_store)
 
-    ns_i = base_ns()
+    ns_i = base_ns(envs)
     ns_i.update(FP8_DTYPE=torch.float8_e4m3fn, _arange_cache={}, get_global_indexer_capturer=lambda: None,
                 get_platform=lambda: types.SimpleNamespace(is_sm120=False),
                 ForwardMode=types.SimpleNamespace(EXTEND="EXTEND"), is_in_tc_piecewise_cuda_graph=lambda: False,
                 is_in_breakable_cuda_graph=lambda: False, get_parallel=lambda: types.SimpleNamespace(attn_cp_size=1))
-    ns_m = base_ns()
+    ns_m = base_ns()  # DeepGEMM's schedule metadata is not built (it is CUDA; niah's kernels take none)
     ns_i["PagedIndexerMetadata"] = lift(src, META, "PagedIndexerMetadata", ns_m)
+    if production:
+        _production_ns(src, ns_i)
     stock = lift(src, IDX, "fp8_paged_mqa_logits_torch", ns_i)
     for name in ("_topk_transform_vectorized", "topk_transform_pytorch_vectorized"):
         lift(src, IDX, name, ns_i)
@@ -179,26 +216,24 @@ def make_backend(src: Source, arm: str, pool, capture: dict):
               for n in ("forward_c4_indexer", "_forward_prepare_normal", "_get_nonpaged_indexer_plan",
                         "_can_use_nonpaged_indexer", "_gather_nonpaged_index_k", "_nonpaged_mqa_logits")}
     logits_fn = v4.paged_logits if arm == "bf16" else stock
-    if arm == "bf16":
-        imeths["_can_use_nonpaged_indexer"] = v4.never_nonpaged(imeths["_can_use_nonpaged_indexer"])
-        imeths["_gather_nonpaged_index_k"] = v4.refuse_gather_nonpaged_index_k
-        imeths["_nonpaged_mqa_logits"] = v4.refuse_nonpaged_mqa_logits
 
     def captured(*args, **kwargs):
         out = logits_fn(*args, **kwargs)
         capture["logits"] = out
         return out
 
-    ns_i["fp8_paged_mqa_logits_torch"] = captured
+    if not production:
+        ns_i["fp8_paged_mqa_logits_torch"] = captured
     for n in ("_gather_nonpaged_index_k", "_nonpaged_mqa_logits"):
         imeths[n] = staticmethod(imeths[n])
     cls = type("DeepseekV4Backend", (), {**cmeths, **imeths})
     backend = cls()
     backend.token_to_kv_pool = types.SimpleNamespace(
-        get_index_k_with_scale_buffer=lambda layer_id: pool.get_index_k_with_scale_buffer(0))
+        get_index_k_with_scale_buffer=lambda layer_id: pool.get_index_k_with_scale_buffer(0),
+        get_index_k_scale_buffer=lambda layer_id, **kw: pool.get_index_k_scale_buffer(0, **kw))
     backend.hisparse_coordinator = None
     backend.debug_use_external_c4_sparse_indices = False
-    backend.dsa_topk_backend = types.SimpleNamespace(is_torch=lambda: True)
+    backend.dsa_topk_backend = types.SimpleNamespace(is_torch=lambda: True, is_sgl_kernel=lambda: False)
     backend.forward_indexer_compressor = _jit_store_unreachable  # skip_compressor=True below
     backend.plan_classes = (lift(src, CMP, "CompressorDecodePlan", base_ns()),
                             lift(src, CMP, "CompressorPrefillPlan", base_ns()))

@@ -40,8 +40,9 @@ from niah.errors import ServerError
 HOST = "127.0.0.1"
 TAIL_LINES = 30
 
-# A command builder: port -> (argv, environment overrides).
-CommandBuilder = Callable[[int], "tuple[list[str], dict[str, str]]"]
+# A command builder: port -> (argv, environment overrides). An override of None removes
+# the variable from the inherited environment (SGLang's stock arm: no NIAH_* variable).
+CommandBuilder = Callable[[int], "tuple[list[str], dict[str, str | None]]"]
 
 
 def free_port(host: str = HOST) -> int:
@@ -200,7 +201,7 @@ class ServerProcess:
 
     port: int | None = field(default=None, init=False)
     argv: list[str] = field(default_factory=list, init=False)
-    env: dict[str, str] = field(default_factory=dict, init=False)
+    env: dict[str, str | None] = field(default_factory=dict, init=False)
     proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
     stopped: bool = field(default=False, init=False)
     ready_s: float | None = field(default=None, init=False)
@@ -244,10 +245,10 @@ class ServerProcess:
         self.argv, self.env = list(argv), dict(env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.env = {"PYTHONUNBUFFERED": "1", **self.env}  # timely logs: the cause of a death
-        full_env = {**os.environ, **self.env}
+        full_env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with open(self.log_path, "ab") as log:
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            env_s = " ".join(f"{k}={v}" for k, v in self.env.items())
+            env_s = " ".join(f"{k}={v}" if v is not None else f"-u {k}" for k, v in self.env.items())
             log.write(f"=== niah {stamp}: starting {self.name} on port {self.port}: "
                       f"{env_s + ' ' if env_s else ''}{' '.join(self.argv)}\n".encode())
             log.flush()

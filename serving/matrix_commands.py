@@ -91,11 +91,24 @@ def server_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
     raise ValueError(f"engine {cfg.engine!r} is not launched by niah")
 
 
-def format_command(argv: list[str], env: dict[str, str]) -> str:
-    """A shell line: `NAME=value ... argv`, the port placeholder left unquoted."""
-    parts = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+def format_command(argv: list[str], env: dict[str, str | None]) -> str:
+    """A shell line: `[env -u NAME ...] NAME=value ... argv`, the port placeholder left
+    unquoted (a None value removes an inherited variable)."""
+    unset = [f"-u {k}" for k, v in env.items() if v is None]
+    parts = (["env", *unset] if unset else []) + [f"{k}={shlex.quote(v)}" for k, v in env.items() if v is not None]
     parts += [a if a == PORT_PLACEHOLDER else shlex.quote(a) for a in argv]
     return " ".join(parts)
+
+
+def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
+    """What an SGLang configuration's arm runs, in words (command.ARMS); None for other engines."""
+    if cfg.engine != "sglang":
+        return None
+    from niah.serving.sglang.command import ARMS, arm_name
+
+    dtype = cfg.settings.get("index_dtype", "fp8")
+    kernels = cfg.settings.get("kernels") or ("niah" if dtype == "bf16" else "stock")
+    return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
 
 
 def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig, str]]:
@@ -112,21 +125,68 @@ def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig
     return out
 
 
+REMOVED = "(removed)"  # an inherited variable the configuration removes (env value None)
+
+
+def _launcher(argv: list[str]) -> str | None:
+    """The module of `python -m MODULE ...`, else None."""
+    return argv[2] if len(argv) > 2 and argv[1] == "-m" else None
+
+
+def _flag_groups(tokens: list[str]) -> list[str]:
+    """["--a", "1", "--b", "x", "y"] -> ["--a 1", "--b x y"] (one piece per flag)."""
+    groups: list[list[str]] = []
+    for t in tokens:
+        if t.startswith("--") or not groups:
+            groups.append([t])
+        else:
+            groups[-1].append(t)
+    return [" ".join(g) for g in groups]
+
+
 def _argv_diff(a: list[str], b: list[str]) -> list[str]:
+    """What differs between two argument lists, one piece per flag: "--f x -> --f y" for a
+    changed value, "+ --f y" / "- --f x" for a flag only one side has."""
     import difflib
 
     out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op != "equal":
-            flag = a[i1 - 1] + " " if i1 and j1 and a[i1 - 1].startswith("--") else ""
-            out.append(f"{flag}{' '.join(a[i1:i2]) or '(nothing)'} -> {flag}{' '.join(b[j1:j2]) or '(nothing)'}")
+        if op == "equal":
+            continue
+        old, new = a[i1:i2], b[j1:j2]
+        values_only = old and new and not any(t.startswith("--") for t in old + new)
+        if values_only and i1 and a[i1 - 1].startswith("--"):
+            flag = a[i1 - 1]
+            out.append(f"{flag} {' '.join(old)} -> {flag} {' '.join(new)}")
+        elif values_only:
+            out.append(f"{' '.join(old)} -> {' '.join(new)}")
+        else:
+            out += [f"- {g}" for g in _flag_groups(old)] + [f"+ {g}" for g in _flag_groups(new)]
     return out
+
+
+def command_difference(a: tuple[list[str], dict], b: tuple[list[str], dict]) -> dict[str, Any]:
+    """What differs between two (argv, env) commands: the launcher module (`python -m X`),
+    the argument pieces, the environment variables, and how many things that is."""
+    (argv_a, env_a), (argv_b, env_b) = a, b
+    la, lb = _launcher(argv_a), _launcher(argv_b)
+    launcher = [la, lb] if la != lb else None
+    head = 3 if la and lb else 0
+    argv = _argv_diff(argv_a[head:], argv_b[head:]) if launcher or argv_a[:head] == argv_b[:head] \
+        else _argv_diff(argv_a, argv_b)
+
+    def shown(env, k):
+        return REMOVED if k in env and env[k] is None else env.get(k)
+
+    env = {k: [shown(env_a, k), shown(env_b, k)] for k in sorted(set(env_a) | set(env_b))
+           if shown(env_a, k) != shown(env_b, k)}
+    return {"count": (1 if launcher else 0) + len(argv) + len(env), "launcher": launcher, "argv": argv, "env": env}
 
 
 def axis_differences(matrix: Matrix) -> list[dict[str, Any]]:
     """For each axis, every pair of configurations whose axes differ in that axis only,
-    with what differs between their commands ("argv": old -> new segments) and
-    environments ("env": {NAME: [a, b]}). One factor at a time: nothing else may differ."""
+    with what differs between their commands (command_difference: "count", "launcher",
+    "argv" pieces, "env": {NAME: [a, b]}). One factor at a time: nothing else may differ."""
     launched = [c for c in matrix.configs if c.launched and c.axes]
     built = {c.name: server_command(c, PORT_PLACEHOLDER) for c in launched}
     out = []
@@ -137,12 +197,18 @@ def axis_differences(matrix: Matrix) -> list[dict[str, Any]]:
             diff = [k for k in a.axes if a.axes[k] != b.axes[k]]
             if len(diff) != 1:
                 continue
-            (argv_a, env_a), (argv_b, env_b) = built[a.name], built[b.name]
-            env = {k: [env_a.get(k), env_b.get(k)] for k in sorted(set(env_a) | set(env_b))
-                   if env_a.get(k) != env_b.get(k)}
-            out.append({"axis": diff[0], "a": a.name, "b": b.name,
-                        "argv": _argv_diff(argv_a, argv_b), "env": env})
+            out.append({"axis": diff[0], "a": a.name, "b": b.name, **command_difference(built[a.name], built[b.name])})
     return out
+
+
+def describe_difference(d: dict[str, Any]) -> str:
+    """One line: `N difference(s): launcher -m X -> -m Y; piece; NAME=a -> NAME=b`."""
+    parts = [f"launcher -m {d['launcher'][0]} -> -m {d['launcher'][1]}"] if d.get("launcher") else []
+    parts += d["argv"]
+    parts += [f"{k}={v[0] if v[0] is not None else '(not set)'} -> {k}={v[1] if v[1] is not None else '(not set)'}"
+              for k, v in d["env"].items()]
+    n = d["count"]
+    return f"{n} difference{'s' if n != 1 else ''}: {'; '.join(parts)}" if parts else "nothing"
 
 
 def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
@@ -158,11 +224,13 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
     for cfg, line in rows:
         axes = " ".join(f"{k}={v}" for k, v in cfg.axes.items())
         print(f"\n# {cfg.name}  [{cfg.engine}]" + (f"  {axes}" if axes else ""), file=file)
+        arm = arm_of(cfg)
+        if arm:
+            print(f"# arm {arm['arm']}: keys {arm['index_keys']}; query {arm['query']}; logits {arm['logits']}; "
+                  f"top-k {arm['top_k']}; paths {arm['paths']}", file=file)
         print(line, file=file)
     diffs = axis_differences(matrix)
     if diffs:
         print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
     for d in diffs:
-        parts = d["argv"] + [f"{k}={v[0] if v[0] is not None else '(unset)'} -> "
-                             f"{k}={v[1] if v[1] is not None else '(unset)'}" for k, v in d["env"].items()]
-        print(f"# {d['axis']}: {d['a']} -> {d['b']}: {'; '.join(parts) or 'nothing'}", file=file)
+        print(f"# {d['axis']}: {d['a']} -> {d['b']}: {describe_difference(d)}", file=file)

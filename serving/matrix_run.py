@@ -72,11 +72,12 @@ def _manifest_matrix(out: Path, matrix: Matrix) -> None:
         text = matrix.path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    from niah.serving.matrix_commands import axis_differences, matrix_commands
+    from niah.serving.matrix_commands import arm_of, axis_differences, matrix_commands
 
     manifest["matrix"] = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
                           "commands": {cfg.name: line for cfg, line in matrix_commands(matrix)},
-                          "differences": axis_differences(matrix)}
+                          "differences": axis_differences(matrix),
+                          "arms": {cfg.name: arm for cfg in matrix.configs if (arm := arm_of(cfg))}}
     write_manifest(out, manifest)
 
 

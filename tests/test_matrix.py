@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -146,33 +147,43 @@ def test_command_engine_fills_placeholders():
         ["srv", "--port=5000", "--k", "7"], ["srv", "--port=5000", "--k", "9"]]
 
 
-SGLANG_ARMS = ["fp8-stock-k512", "fp8-stock-k1024", "fp8-niah-k512", "fp8-niah-k1024",
-               "bf16-niah-k512", "bf16-niah-k1024"]
+SGLANG_ARMS = ["fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"]
 
 
-def test_sglang_dry_run_commands_for_the_fp8_bf16_by_512_1024_matrix():
+def _words(line: str) -> tuple[dict[str, str | None], list[str]]:
+    """A dry-run line -> (env: NAME -> value, or None for `env -u NAME`; argv)."""
+    words = shlex.split(line.replace("$PORT", "PORTVALUE"))
+    env: dict[str, str | None] = {}
+    if words[0] == "env":
+        words = words[1:]
+        while words[0] == "-u":
+            env[words[1]] = None
+            words = words[2:]
+    while "=" in words[0] and words[0][0].isupper():
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    return env, words
+
+
+def test_sglang_dry_run_stock_is_plain_sglang_and_bf16_adds_only_niahs_switches(monkeypatch):
+    monkeypatch.setenv("NIAH_INDEX_DTYPE", "bf16")  # inherited: removed from the stock arm's environment
     rows = matrix_commands(EXAMPLES / "sglang.toml")
     assert [c.name for c, _ in rows] == SGLANG_ARMS
-    for cfg, line in rows:
-        words = shlex.split(line.replace("$PORT", "PORTVALUE"))
-        env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and w[0].isupper())
-        argv = words[len(env):]
-        assert argv[1:3] == ["-m", "niah.serving.sglang"]
-        flags = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
-        assert flags["--model-path"] == "deepseek-ai/DeepSeek-V3.2"
-        assert flags["--tp-size"] == "8"
-        assert flags["--port"] == "PORTVALUE"
-        assert flags["--host"] == "127.0.0.1"
-        assert json.loads(flags["--json-model-override-args"]) == {"index_topk": cfg.axes["index_topk"]}
-        assert flags["--niah-index-dtype"] == cfg.axes["index_dtype"]
-        assert flags["--dsa-topk-backend"] == "torch" and env["SGLANG_DSA_FUSE_TOPK"] == "false"
-        assert flags["--mem-fraction-static"] == "0.85"  # the file's extra args, passed through
-        assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "1"  # the file's env
-        assert flags["--niah-kernels"] == cfg.axes["kernels"]
-        # a flag one arm needs goes into every arm
-        assert "--disable-prefill-cuda-graph" in argv and env["SGLANG_DISABLE_DSA_INDEXER_FUSION"] == "1"
-        # stock means stock: nothing forces SGLang off DeepGEMM
-        assert ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH" in env) == (cfg.axes["kernels"] == "niah")
+    by_name = {c.name: _words(line) for c, line in rows}
+    for cfg, _ in rows:
+        env, argv = by_name[cfg.name]
+        k = cfg.axes["index_topk"]
+        sglang_args = ["--model-path", "deepseek-ai/DeepSeek-V3.2", "--tp-size", "8", "--host", "127.0.0.1",
+                       "--port", "PORTVALUE", "--json-model-override-args", json.dumps({"index_topk": k}),
+                       "--mem-fraction-static", "0.85", "--trust-remote-code"]  # the file's args, as written
+        if cfg.axes["index_dtype"] == "fp8":
+            assert argv[1:] == ["-m", "sglang.launch_server", *sglang_args]
+            assert env["NIAH_INDEX_DTYPE"] is None and not [v for v in env.values() if v is not None]
+        else:
+            assert argv[1:] == ["-m", "niah.serving.sglang", "--niah-index-dtype", "bf16", "--niah-kernels", "niah",
+                                *sglang_args]
+            assert env == {"NIAH_INDEX_DTYPE": "bf16", "NIAH_KERNELS": "niah"}
+        assert not [a for a in argv if a in ("--dsa-topk-backend", "--disable-prefill-cuda-graph")]
 
 
 def _fp8_bf16_matrix(kernels_axis: bool) -> str:
@@ -181,39 +192,41 @@ def _fp8_bf16_matrix(kernels_axis: bool) -> str:
             + "index_topk = [512, 1024]\n")
 
 
-def test_one_factor_at_a_time_arms_differ_only_in_their_axis(tmp_path):
-    """The fp8/bf16 x 512/1024 matrix: the arms of each axis differ in that axis only."""
+def test_one_factor_at_a_time_arms_differ_only_in_their_axis(tmp_path, monkeypatch):
+    """fp8/bf16 x 512/1024, with and without the kernels control arm: what differs per pair,
+    counted (launcher, argument pieces, environment variables)."""
     from niah.serving.matrix import axis_differences
 
+    for k in [k for k in os.environ if k.startswith("NIAH_")]:
+        monkeypatch.delenv(k)
     path = tmp_path / "m.toml"
     path.write_text(_fp8_bf16_matrix(kernels_axis=True))
-    diffs = axis_differences(load_matrix(path))
     by_axis: dict[str, list] = {}
-    for d in diffs:
+    for d in axis_differences(load_matrix(path)):
         by_axis.setdefault(d["axis"], []).append(d)
     assert sorted(by_axis) == ["index_dtype", "index_topk", "kernels"]
-    for d in by_axis["index_dtype"]:
+    for d in by_axis["index_dtype"]:  # the kernels control arm vs bf16: the dtype switch only
         assert (d["a"], d["b"]) in {("fp8-niah-k512", "bf16-niah-k512"), ("fp8-niah-k1024", "bf16-niah-k1024")}
+        assert d["launcher"] is None and d["count"] == 2
         assert d["argv"] == ["--niah-index-dtype fp8 -> --niah-index-dtype bf16"]
         assert d["env"] == {"NIAH_INDEX_DTYPE": ["fp8", "bf16"]}
     for d in by_axis["index_topk"]:
-        assert d["argv"] == ['--json-model-override-args {"index_topk": 512} -> '
-                             '--json-model-override-args {"index_topk": 1024}'] and d["env"] == {}
-    for d in by_axis["kernels"]:
-        assert d["argv"] == ["--niah-kernels stock -> --niah-kernels niah"]
-        assert set(d["env"]) == {"NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
-                                 "SGLANG_OPT_USE_TILELANG_INDEXER"}
-    # without a kernels axis, bf16 brings niah's kernels with it (bf16 implies niah), nothing else
+        assert d["count"] == 1 and d["env"] == {} and d["argv"] == [
+            '--json-model-override-args {"index_topk": 512} -> --json-model-override-args {"index_topk": 1024}']
+    for d in by_axis["kernels"]:  # stock SGLang vs the same through niah's entry, fp8 keys
+        assert d["launcher"] == ["sglang.launch_server", "niah.serving.sglang"] and d["count"] == 5
+        assert d["argv"] == ["+ --niah-index-dtype fp8", "+ --niah-kernels niah"]
+        assert d["env"] == {"NIAH_INDEX_DTYPE": [None, "fp8"], "NIAH_KERNELS": [None, "niah"]}
     path.write_text(_fp8_bf16_matrix(kernels_axis=False))
-    for d in axis_differences(load_matrix(path)):
-        if d["axis"] == "index_dtype":
-            assert d["argv"] == ["--niah-index-dtype fp8 -> --niah-index-dtype bf16",
-                                 "--niah-kernels stock -> --niah-kernels niah"]
-            assert set(d["env"]) == {"NIAH_INDEX_DTYPE", "NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
-                                     "SGLANG_OPT_USE_TILELANG_INDEXER"}
+    diffs = [d for d in axis_differences(load_matrix(path)) if d["axis"] == "index_dtype"]
+    assert len(diffs) == 2
+    for d in diffs:  # production fp8 vs bf16: niah's entry and switches, nothing of SGLang's
+        assert d["launcher"] == ["sglang.launch_server", "niah.serving.sglang"] and d["count"] == 5
+        assert d["argv"] == ["+ --niah-index-dtype bf16", "+ --niah-kernels niah"]
+        assert d["env"] == {"NIAH_INDEX_DTYPE": [None, "bf16"], "NIAH_KERNELS": [None, "niah"]}
 
 
-@pytest.mark.parametrize("example", ["embedded.toml", "demo.toml", "sglang.toml"])
+@pytest.mark.parametrize("example", ["embedded.toml", "demo.toml", "sglang.toml", "sglang-v4.toml"])
 def test_every_example_matrix_changes_one_thing_per_axis(example):
     from niah.serving.matrix import axis_differences
 
@@ -223,14 +236,15 @@ def test_every_example_matrix_changes_one_thing_per_axis(example):
     assert diffs
     for d in diffs:
         for seg in d["argv"]:
-            assert seg.split()[0] in flag[d["axis"]], (example, d)
-        assert set(d["env"]) <= {"NIAH_INDEX_DTYPE", "NIAH_KERNELS", "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH",
-                                 "SGLANG_OPT_USE_TILELANG_INDEXER"}, (example, d)
+            assert re.sub(r"^[+-] ", "", seg).split()[0] in flag[d["axis"]], (example, d)
+        assert d["launcher"] in (None, ["sglang.launch_server", "niah.serving.sglang"])
+        assert not [k for k, (a, b) in d["env"].items()
+                    if k not in ("NIAH_INDEX_DTYPE", "NIAH_KERNELS") and "(removed)" not in (a, b)], (example, d)
 
 
 def test_bf16_stock_is_not_an_arm():
     m = parse_matrix(_fp8_bf16_matrix(kernels_axis=True), "m.toml")
-    assert "bf16-stock-k512" not in m.names() and len(m.names()) == 6
+    assert "bf16-stock-k512" not in m.names() and len(m.names()) == 6  # fp8-stock, fp8-niah, bf16-niah x 2
     with pytest.raises(BadInput, match=r"m.toml:5: sglang: bf16 index keys run on kernels = \"niah\""):
         parse_matrix('engine = "sglang"\nmodel_path = "M"\n[[config]]\nname = "a"\nkernels = "stock"\n'
                      'index_dtype = "bf16"\n', "m.toml")
@@ -259,13 +273,16 @@ def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):
         [sys.executable, "-m", "niah", "sweep", "--matrix", str(EXAMPLES / "sglang.toml"), "--dry-run",
          "--out", str(tmp_path / "run")],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("NIAH_")},
     )
     assert r.returncode == 0, r.stderr
     for name in SGLANG_ARMS:
         assert f"# {name}  [sglang]" in r.stdout
-    assert r.stdout.count("--json-model-override-args '") == 6
-    assert ("# index_dtype: fp8-niah-k512 -> bf16-niah-k512: --niah-index-dtype fp8 -> --niah-index-dtype bf16; "
-            "NIAH_INDEX_DTYPE=fp8 -> NIAH_INDEX_DTYPE=bf16") in r.stdout
+    assert r.stdout.count("--json-model-override-args '") == 4
+    assert r.stdout.count(" -m sglang.launch_server --model-path ") == 2
+    assert ("# index_dtype: fp8-k512 -> bf16-k512: 5 differences: launcher -m sglang.launch_server -> "
+            "-m niah.serving.sglang; + --niah-index-dtype bf16; + --niah-kernels niah; ") in r.stdout
+    assert "# arm bf16/niah: " in r.stdout and "query fp8, SGLang's own, upcast exactly to bf16" in r.stdout
     assert not (tmp_path / "run").exists()
 
 
@@ -279,3 +296,24 @@ def test_cli_bad_matrix_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         f"niah: error: {bad}:3: axis 'index_dtype': must be one of 'fp8', 'bf16', 'fp32', not 'int4'"]
+
+
+def test_the_manifest_records_each_arm_and_the_counted_differences(tmp_path, monkeypatch):
+    from niah.serving.matrix import axis_differences
+    from niah.serving.matrix_run import _manifest_matrix
+    from niah.store import read_manifest, write_manifest
+
+    for k in [k for k in os.environ if k.startswith("NIAH_")]:
+        monkeypatch.delenv(k)
+    matrix = load_matrix(EXAMPLES / "sglang.toml")
+    write_manifest(tmp_path, {})
+    _manifest_matrix(tmp_path, matrix)
+    m = read_manifest(tmp_path)["matrix"]
+    assert m["differences"] == axis_differences(matrix)
+    assert {d["count"] for d in m["differences"] if d["axis"] == "index_dtype"} == {5}
+    assert set(m["arms"]) == set(SGLANG_ARMS)
+    assert m["arms"]["fp8-k512"]["arm"] == "fp8/stock" and m["arms"]["fp8-k512"]["plugin"].startswith("not loaded")
+    bf16 = m["arms"]["bf16-k1024"]
+    assert bf16["arm"] == "bf16/niah" and bf16["query"].startswith("fp8, SGLang's own, upcast exactly to bf16")
+    assert bf16["top_k"] == "SGLang's" and "same norm, RoPE and rotation as fp8/stock" in bf16["index_keys"]
+    assert m["commands"]["fp8-k512"].split()[1:3] == ["-m", "sglang.launch_server"]

@@ -1,6 +1,6 @@
 """bf16 index keys in SGLang's own IndexKeyCache (lifted from the 0.5.23 wheel) with the
-plugin's replacement methods: allocation, store, prefill gather, move, accounting, and
-the bf16 decode path, on CPU tensors."""
+plugin's replacement methods: allocation, store, prefill gather, move, accounting, on CPU
+tensors (the indexer's fused store and decode/prefill reads: test_sglang_v32.py)."""
 
 from __future__ import annotations
 
@@ -133,63 +133,3 @@ def test_memory_accounting_is_256_bytes_per_token_per_layer():
     assert wrapped(None, kvc=types.SimpleNamespace(kpool=1), num_layers=61) == 256 * 61
     with pytest.raises(ValueError):
         wrapped(None, kvc=types.SimpleNamespace(kpool=2), num_layers=61)
-
-
-class _Mode:
-    def __init__(self, name): self.name = name
-    def is_target_verify(self): return self.name == "verify"
-    def is_draft_extend_v2(self): return False
-
-
-class _DecodeMetadata:
-    """The DSA decode metadata calls _get_topk_paged makes (page table, lengths, top-k)."""
-
-    def __init__(self, table, lens):
-        self.table, self.lens = table, lens
-        self.paged_mqa_ctx_lens_2d = None
-        self.paged_mqa_schedule_metadata = None
-
-    def get_page_table_64(self): return self.table
-    def get_seqlens_int32(self): return self.lens
-    def get_dsa_extend_len_cpu(self): return [1] * len(self.lens)
-
-    def topk_transform(self, logits, k):
-        pos = torch.arange(logits.shape[1])
-        masked = logits.masked_fill(pos[None] >= self.lens[:, None].long(), float("-inf"))
-        return masked.topk(k, dim=1).indices.to(torch.int32)
-
-
-def test_bf16_decode_path_reads_the_stored_keys(ikc, monkeypatch):
-    """indexer_get_topk_paged over the real cache: the best-scoring tokens come back."""
-    cache, loc, key = _filled(ikc, n=PAGES * 64)  # every slot written
-    pool = types.SimpleNamespace(index_page_size=64,
-                                 get_index_k_with_scale_buffer=lambda layer_id: cache.get_local_buffer(layer_id))
-    monkeypatch.setattr(replacements, "_pool", lambda: pool)
-    calls = {}
-
-    def reference_kernel(q, kv, w, ctx, table, sched, max_len, clean_logits=False):
-        """niah.kernels' torch reference for bf16_paged_mqa_logits (same arguments)."""
-        from niah.kernels.paged_logits.reference import ref_paged_mqa_logits
-
-        calls["args"] = (q.dtype, kv.dtype, tuple(kv.shape), tuple(ctx.shape), max_len)
-        return ref_paged_mqa_logits(q, kv, w, ctx, table, max_len)
-
-    monkeypatch.setattr(replacements, "kernel",
-                        lambda name: reference_kernel if name == "bf16_paged_mqa_logits" else None)
-    table = torch.tensor([[3, 1], [0, 5]], dtype=torch.int32)
-    lens = torch.tensor([100, 90], dtype=torch.int32)
-    q = (torch.randn(2, 16, 128) / 4).to(torch.float8_e4m3fn)
-    w = torch.rand(2, 16, 1)
-    indexer = types.SimpleNamespace(index_topk=8, _mask_init_and_local_tokens=lambda logits, lens: logits)
-    got = replacements.indexer_get_topk_paged(indexer, types.SimpleNamespace(forward_mode=_Mode("decode")),
-                                              0, q, w, _DecodeMetadata(table, lens))
-    n_pages = cache.buffer[0].shape[0]
-    assert calls["args"] == (torch.bfloat16, torch.bfloat16, (n_pages, 64, 1, 128), (2,), 128)
-    pages = bf16_cache.pages_view(cache.get_local_buffer(0))
-    for b in range(2):
-        k = pages[table[b].long()].reshape(-1, 128)[: int(lens[b])].double()
-        score = (torch.relu(q[b].double() @ k.T) * w[b].double()).sum(0)
-        assert set(got[b].tolist()) == set(score.topk(8).indices.tolist())
-    with pytest.raises(NotImplementedError, match="speculative"):
-        replacements.indexer_get_topk_paged(indexer, types.SimpleNamespace(forward_mode=_Mode("verify")),
-                                            0, q, w, _DecodeMetadata(table, lens))

@@ -24,38 +24,49 @@ def _cfg(dtype, k, **kw):
                         index_dtype=dtype, index_topk=k, python=PY, **kw)
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+SGLANG_ARGS = ["--model-path", "deepseek-ai/DeepSeek-V3.2-Exp", "--tp-size", "8", "--host", "127.0.0.1",
+               "--port", "31234"]
+
+
 @pytest.mark.parametrize("k", [512, 1024])
-def test_matrix_command_lines(dtype, k):
-    argv, env = build_sglang_command(_cfg(dtype, k))
-    kernels = "niah" if dtype == "bf16" else "stock"  # the defaults: bf16 implies niah
-    expected = [PY, "-m", "niah.serving.sglang", "--niah-index-dtype", dtype, "--niah-kernels", kernels,
-                "--model-path", "deepseek-ai/DeepSeek-V3.2-Exp", "--tp-size", "8",
-                "--host", "127.0.0.1", "--port", "31234",
-                "--json-model-override-args", json.dumps({"index_topk": k}),
-                "--dsa-topk-backend", "torch", "--disable-prefill-cuda-graph"]
-    expected_env = {"NIAH_INDEX_DTYPE": dtype, "NIAH_KERNELS": kernels, "SGLANG_DSA_FUSE_TOPK": "false",
-                    "SGLANG_DISABLE_DSA_INDEXER_FUSION": "1"}
-    if kernels == "niah":  # route V4's C4 indexer to the function niah replaces; stock forces nothing
-        expected_env.update(SGLANG_FP8_PAGED_MQA_LOGITS_TORCH="1", SGLANG_OPT_USE_TILELANG_INDEXER="0")
-    assert argv == expected
-    assert env == expected_env
-    line = format_command(argv, env)
-    assert f"""--json-model-override-args '{{"index_topk": {k}}}'""" in line
-    assert line.startswith(" ".join(f"{k_}={v}" for k_, v in sorted(expected_env.items())) + " " + PY)
+def test_stock_is_plain_sglang_with_only_the_users_flags_and_env(k):
+    user_env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    argv, env = build_sglang_command(_cfg("fp8", k, extra_args=["--mem-fraction-static", "0.85"], env=user_env),
+                                     environ={"HOME": "/h", "NIAH_INDEX_DTYPE": "bf16", "NIAH_CACHE": "/c"})
+    assert argv == [PY, "-m", "sglang.launch_server", *SGLANG_ARGS,
+                    "--json-model-override-args", json.dumps({"index_topk": k}), "--mem-fraction-static", "0.85"]
+    # the user's env, and every NIAH_* variable of niah's environment removed (None): the plugin cannot run
+    assert env == {"NIAH_CACHE": None, "NIAH_INDEX_DTYPE": None, **user_env}
+    assert format_command(argv, env).startswith(f"env -u NIAH_CACHE -u NIAH_INDEX_DTYPE CUDA_VISIBLE_DEVICES=0,1 {PY} -m sglang.launch_server ")
+    plain_argv, plain_env = build_sglang_command(_cfg("fp8", k), environ={"HOME": "/h"})
+    assert plain_env == {} and format_command(plain_argv, plain_env).startswith(f"{PY} -m sglang.launch_server --model-path")
+
+
+@pytest.mark.parametrize("dtype, kernels", [("bf16", "niah"), ("fp8", "niah")])
+@pytest.mark.parametrize("k", [512, 1024, None])
+def test_niah_arms_are_the_stock_command_plus_only_niahs_switches(dtype, kernels, k):
+    extra, user_env = ["--trust-remote-code"], {"CUDA_VISIBLE_DEVICES": "0,1"}
+    stock_argv, stock_env = build_sglang_command(_cfg("fp8", k, extra_args=extra, env=user_env), environ={})
+    argv, env = build_sglang_command(_cfg(dtype, k, kernels=kernels, extra_args=extra, env=user_env),
+                                     environ={"NIAH_INDEX_DTYPE": "fp8"})
+    assert argv[:3] == [PY, "-m", "niah.serving.sglang"]
+    assert argv[3:7] == ["--niah-index-dtype", dtype, "--niah-kernels", kernels]
+    assert argv[7:] == stock_argv[3:]  # the very same SGLang arguments
+    assert env == {**stock_env, "NIAH_INDEX_DTYPE": dtype, "NIAH_KERNELS": kernels}
+    assert not any(a.startswith("--") and a[2:] in ("dsa-topk-backend", "disable-prefill-cuda-graph") for a in argv)
+    assert not any(v.startswith("SGLANG_") for v in env)
 
 
 def test_extra_args_and_env_are_appended_and_override():
-    argv, env = build_sglang_command(_cfg("fp8", 1024, extra_args=["--mem-fraction-static", "0.85"],
+    argv, env = build_sglang_command(_cfg("bf16", 1024, extra_args=["--mem-fraction-static", "0.85"],
                                           env={"SGLANG_DSA_FUSE_TOPK": "0", "CUDA_VISIBLE_DEVICES": "0,1"}))
     assert argv[-2:] == ["--mem-fraction-static", "0.85"]
     assert env["SGLANG_DSA_FUSE_TOPK"] == "0" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
 def test_model_default_topk_adds_no_override():
-    argv, env = build_sglang_command(_cfg("fp8", None))
-    assert "--json-model-override-args" not in argv and "--dsa-topk-backend" not in argv
-    assert "SGLANG_DSA_FUSE_TOPK" not in env
+    argv, env = build_sglang_command(_cfg("fp8", None), environ={})
+    assert "--json-model-override-args" not in argv and env == {}
 
 
 @pytest.mark.parametrize("bad, field", [
@@ -66,6 +77,8 @@ def test_model_default_topk_adds_no_override():
     (dict(index_dtype="bf16", kernels="stock"), "bf16 index keys run on niah's kernels"),
     (dict(kernels="deepgemm"), "kernels"),
     (dict(extra_args=["--enable-hicache"], kernels="niah"), "HiCache"),
+    (dict(env={"NIAH_INDEX_DTYPE": "bf16"}), "env may not set NIAH_INDEX_DTYPE"),
+    (dict(env={"NIAH_KERNELS": "niah"}, kernels="niah"), "env may not set NIAH_KERNELS"),
 ])
 def test_bad_configuration_is_one_clear_error(bad, field):
     kw = dict(model_path="m", index_dtype="fp8", index_topk=512) | bad
@@ -90,15 +103,15 @@ def test_every_flag_and_env_var_exists_in_sglang_0_5_23():
     with zipfile.ZipFile(wheel) as z:
         environ = z.read("sglang/srt/environ.py").decode()
     for dtype, kernels in (("fp8", "stock"), ("fp8", "niah"), ("bf16", "niah")):
-        argv, env = build_sglang_command(_cfg(dtype, 512, kernels=kernels))
+        argv, env = build_sglang_command(_cfg(dtype, 512, kernels=kernels), environ={})
         flags = [a for a in argv[3:] if a.startswith("--") and not a.startswith("--niah-")]
+        assert flags == ["--model-path", "--tp-size", "--host", "--port", "--json-model-override-args"]
         for flag in flags:
             assert flag[2:].replace("-", "_") in fields, f"{flag} is not an SGLang 0.5.23 server argument"
-        for var in env:
-            if var.startswith("SGLANG_"):
-                assert f"    {var} = Env" in environ, f"{var} is not in sglang/srt/environ.py"
-    choices = ast.unparse(fields["dsa_topk_backend"].annotation)
-    assert "'torch'" in choices
+        assert not [v for v in env if v.startswith("SGLANG_")]
+    assert "sglang/launch_server.py" in zipfile.ZipFile(wheel).namelist()  # the stock entry exists
+    assert "    SGLANG_DISABLE_DSA_INDEXER_FUSION = EnvBool(False)" in environ  # fusion on by default
+    assert "    SGLANG_DSA_FUSE_TOPK = EnvBool(True)" in environ  # SGLang's fused top-k by default
 
 
 def test_split_niah_args():
@@ -170,3 +183,25 @@ def test_plugin_entry_point_exits_on_any_failure_in_one_line():
                        env=os.environ | {"NIAH_INDEX_DTYPE": "bf16"})
     assert r.returncode == 2 and "served anyway" not in r.stdout
     assert r.stderr.strip() == "niah: error: RuntimeError: half-patched sglang.srt.x.y"
+
+
+def test_the_launcher_removes_niahs_variables_from_the_stock_servers_environment(tmp_path, monkeypatch):
+    """The stock arm's env (None = removed) through serving/launch.py to a real process: no
+    NIAH_* variable of niah's own environment reaches it; a niah arm gets exactly its two."""
+    from niah.serving.launch import ServerProcess
+    from lifecycle_helpers import tiny_command
+
+    monkeypatch.setenv("NIAH_INDEX_DTYPE", "bf16")
+    monkeypatch.setenv("NIAH_KERNELS", "niah")
+    monkeypatch.setenv("NIAH_CACHE", str(tmp_path))
+    seen = {}
+    for dtype in ("fp8", "bf16"):
+        _, env = build_sglang_command(_cfg(dtype, 512))
+        argv = tiny_command("--print-env", "NIAH_")
+        srv = ServerProcess(f"{dtype}-arm", lambda port: ([a.replace("{port}", str(port)) for a in argv], env),
+                            log_path=tmp_path / f"{dtype}.log")
+        with srv:
+            pass
+        seen[dtype] = [ln for ln in srv.log_path.read_text().splitlines() if ln.startswith("env ")]
+    assert seen["fp8"] == ["env printed"]
+    assert {f"env NIAH_CACHE={tmp_path}", "env NIAH_INDEX_DTYPE=bf16", "env NIAH_KERNELS=niah"} <= set(seen["bf16"])

@@ -8,7 +8,9 @@ with bf16 keys; command.platform_refusal: ROCm with niah's kernels). Installs
 niah's plugin (contract check first; refuses if the installed SGLang does not match),
 exports NIAH_INDEX_DTYPE / NIAH_KERNELS so SGLang's spawned processes install it too
 (through the `sglang.srt.plugins` entry point), then runs SGLang's own
-`sglang.launch_server` with the remaining arguments.
+`sglang.launch_server` with the remaining arguments. It adds no SGLang flag or variable.
+niah's matrix starts only its niah arms (bf16/niah, fp8/niah) through this entry; the
+fp8/stock arm is plain `python -m sglang.launch_server`.
 """
 
 from __future__ import annotations

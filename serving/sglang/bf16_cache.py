@@ -66,10 +66,16 @@ def gather_keys_torch(buf: torch.Tensor, page_table: torch.Tensor, seq_lens: tor
 
     page_table: `[B, max_pages]` page ids; seq_lens: `[B]`.
     """
-    pages = pages_view(buf, page_size, head_dim)
+    return gather_pages(pages_view(buf, page_size, head_dim), page_table, seq_lens, seq_len_sum)
+
+
+def gather_pages(pages: torch.Tensor, page_table: torch.Tensor, seq_lens: torch.Tensor,
+                 seq_len_sum: int) -> torch.Tensor:
+    """gather_keys_torch on a page view `[pages, page_size, 1, head_dim]` (any strides)."""
+    page_size = pages.shape[1]
     seq_lens = seq_lens.reshape(-1).long()
     max_pages = page_table.shape[1]
-    pos = torch.arange(max_pages * page_size, device=buf.device)
+    pos = torch.arange(max_pages * page_size, device=pages.device)
     valid = pos.unsqueeze(0) < seq_lens.unsqueeze(1)  # [B, max_tokens], row-major = request order
     page_ids = page_table.long()[:, pos // page_size]  # [B, max_tokens]
     offs = (pos % page_size).expand_as(page_ids)

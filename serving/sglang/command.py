@@ -1,31 +1,27 @@
 """The SGLang server command line and environment for one configuration.
 
-`build_sglang_command(SGLangLaunch(...)) -> (argv, env)`: argv starts with the launch
-entry (`python -m niah.serving.sglang`), which installs the plugin and then runs
-SGLang's own `sglang.launch_server` with the rest; env holds only the variables this
-configuration sets (the caller merges it over os.environ).
+`build_sglang_command(SGLangLaunch(...)) -> (argv, env)`; env holds only what this
+configuration sets (the caller merges it over os.environ; a None value removes an
+inherited variable).
 
-One factor at a time: every arm gets the same flags and environment except the index
-dtype and the kernels (and index_topk). Flags are those of SGLang 0.5.23 (verified in its
-source: arg_groups/fields/*.py, environ.py):
-- `--tp-size`, `--host`, `--port`, `--model-path`;
-- `--json-model-override-args '{"index_topk": K}'` (the model config's index_topk) with
-  `--dsa-topk-backend torch` and `SGLANG_DSA_FUSE_TOPK=false`: the unfused top-k, which
-  the plugin runs in niah.kernels.topk_indices (any 0 < K <= 2048), in every arm;
-- `SGLANG_DISABLE_DSA_INDEXER_FUSION=1` and `--disable-prefill-cuda-graph` in every arm:
-  bf16 keys need both (the fused rope+quant+store kernel and the in-graph prefill split
-  op write fp8 keys), so the fp8 arms get them too;
-- kernels "niah" only: `SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1` and
-  `SGLANG_OPT_USE_TILELANG_INDEXER=0`, so DeepSeek-V4's C4 indexer calls the paged-logits
-  function the plugin replaces (V3.2 is routed through its resolvers either way). The
-  stock arm forces nothing: SGLang picks DeepGEMM as it would without niah.
-`refusals(...)` lists what the plugin cannot serve; the launch entry and the matrix
-refuse those before anything starts.
+Stock is stock: an fp8 arm on SGLang's own kernels is exactly the command a user runs
+without niah, `python -m sglang.launch_server --model-path M --tp-size N --host H --port P
+[--json-model-override-args '{"index_topk": K}'] <args>` with the configuration's `env`,
+every NIAH_* variable inherited from niah's environment removed (so the plugin, installed
+as an entry point and inert without NIAH_INDEX_DTYPE, cannot run there).
+
+niah's arms (bf16/niah, fp8/niah) get the same SGLang arguments and environment plus only
+niah's own switches: the launch entry `python -m niah.serving.sglang`, `--niah-index-dtype`,
+`--niah-kernels` (read and stripped by the entry) and NIAH_INDEX_DTYPE / NIAH_KERNELS.
+niah forces no SGLang flag or SGLANG_* variable in any arm: fusion, prefill CUDA graphs,
+SGLang's top-k and DeepGEMM's selection stay as the user's SGLang has them.
+`ARMS` says in words what each arm runs (the manifest records it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -71,6 +67,9 @@ class SGLangLaunch:
         for flag in ("--json-model-override-args", "--niah-index-dtype", "--niah-kernels"):
             if any(a == flag or a.startswith(flag + "=") for a in self.extra_args):
                 raise BadInput(f"sglang: extra_args may not set {flag}; use index_topk / index_dtype / kernels")
+        for var in ("NIAH_INDEX_DTYPE", "NIAH_KERNELS"):
+            if var in self.env:
+                raise BadInput(f"sglang: env may not set {var}; use index_dtype / kernels")
         problem = refusal(self.index_dtype, self.arm_kernels, self.extra_args)
         if problem:
             raise BadInput(f"sglang: {problem}")
@@ -141,32 +140,67 @@ def platform_refusal(kernels: str) -> str | None:
     return f"ROCm is not supported with niah's kernels (kernels = {kernels!r})" if torch.version.hip else None
 
 
-def build_sglang_command(cfg: SGLangLaunch) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) to start SGLang for `cfg` through niah's launch entry."""
+SGLANG_MODULE = "sglang.launch_server"
+NIAH_ENV_PREFIX = "NIAH_"
+
+# What each arm runs, in words (index dtype/kernels -> facts); recorded in the manifest.
+ARMS: dict[str, dict[str, str]] = {
+    "fp8/stock": {
+        "launcher": SGLANG_MODULE, "plugin": "not loaded (NIAH_* variables removed)",
+        "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (V3.2 NeoX RoPE, e.g. DeepSeek-V3.2: "
+                      "unfused, Hadamard-rotated; interleaved RoPE: fused, no rotation; V4: Hadamard)",
+        "query": "fp8, SGLang's", "logits": "SGLang's (DeepGEMM by default)", "top_k": "SGLang's",
+        "paths": "SGLang's defaults"},
+    "fp8/niah": {
+        "launcher": LAUNCH_MODULE, "plugin": "loaded",
+        "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (as fp8/stock)",
+        "query": "fp8, SGLang's", "logits": "niah's fp8 Triton kernels", "top_k": "SGLang's",
+        "paths": "SGLang's defaults (the indexer path the model config selects, prefill CUDA graphs, V4 "
+                 "non-paged prefill); DeepGEMM's logits replaced by niah's on SGLang's own calls"},
+    "bf16/niah": {
+        "launcher": LAUNCH_MODULE, "plugin": "loaded",
+        "index_keys": "bf16, 256 B/token (V4: 264 B with page padding): SGLang's key before its fp8 cast, the "
+                      "same norm, RoPE and rotation as fp8/stock (V3.2 unfused: SGLang's rotated key stored by "
+                      "niah; fused: niah's fused store; V4: niah's V4 store)",
+        "query": "fp8, SGLang's own, upcast exactly to bf16 for niah's bf16 kernels (a bf16 query is a further "
+                 "factor this arm does not take)",
+        "logits": "niah's bf16 Triton kernels", "top_k": "SGLang's",
+        "paths": "SGLang's defaults (the indexer path the model config selects, prefill CUDA graphs, V4 "
+                 "non-paged prefill); DeepGEMM's logits replaced by niah's on SGLang's own calls; prefill key "
+                 "gather in torch (SGLang: a Triton kernel)"},
+}
+
+
+def arm_name(index_dtype: str, kernels: str) -> str:
+    return f"{index_dtype}/{kernels}"
+
+
+def _sglang_args(cfg: SGLangLaunch) -> list[str]:
+    """The arguments SGLang's own launch_server gets, the same in every arm."""
+    args = ["--model-path", cfg.model_path, "--tp-size", str(cfg.tp), "--host", cfg.host, "--port", str(cfg.port)]
+    if cfg.index_topk is not None:
+        args += ["--json-model-override-args", json.dumps({"index_topk": cfg.index_topk})]
+    return args + list(cfg.extra_args)
+
+
+def build_sglang_command(cfg: SGLangLaunch, environ: dict[str, str] | None = None
+                         ) -> tuple[list[str], dict[str, str | None]]:
+    """(argv, env) that serve `cfg`. Stock: SGLang's own entry, niah's variables of `environ`
+    (default os.environ) removed (None). niah arms: niah's launch entry and switches."""
     cfg.validate()
     kernels = cfg.arm_kernels
-    argv = [cfg.python, "-m", LAUNCH_MODULE,
-            "--niah-index-dtype", cfg.index_dtype,
-            "--niah-kernels", kernels,
-            "--model-path", cfg.model_path,
-            "--tp-size", str(cfg.tp),
-            "--host", cfg.host,
-            "--port", str(cfg.port)]
-    env = {"NIAH_INDEX_DTYPE": cfg.index_dtype, "NIAH_KERNELS": kernels,
-           "SGLANG_DISABLE_DSA_INDEXER_FUSION": "1"}
-    if kernels == "niah":
-        env.update(SGLANG_FP8_PAGED_MQA_LOGITS_TORCH="1", SGLANG_OPT_USE_TILELANG_INDEXER="0")
-    if cfg.index_topk is not None:
-        # The unfused (niah) top-k for every K (2048 included): the matrix differs only in K.
-        argv += ["--json-model-override-args", json.dumps({"index_topk": cfg.index_topk}),
-                 "--dsa-topk-backend", "torch"]
-        env["SGLANG_DSA_FUSE_TOPK"] = "false"
-    argv += ["--disable-prefill-cuda-graph", *cfg.extra_args]
-    env.update(cfg.env)
-    return argv, env
+    if kernels == "stock":
+        environ = os.environ if environ is None else environ
+        unset: dict[str, str | None] = {k: None for k in sorted(environ) if k.startswith(NIAH_ENV_PREFIX)}
+        return [cfg.python, "-m", SGLANG_MODULE, *_sglang_args(cfg)], {**unset, **cfg.env}
+    argv = [cfg.python, "-m", LAUNCH_MODULE, "--niah-index-dtype", cfg.index_dtype, "--niah-kernels", kernels,
+            *_sglang_args(cfg)]
+    return argv, {**cfg.env, "NIAH_INDEX_DTYPE": cfg.index_dtype, "NIAH_KERNELS": kernels}
 
 
-def format_command(argv: list[str], env: dict[str, str]) -> str:
-    """One shell line: `VAR=value ... argv` (quoted), for --dry-run output."""
-    parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+def format_command(argv: list[str], env: dict[str, str | None]) -> str:
+    """One shell line: `[env -u VAR ...] VAR=value ... argv` (quoted), for --dry-run output."""
+    unset = [f"-u {k}" for k, v in sorted(env.items()) if v is None]
+    parts = (["env", *unset] if unset else []) + [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())
+                                                  if v is not None]
     return " ".join(parts + [shlex.quote(a) for a in argv])

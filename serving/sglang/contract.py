@@ -76,6 +76,10 @@ def _ast_names(node: ast.AST) -> frozenset[str]:
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
+        elif isinstance(n, ast.alias):  # `from deep_gemm import fp8_paged_mqa_logits as fn` (a call-time import)
+            out.update((n.name, *n.name.split(".")))
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            out.update(n.module.split("."))
         elif isinstance(n, ast.Constant) and isinstance(n.value, (str, int)) and not isinstance(n.value, bool):
             out.add(str(n.value))  # int constants too: layout numbers (e.g. V4's 132-byte row)
     return frozenset(out)

@@ -33,22 +33,25 @@ _V4FP4 = ("refused with bf16 keys: V4.1 low-ratio layers and the V4.1 indexer us
           "launch); fp8 arms: SGLang's own fp4 path, no niah kernel")
 _V4POOL = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 _V4IDX = "sglang/srt/layers/attention/dsv4/indexer.py"
-_V4NONPAGED = ("refused with bf16 keys: niah replaces C4IndexerBackendMixin._can_use_nonpaged_indexer (False) and "
-               "this function (raises, attested as an fp8 read); fp8 arms: SGLang's own DeepGEMM prefill path, "
-               "fp8/niah included")
+_V4NONPAGED = ("patched: the non-paged prefill stays on; niah arms route deep_gemm.fp8_mqa_logits to niah's "
+               "kernels (v4.route_deep_gemm), and with bf16 keys DeepSeekV4IndexerPool.get_index_k_scale_buffer "
+               "gathers bf16 keys")
 _KPOOL = "refused: IndexerKPool serves index_kpool > 1, refused at launch for niah's arms"
-_FUSED = ("unreachable: indexer fusion is off in every arm (SGLANG_DISABLE_DSA_INDEXER_FUSION=1); "
-          "keys go through Indexer._store_index_k_cache")
+_FUSED = ("patched: reached only from Indexer._fused_k_prepare_and_store and Indexer._store_index_k_cache, "
+          "both replaced with bf16 keys (niah's stores get the buffer); fp8 arms: SGLang's own fp8 store")
+_FP8_STORE = ("patched: SGLang's fp8 store kernel, reached only from Indexer._store_index_k_cache (replaced with "
+              "bf16 keys; counted in fp8 arms)")
 _DELEGATE = "patched: the wrapper pool delegates to DSATokenToKVPool, whose IndexKeyCache niah patches"
 
 # (file, enclosing qualname, callee) -> disposition
 CALL_SITES: dict[tuple[str, str, str], str] = {
     ("sglang/kernels/ops/kvcache/dsa_fused_store_index_cache.py", "fused_store_index_k_cache",
-     "fused_store_index_k_cache"): _FUSED,
+     "fused_store_index_k_cache"): _FP8_STORE,
     (_D + "dsa_indexer.py", "Indexer._aiter_fused_fp8_prepare_and_store", "get_index_k_with_scale_buffer"):
         "unreachable: ROCm aiter path; niah's arms run on CUDA",
     (_D + "dsa_indexer.py", "Indexer._forward_cuda_k_only", "_store_index_k_cache"): "patched: Indexer._store_index_k_cache",
-    (_D + "dsa_indexer.py", "Indexer._fused_k_prepare_and_store", "_store_index_k_cache"): "patched: Indexer._store_index_k_cache",
+    (_D + "dsa_indexer.py", "Indexer._fused_k_prepare_and_store", "_store_index_k_cache"):
+        "patched: the fallback of Indexer._fused_k_prepare_and_store, which niah replaces whole with bf16 keys",
     (_D + "dsa_indexer.py", "Indexer._get_index_k_read_buffer", "get_index_k_with_scale_buffer"):
         "patched: read by Indexer._get_topk_paged, replaced for bf16",
     (_D + "dsa_indexer.py", "Indexer._get_topk_paged._chunked_fp8_paged_mqa_logits", "resolve_fp8_paged_mqa_logits_fn"):
@@ -80,7 +83,8 @@ CALL_SITES: dict[tuple[str, str, str], str] = {
     (_D + "dsa_npu_indexer.py", "DSANPUIndexerMixin.forward_npu", "get_index_k_scale_buffer"): "unreachable: Ascend NPU",
     (_D + "dsa_npu_indexer.py", "DSANPUIndexerMixin.forward_npu", "set_index_k_scale_buffer"): "unreachable: Ascend NPU",
     (_D + "dsa_prefill_cuda_graph.py", "pcg_dsa_indexer_prefill_split", "_store_index_k_cache"):
-        "unreachable: --disable-prefill-cuda-graph in every arm (and the callee is patched)",
+        "patched: Indexer._store_index_k_cache (prefill CUDA graphs stay on; with fusion the split op goes "
+        "through Indexer._fused_q_prepare_and_store -> _fused_k_prepare_and_store, replaced for bf16)",
     (_D + "utils.py", "_fp8_paged_mqa_logits_torch", "fp8_paged_mqa_logits_torch"):
         "patched: only reached through resolve_fp8_paged_mqa_logits_fn (niah's in niah arms; stock: SGLang's own)",
     ("sglang/srt/hardware_backend/npu/dsv4/dsv4_memory_pool.py", "DSV4NPUTokenToKVPool.set_compress_buffer",
@@ -95,7 +99,8 @@ CALL_SITES: dict[tuple[str, str, str], str] = {
     (_V4IDX, "C4IndexerBackendMixin._gather_nonpaged_index_k", "get_index_k_scale_buffer"): _V4NONPAGED,
     (_V4IDX, "C4IndexerBackendMixin._nonpaged_mqa_logits", "fp8_mqa_logits"): _V4NONPAGED,
     (_V4IDX, "C4IndexerBackendMixin.forward_c4_indexer", "get_index_k_with_scale_buffer"):
-        "patched: the page view goes to fp8_paged_mqa_logits_torch(_sm120), replaced in niah arms (bf16 pages too)",
+        "patched: the page view goes to the paged function SGLang picks: deep_gemm.fp8_paged_mqa_logits (routed "
+        "to niah's kernels in niah arms) or fp8_paged_mqa_logits_torch(_sm120) (replaced); TileLang/AITER refused",
     (_V4IDX, "fp8_paged_mqa_logits_torch_sm120", "fp8_paged_mqa_logits_torch_sm120"): "patched: replaced in niah arms",
     ("sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py", "decode_scores", "get_index_k_with_scale_buffer"):
         _V4FP4,
@@ -107,8 +112,8 @@ CALL_SITES: dict[tuple[str, str, str], str] = {
      "MiniMaxSparseNvfp4AttnBackend._run_msa_v1_decode_indexer", "get_index_k_scale_buffer"):
         "unreachable: MiniMax sparse attention, not a DeepSeek model",
     (_V4POOL, "DeepSeekV4TokenToKVPool.get_index_k_scale_buffer", "get_index_k_scale_buffer"):
-        "refused with bf16 keys: delegates to DeepSeekV4IndexerPool.get_index_k_scale_buffer, which niah replaces "
-        "by a refusal; fp8 arms: SGLang's own",
+        "patched (bf16): delegates to DeepSeekV4IndexerPool.get_index_k_scale_buffer, which niah replaces by a "
+        "bf16 gather; fp8 arms: SGLang's own",
     (_V4POOL, "DeepSeekV4TokenToKVPool.get_index_k_with_scale_buffer", "get_index_k_with_scale_buffer"):
         "patched (bf16): returns the buffer niah's DeepSeekV4IndexerPool._create_buffer allocates and views as bf16",
     (_V4POOL, "DeepSeekV4TokenToKVPool.set_index_k_scale_buffer", "set_index_k_scale_buffer"):

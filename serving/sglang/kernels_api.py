@@ -58,7 +58,8 @@ def store_kernel():
 
 def available() -> dict[str, bool]:
     """Which of the kernels the plugin uses are present (for `niah doctor`)."""
-    names = ("fp8_paged_mqa_logits", "bf16_paged_mqa_logits", "fp8_mqa_logits", "bf16_mqa_logits")
+    names = ("fp8_paged_mqa_logits", "bf16_paged_mqa_logits", "fp8_mqa_logits", "bf16_mqa_logits",
+             "store_v32_index_keys", "store_v4_index_keys")
     out = {n: _lookup(n) is not None for n in names}
     out["store"] = store_kernel() is not None
     return out

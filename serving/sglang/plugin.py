@@ -8,9 +8,11 @@ Before patching anything it checks the contract against the installed modules an
 refuses, naming the version and the symbol, if SGLang does not match. Any failure while
 patching stops the process with one line naming the symbol (fail closed).
 
-Arms (index dtype / kernels): fp8/stock (SGLang's own kernels; the plugin only counts
-calls and runs top-k in niah's kernel), fp8/niah (niah's fp8 logits kernels), bf16/niah
-(niah's bf16 index keys). Patches are listed per model family (`FAMILIES`), each a
+Arms (index dtype / kernels): fp8/niah (SGLang's fp8 keys read by niah's fp8 logits
+kernels), bf16/niah (niah's bf16 index keys and kernels). fp8/stock is SGLang alone: niah's
+launcher starts plain `sglang.launch_server` without NIAH_* variables, so the plugin does
+not run there (installing it for fp8/stock by hand only counts calls). In every arm SGLang
+keeps its fused indexer, prefill CUDA graphs, its fp8 query and its own top-k. Patches are listed per model family (`FAMILIES`), each a
 `Patch(target, when, factory)`; `when` is "always", an index dtype or a kernels value.
 """
 
@@ -58,27 +60,30 @@ def _const(fn):
 
 
 def _server_patches(r) -> list[Patch]:
-    """Model-independent: attestation in /server_info, top-k in niah's kernel."""
+    """Model-independent: attestation in /server_info; SGLang's own top-k, counted."""
     sched = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
     return [
         Patch(f"{sched}.get_internal_state", "always", r.wrap_internal_state),
-        Patch("sglang.srt.layers.attention.dsa.dsa_topk_backend.DSATopKBackend.topk_func", "always",
-              r.wrap_topk_func),
+        Patch("sglang.srt.layers.attention.dsa.dsa_topk_backend.DSATopKBackend.topk_transform", "always",
+              r.wrap_topk_transform),
     ]
 
 
 def _v32_patches(r) -> list[Patch]:
-    """DeepSeek-V3.2 (DSA indexer)."""
+    """DeepSeek-V3.2 (DSA indexer), in SGLang's default (fused) paths."""
+    from niah.serving.sglang import v32
+
     dsa = "sglang.srt.layers.attention.dsa"
+    idx = f"{dsa}.dsa_indexer.Indexer"
     ikc = "sglang.srt.mem_cache.index_key_cache.IndexKeyCache"
     return [
         Patch(f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn", "niah", _const(r.resolve_fp8_paged_mqa_logits_fn)),
         Patch(f"{dsa}.utils.resolve_fp8_mqa_logits_fn", "niah", _const(r.resolve_fp8_mqa_logits_fn)),
-        Patch(f"{dsa}.utils.resolve_fp8_paged_mqa_logits_fn", "stock", r.counting("decode_logits", "fp8", "sglang.resolve_fp8_paged_mqa_logits_fn")),
-        Patch(f"{dsa}.utils.resolve_fp8_mqa_logits_fn", "stock", r.counting("prefill_logits", "fp8", "sglang.resolve_fp8_mqa_logits_fn")),
-        Patch(f"{dsa}.dsa_indexer.Indexer._get_topk_paged", "bf16", _const(r.indexer_get_topk_paged)),
-        Patch(f"{dsa}.dsa_indexer.Indexer._store_index_k_cache", "bf16", _const(r.indexer_store_index_k_cache)),
-        Patch(f"{dsa}.dsa_indexer.Indexer._store_index_k_cache", "fp8", r.counting("store", "fp8", "sglang.Indexer._store_index_k_cache")),
+        Patch(f"{idx}._fused_k_prepare_and_store", "bf16", v32.fused_k_store_bf16),
+        Patch(f"{idx}._fused_k_prepare_and_store", "fp8", v32.counting_fp8_store("sglang.fused_k_indexer_norm_rope_store")),
+        Patch(f"{idx}._store_index_k_cache", "bf16", v32.store_index_k_cache_bf16),
+        Patch(f"{idx}._store_index_k_cache", "fp8", v32.counting_fp8_store("sglang.Indexer._store_index_k_cache")),
+        Patch(f"{idx}._get_topk_paged", "bf16", v32.topk_paged_bf16),
         Patch(f"{ikc}._buffer_shape", "bf16", _const(r.index_key_cache_buffer_shape)),
         Patch(f"{ikc}._buffer_shape", "fp8", r.wrap_buffer_shape),
         Patch(f"{ikc}.get_k_and_scale", "bf16", _const(r.index_key_cache_get_k_and_scale)),
@@ -90,28 +95,26 @@ def _v32_patches(r) -> list[Patch]:
 
 
 def _v4_patches(r) -> list[Patch]:
-    """DeepSeek-V4 (C4 indexer): niah arms read pages through niah's kernels; bf16 keys are
-    stored by niah's V4 store kernel into bf16-sized pools; every other fp8 path is refused."""
+    """DeepSeek-V4 (C4 indexer): niah arms read pages through niah's kernels on the path SGLang
+    picks (DeepGEMM's functions are routed to niah's where the V4 pool is built, see
+    v4.route_deep_gemm); bf16 keys are stored by niah's V4 store kernel into bf16-sized pools
+    and gathered as bf16 for the non-paged prefill; every other fp8 path is refused."""
     from niah.serving.sglang import v4
 
     dsv4 = "sglang.srt.layers.attention.dsv4"
-    idx = f"{dsv4}.indexer.C4IndexerBackendMixin"
     pool = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
     ipool = f"{pool}.DeepSeekV4IndexerPool"
     return [
         Patch(f"{dsv4}.indexer.fp8_paged_mqa_logits_torch", "niah", _const(v4.paged_logits)),
         Patch(f"{dsv4}.indexer.fp8_paged_mqa_logits_torch_sm120", "niah", _const(v4.paged_logits)),
-        Patch(f"{pool}.DeepSeekV4TokenToKVPool.__init__", "bf16", v4.wrap_pool_init),
+        Patch(f"{pool}.DeepSeekV4TokenToKVPool.__init__", "niah", v4.wrap_pool_init),
         Patch(f"{pool}.get_dsv4_indexer_bytes_per_token", "bf16", v4.wrap_bytes_per_token),
         Patch(f"{ipool}._create_buffer", "bf16", v4.wrap_create_buffer),
         Patch(f"{ipool}.set_index_k_scale_buffer", "bf16", _const(v4.refuse_set_index_k_scale_buffer)),
         Patch(f"{ipool}.set_index_fused", "bf16", _const(v4.refuse_set_index_fused)),
         Patch(f"{ipool}.set_index_fp4", "bf16", _const(v4.refuse_set_index_fp4)),
-        Patch(f"{ipool}.get_index_k_scale_buffer", "bf16", _const(v4.refuse_get_index_k_scale_buffer)),
+        Patch(f"{ipool}.get_index_k_scale_buffer", "bf16", _const(v4.gather_bf16_index_k)),
         Patch(f"{dsv4}.compressor_v2.compress_norm_rope_store", "bf16", v4.wrap_compress_norm_rope_store),
-        Patch(f"{idx}._can_use_nonpaged_indexer", "bf16", v4.never_nonpaged),
-        Patch(f"{idx}._nonpaged_mqa_logits", "bf16", _const(v4.refuse_nonpaged_mqa_logits)),
-        Patch(f"{idx}._gather_nonpaged_index_k", "bf16", _const(v4.refuse_gather_nonpaged_index_k)),
     ]
 
 
@@ -240,6 +243,7 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
     if not report.ok:
         raise PluginRefused(report.summary())
     attest.configure(index_dtype, kernels)
+    attest.set_facts(query="fp8")  # SGLang's own fp8 indexer query in every arm (bf16 kernels: upcast, exact)
     apply_all(patches_for(index_dtype, kernels))
     _installed = (index_dtype, kernels)
     log.info("niah: SGLang plugin installed (sglang %s, %s/%s)", source.version, index_dtype, kernels)

@@ -8,7 +8,6 @@ original made, which the contract checks are still there.
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 import torch
@@ -17,8 +16,6 @@ from niah.serving.sglang import attest, bf16_cache
 from niah.serving.sglang.kernels_api import kernel, store_kernel
 
 log = logging.getLogger("niah.sglang")
-
-DSA_INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer"
 
 
 def _flat_context_lens(context_lens: torch.Tensor) -> torch.Tensor:
@@ -185,70 +182,6 @@ def wrap_indexer_cell_size(original):
 
 
 # ---------------------------------------------------------------------------------------
-# Indexer methods (sglang ...dsa.dsa_indexer.Indexer), bf16 mode
-
-
-def _pool():
-    """SGLang's token-to-KV pool, through the accessor the indexer module itself uses."""
-    return importlib.import_module(DSA_INDEXER).get_token_to_kv_pool()
-
-
-def indexer_store_index_k_cache(self, forward_batch, layer_id, key, *, act_quant=None, out_cache_loc=None):
-    """Indexer._store_index_k_cache: store the bf16 key, no quantisation."""
-    if out_cache_loc is None:
-        out_cache_loc = forward_batch.out_cache_loc
-    pool = _pool()
-    if hasattr(pool, "invalidate_index_buffer_for_layer"):
-        pool.invalidate_index_buffer_for_layer(layer_id)
-    if hasattr(pool, "_is_layer_owned") and not pool._is_layer_owned(layer_id):
-        return
-    cache = getattr(pool, "index_key_cache", None)
-    if cache is not None and type(cache).__name__ != "IndexKeyCache":
-        raise NotImplementedError(
-            f"niah bf16 index keys: key cache {type(cache).__name__} (sharded/pooled) is not supported")
-    buf = pool.get_index_k_with_scale_buffer(layer_id=layer_id)
-    store_bf16_keys(buf, out_cache_loc, key, pool.index_page_size)
-
-
-def _ctx_lens_2d(metadata, seqlens_32: torch.Tensor) -> torch.Tensor:
-    """Per-row context lengths as the original split path builds them."""
-    ctx_2d = getattr(metadata, "paged_mqa_ctx_lens_2d", None)
-    if ctx_2d is not None:
-        return ctx_2d if ctx_2d.size(1) == 1 else ctx_2d.reshape(-1).contiguous().view(-1, 1)
-    if seqlens_32.dim() == 2:
-        return seqlens_32.contiguous() if seqlens_32.size(1) == 1 else seqlens_32.reshape(-1).contiguous().view(-1, 1)
-    return seqlens_32.contiguous().view(-1, 1)
-
-
-def indexer_get_topk_paged(self, forward_batch, layer_id, q_fp8, weights, metadata):
-    """Indexer._get_topk_paged for bf16 keys: read the bf16 pages with
-    bf16_paged_mqa_logits, then SGLang's own masking and top-k transform."""
-    mode = forward_batch.forward_mode
-    if mode.is_target_verify() or mode.is_draft_extend_v2():
-        raise NotImplementedError("niah bf16 index keys: speculative decoding is not supported")
-    pool = _pool()
-    page_size = pool.index_page_size
-    if page_size != 64:
-        raise NotImplementedError(f"niah bf16 index keys need 64-token pages, got {page_size}")
-    block_tables = metadata.get_page_table_64()
-    max_seq_len = block_tables.shape[1] * page_size
-    kv = bf16_cache.pages_view(pool.get_index_k_with_scale_buffer(layer_id=layer_id), page_size, q_fp8.shape[-1])
-    seqlens_32 = metadata.get_seqlens_int32()
-    q_offset = sum(metadata.get_dsa_extend_len_cpu())
-    ctx = _ctx_lens_2d(metadata, seqlens_32)
-    schedule = getattr(metadata, "paged_mqa_schedule_metadata", None)
-    w = weights.squeeze(2) if weights.dim() == 3 else weights
-    logits = paged_mqa_logits(q_fp8[:q_offset].unsqueeze(1), kv, w[:q_offset], ctx, block_tables,
-                              schedule, max_seq_len, clean_logits=False)
-    self._mask_init_and_local_tokens(logits, seqlens_32)
-    topk = metadata.topk_transform(logits, self.index_topk)
-    if q_offset < q_fp8.shape[0]:
-        pad = torch.full((q_fp8.shape[0] - q_offset, topk.shape[1]), -1, dtype=topk.dtype, device=topk.device)
-        topk = torch.cat([topk, pad], dim=0)
-    return topk
-
-
-# ---------------------------------------------------------------------------------------
 # Attestation and top-k (every arm)
 
 
@@ -285,7 +218,8 @@ def wrap_internal_state(original):
 
 def niah_topk(score: torch.Tensor, lengths: torch.Tensor, topk: int,
               row_starts: torch.Tensor | None = None) -> torch.Tensor:
-    """SGLang's unfused top-k contract (`_topk_unfused`) on niah.kernels.topk_indices:
+    """Not patched into SGLang (every arm runs SGLang's own top-k); the GPU evidence compares
+    it with SGLang's. SGLang's unfused top-k contract (`_topk_unfused`) on niah.kernels.topk_indices:
     int32 [rows, topk], positions relative to row_starts, -1 for what is not selected
     (positions outside [row_start, row_start + length) and -inf logits)."""
     rows, width = score.shape
@@ -300,16 +234,13 @@ def niah_topk(score: torch.Tensor, lengths: torch.Tensor, topk: int,
     return torch.where(idx >= 0, idx - starts[:, None], idx)
 
 
-def wrap_topk_func(original):
-    """DSATopKBackend.topk_func: the torch backend runs niah.kernels.topk_indices
-    (top-k is exact: same selections, niah's speed); other backends unchanged."""
+def wrap_topk_transform(original):
+    """DSATopKBackend.topk_transform: SGLang's own top-k in every arm (fused topk_v2 by
+    default), each call counted under the backend's name."""
 
-    def topk_func(self, score, lengths, topk, row_starts=None):
-        if not self.is_torch():
-            attest.record("topk", "fp32", f"sglang.topk_{self.value}")
-            return original(self, score, lengths, topk, row_starts=row_starts)
-        attest.record("topk", "fp32", "niah.topk_indices")
-        return niah_topk(score, lengths, topk, row_starts)
+    def topk_transform(*args, **kwargs):  # (self, ...): handed on unchanged
+        attest.record("topk", "fp32", f"sglang.topk_{args[0].value}")
+        return original(*args, **kwargs)
 
-    topk_func.__wrapped__ = original
-    return topk_func
+    topk_transform.__wrapped__ = original
+    return topk_transform

@@ -1,24 +1,37 @@
-"""DeepSeek-V4 (C4 indexer) with bf16 index keys: what the plugin puts in SGLang 0.5.23's place.
+"""DeepSeek-V4 (C4 indexer) in SGLang 0.5.23's default paths: what the plugin puts in its place.
 
 The C4 indexer's keys are written by the compressor (`forward_unified`, bound to
 `forward_indexer_compressor` when the class is built) through `compress_norm_rope_store`,
-and read by `forward_c4_indexer` as `.view(pages, 64, 1, 132)` of the layer's buffer.
+and read by `forward_c4_indexer`: as `.view(pages, 64, 1, 132)` pages by the paged-logits
+function it picks at call time (`from deep_gemm import fp8_paged_mqa_logits as fn` by
+default; SGLang's torch fallback with SGLANG_FP8_PAGED_MQA_LOGITS_TORCH; TileLang/AITER
+kernels with their switches), or, for one eager request of >= 8,192 query rows, through the
+non-paged DeepGEMM prefill (`_gather_nonpaged_index_k` -> `deep_gemm.fp8_mqa_logits`).
+
+niah's arms (fp8/niah, bf16/niah) force none of those switches. Where the V4 pool is built
+(`DeepSeekV4TokenToKVPool.__init__`, in each scheduler process, before any forward) the
+plugin replaces `deep_gemm.fp8_paged_mqa_logits` and `deep_gemm.fp8_mqa_logits` with niah's
+kernels (DeepGEMM's argument order): SGLang's call-time import then picks niah's, on the
+paths SGLang chooses itself, non-paged prefill included. The torch fallbacks are replaced
+too (a user who sets SGLANG_FP8_PAGED_MQA_LOGITS_TORCH in every arm). The TileLang and
+AITER indexers (SGLang's default on SM120 / ROCm) read the fp8 layout: refused there.
+
 With bf16 keys:
 - sizing: 264 bytes a token (`get_dsv4_indexer_bytes_per_token`, imported by name into
   the pool configurator): a 256-byte bf16 row plus 8 bytes of page padding, so a page is
   exactly [64 x 132] bf16 elements and SGLang's own `.view(pages, 64, 1, 132)` applies;
   inside a page, token t's 128 bf16 values are at t*128 (the last 512 bytes are unused);
 - write: the module-level `compress_norm_rope_store` that `_forward_compress_all_in_one`
-  calls is replaced in compressor_v2 (where both the method and its bound alias look it
-  up); indexer rows (head dim 128) go through niah.kernels.store_v4_index_keys (V4's
-  RMSNorm, RoPE, Hadamard, then a bf16 row); FlashMLA rows (head dim 512) stay SGLang's;
-- read: the paged logits function `forward_c4_indexer` calls gets the bf16 page view and
-  runs niah.kernels.bf16_paged_mqa_logits (the fp8 query is cast to bf16, exact; its
-  scale is already in the weights);
-- refused in the process (one line, the fp8 path attested): the non-paged DeepGEMM path,
-  every other writer/reader of the indexer pool, fp4 / V4.1 low-ratio indexer pools, ROCm,
-  and any indexer kernel other than the paged function niah replaces. HiCache, HiSparse,
-  fp4 index keys and speculative decoding (MTP) are refused at launch (command.refusal).
+  calls is replaced in compressor_v2; indexer rows (head dim 128) go through
+  niah.kernels.store_v4_index_keys (V4's RMSNorm, RoPE, Hadamard, then a bf16 row);
+  FlashMLA rows (head dim 512) stay SGLang's;
+- read: paged pages -> niah's bf16 paged logits; the non-paged prefill gathers bf16 keys
+  (`DeepSeekV4IndexerPool.get_index_k_scale_buffer`, packed through SGLang's fp8 plumbing)
+  for niah's bf16 prefill logits (the fp8 query is upcast to bf16, exact; its scale is
+  already in the weights);
+- refused in the process (one line, the fp8 path attested): every other writer of the
+  indexer pool, fp4 / V4.1 low-ratio pools, ROCm, the TileLang/AITER indexers. HiCache,
+  HiSparse, fp4 index keys and speculative decoding (MTP) are refused at launch.
 The plugin installs these as plugin._v4_patches; their contract is patch_points.V4_POINTS.
 """
 
@@ -49,14 +62,43 @@ def _env_on(env, name: str) -> bool:
 
 
 def env_refusal(env=os.environ) -> str | None:
-    """The indexer kernel `forward_c4_indexer` picks is the paged function niah replaces."""
-    if not _env_on(env, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"):
-        return ("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 is required (otherwise the C4 indexer calls "
-                "DeepGEMM's fp8 kernel on the bf16 pages)")
+    """niah's arms need the paged-logits function the plugin routes (DeepGEMM's, or SGLang's
+    torch fallback): the TileLang and AITER indexers (SM120's and ROCm's defaults) read fp8 pages."""
     for name in ("SGLANG_OPT_USE_TILELANG_INDEXER", "SGLANG_OPT_USE_AITER_INDEXER"):
         if _env_on(env, name):
-            return f"{name} must be off (that fp8 indexer kernel comes first in SGLang's choice)"
+            return (f"{name} is on (SGLang's default on SM120 / ROCm): that indexer kernel reads the fp8 "
+                    "page layout and bypasses niah's kernels; set it to 0 in the configuration's env "
+                    "(every arm) to compare on the DeepGEMM path")
     return None
+
+
+# DeepGEMM functions SGLang's V4 indexer imports at call time, and niah's replacements.
+DEEP_GEMM = "deep_gemm"
+DEEP_GEMM_ROUTES = ("fp8_paged_mqa_logits", "fp8_mqa_logits")
+
+
+def route_deep_gemm(env=os.environ) -> str:
+    """Replace deep_gemm.fp8_paged_mqa_logits / fp8_mqa_logits with niah's kernels (niah arms,
+    V4 pool construction). Returns what was done ("routed", or why not); refuses when the
+    default path needs DeepGEMM and it is not installed."""
+    import importlib
+    import importlib.util
+
+    from niah.serving.sglang import plugin
+
+    if importlib.util.find_spec(DEEP_GEMM) is None:
+        if not _env_on(env, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"):
+            refuse("DeepGEMM is not installed, and SGLang's C4 indexer imports deep_gemm.fp8_paged_mqa_logits "
+                   "at call time (the stock arm fails the same way); install it, or set "
+                   "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 in the configuration's env (every arm)")
+        return "deep_gemm absent (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH set by the user)"
+    module = importlib.import_module(DEEP_GEMM)
+    missing = [name for name in DEEP_GEMM_ROUTES if not callable(getattr(module, name, None))]
+    if missing:
+        refuse(f"the installed DeepGEMM has no {', '.join(missing)}, which SGLang's C4 indexer calls")
+    for name in DEEP_GEMM_ROUTES:
+        plugin.apply_at(DEEP_GEMM, name, _const(DEEP_GEMM_KERNELS[name]))
+    return "routed"
 
 
 def refuse(problem: str, path: str | None = None) -> None:
@@ -70,7 +112,8 @@ def refuse(problem: str, path: str | None = None) -> None:
 
 
 def wrap_pool_init(original: Callable) -> Callable:
-    """DeepSeekV4TokenToKVPool.__init__: refuse what bf16 keys cannot serve, before allocating."""
+    """DeepSeekV4TokenToKVPool.__init__ (niah arms): refuse what niah's kernels cannot serve,
+    then route DeepGEMM's indexer functions to niah's, before allocating."""
 
     def __init__(self, *args, **kwargs):
         from niah.serving.sglang.command import platform_refusal
@@ -78,6 +121,7 @@ def wrap_pool_init(original: Callable) -> Callable:
         problem = platform_refusal("niah") or env_refusal()
         if problem:
             refuse(problem)
+        attest.set_facts(deep_gemm=route_deep_gemm())
         original(self, *args, **kwargs)
 
     __init__.__wrapped__ = original
@@ -150,6 +194,7 @@ def store_bf16_rows(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache,
                                   norm_weight, float(norm_eps), freqs.float(), out_loc, cache, "bf16",
                                   page_size, page_stride=INDEX_PAGE * BF16_TOKEN_BYTES)
     attest.record("store", "bf16", "niah.store_v4_index_keys")
+    attest.set_facts(rotation="hadamard", store="niah.store_v4_index_keys")
 
 
 def wrap_compress_norm_rope_store(original: Callable) -> Callable:
@@ -170,13 +215,14 @@ def wrap_compress_norm_rope_store(original: Callable) -> Callable:
 
 
 # ---------------------------------------------------------------------------------------
-# Read: the paged logits function forward_c4_indexer calls (SGLANG_FP8_PAGED_MQA_LOGITS_TORCH)
+# Read: the paged-logits function forward_c4_indexer picks, and the non-paged prefill
 
 
 def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
-                 max_seq_len, clean_logits=True):
-    """`fp8_paged_mqa_logits_torch`'s signature. bf16 pages -> niah's bf16 kernel; fp8 pages
-    -> niah's fp8 kernel, unless bf16 keys are configured (then an fp8 read is refused)."""
+                 max_seq_len, clean_logits=False):
+    """DeepGEMM's `fp8_paged_mqa_logits` order (SGLang's torch fallbacks share it). bf16 pages
+    -> niah's bf16 kernel; fp8 pages -> niah's fp8 kernel, unless bf16 keys are configured
+    (then an fp8 read is refused)."""
     from niah.serving.sglang import replacements
 
     if kvcache_fp8.dtype == torch.bfloat16:  # attested by replacements.paged_mqa_logits
@@ -186,6 +232,36 @@ def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_met
         refuse("the C4 indexer read fp8 index pages", "decode_logits")
     return replacements.v4_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
                                             deep_gemm_metadata, max_seq_len, clean_logits)
+
+
+def mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
+    """DeepGEMM's `fp8_mqa_logits` (the non-paged prefill): bf16 keys gathered by
+    gather_bf16_index_k -> niah's bf16 kernel; fp8 keys -> niah's fp8 kernel, refused with bf16."""
+    from niah.serving.sglang import bf16_cache, replacements
+
+    if configured_dtype() == "bf16" and bf16_cache.unsmuggle_bf16(kv[0], q.shape[-1]) is None:
+        refuse("the non-paged prefill read fp8 index keys", "prefill_logits")
+    return replacements.mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                                   clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+
+
+DEEP_GEMM_KERNELS = {"fp8_paged_mqa_logits": paged_logits, "fp8_mqa_logits": mqa_logits}
+
+
+def _const(fn):
+    return lambda original: fn
+
+
+def gather_bf16_index_k(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+    """DeepSeekV4IndexerPool.get_index_k_scale_buffer with bf16 keys: the keys of each request's
+    first seq_len tokens (its C4 page table), requests concatenated, packed as SGLang's
+    (k uint8 [S, 256], scale uint8 [S, 4]) pair; niah's mqa_logits reads them back as bf16."""
+    from niah.serving.sglang import bf16_cache
+
+    buf = self.index_k_with_scale_buffer[layer_id]  # bf16 [pages, 64 * 132] (264 B a token)
+    pages = bf16_pages(buf.view(buf.shape[0], INDEX_PAGE, 1, FP8_TOKEN_BYTES))
+    keys = bf16_cache.gather_pages(pages, page_indices, seq_len_tensor, seq_len_sum)
+    return bf16_cache.smuggle_as_fp8(keys)
 
 
 def configured_dtype() -> str | None:
@@ -209,25 +285,3 @@ def refuse_set_index_fused(self, layer_id, loc, cache_k):
 
 def refuse_set_index_fp4(self, layer_id, loc, cache_k):
     refuse("the fp4 indexer store is not supported", "store")
-
-
-def refuse_get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
-    refuse("the fp8 key + scale gather is not supported", "prefill_logits")
-
-
-def refuse_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
-    refuse("the non-paged DeepGEMM fp8_mqa_logits path is not supported", "prefill_logits")
-
-
-def refuse_gather_nonpaged_index_k(*, c4_indexer, token_to_kv_pool, plan):
-    refuse("the non-paged fp8 key gather is not supported", "prefill_logits")
-
-
-def never_nonpaged(original: Callable) -> Callable:
-    """C4IndexerBackendMixin._can_use_nonpaged_indexer -> False: keys go through the paged read."""
-
-    def _can_use_nonpaged_indexer(self, *, c4_indexer, forward_batch, indexer_metadata):
-        return False
-
-    _can_use_nonpaged_indexer.__wrapped__ = original
-    return _can_use_nonpaged_indexer

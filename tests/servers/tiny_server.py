@@ -9,6 +9,8 @@
 --die-after S     S seconds after its first ready /health, print --die-with and exit 1
 --ready-after S   answer /health with 503 for S seconds first
 --die-on-request N  on the N-th chat request, print --die-with and exit 1 (no answer)
+--print-env PREFIX  print every environment variable whose name starts with PREFIX (sorted),
+                  then "env printed"
 --attestation JSON  GET /server_info reports it as SGLang's plugin does:
                   internal_states[0]["niah_attestation"] (e.g. a contradicting one)
 
@@ -45,9 +47,15 @@ def main() -> None:
     p.add_argument("--die-on-request", type=int)
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--attestation", type=json.loads)
+    p.add_argument("--print-env")
     a = p.parse_args()
 
     print(f"tiny server pid {os.getpid()} starting on {a.host}:{a.port}", flush=True)
+    if a.print_env is not None:
+        for k in sorted(os.environ):
+            if k.startswith(a.print_env):
+                print(f"env {k}={os.environ[k]}", flush=True)
+        print("env printed", flush=True)
     if a.fail_with:
         print("Traceback (most recent call last):", flush=True)
         print('  File "tiny_server.py", line 1, in <module>', flush=True)
