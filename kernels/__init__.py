@@ -5,6 +5,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     fp8_mqa_logits, bf16_mqa_logits                                             (prefill)
     store_index_keys                                                            (key store)
     store_v4_index_keys                                          (DeepSeek-V4 C4 indexer key store)
+    store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
 On CPU tensors the kernels run under TRITON_INTERPRET=1 (set it before triton is imported).
@@ -22,6 +23,7 @@ _EXPORTS = {
     "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "store_index_keys": "niah.kernels.store.wrapper",
     "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
+    "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",
     "calc_diff": "niah.kernels._common",
 }

@@ -20,7 +20,7 @@ def check_device(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t is None:
             continue
-        if t.device.type != "cuda" and not interpreting():
+        if not t.is_cuda and not interpreting():
             raise ValueError(
                 f"tensor on {t.device}: the Triton kernels need CUDA tensors "
                 "(or TRITON_INTERPRET=1 for CPU tensors)"

@@ -15,9 +15,12 @@ floats, DeepGEMM's 1 KiB alignment).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels._common import check_device, next_pow2
+from niah.kernels._launch import DirectLauncher
 
 _ALIGN = 256
 
@@ -47,31 +50,44 @@ def _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8):
     check_device(q, k, sf, weights, ks, ke)
 
 
-def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
-            block_n=None, block_q=None, num_warps=None, num_stages=None):
+@functools.cache
+def _launcher() -> DirectLauncher:
     from niah.kernels.mqa_logits.kernel import mqa_logits_kernel
 
+    return DirectLauncher(mqa_logits_kernel)
+
+
+def _launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8,
+            block_n=None, block_q=None, num_warps=None, num_stages=None):
     max_seqlen_k = int(max_seqlen_k)
     _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8)
     seq, heads, dim = q.shape
     skv = k.shape[0]
     n_cols = max_seqlen_k if max_seqlen_k > 0 else skv
     stride = (n_cols + _ALIGN - 1) // _ALIGN * _ALIGN
-    out = torch.empty((seq, stride), dtype=torch.float32, device=q.device)[:, :n_cols]
+    out = torch.empty_strided((seq, n_cols), (stride, 1), dtype=torch.float32, device=q.device)
     if seq == 0 or n_cols == 0:
         return out
-    q = q if q.stride(2) == 1 else q.contiguous()
-    k = k if k.stride(1) == 1 else k.contiguous()
-    weights = weights.contiguous()
-    ks, ke = ks.contiguous(), ke.contiguous()
-    interp = interpreting()
+    launch = _launcher()
+    interp = not launch.compiled_mode
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if k.stride(1) != 1:
+        k = k.contiguous()
+    if weights.stride(1) != 1:
+        weights = weights.contiguous()
+    if ks.stride(0) != 1:
+        ks = ks.contiguous()
+    if ke.stride(0) != 1:
+        ke = ke.contiguous()
     block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 keys x 32 queries, 4 warps (NOTES.md)
     block_q = block_q or (4 if interp else 32)
-    grid = ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q)
-    mqa_logits_kernel[grid](
+    sq = q.stride()
+    launch(
+        ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q),
         q, k, sf if fp8 else k, weights, ks, ke, out,
         seq, skv, heads, n_cols,
-        q.stride(0), q.stride(1), k.stride(0), weights.stride(0), out.stride(0),
+        sq[0], sq[1], k.stride(0), weights.stride(0), stride,
         D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_N=block_n, BLOCK_Q=block_q,
         IS_FP8=fp8, CLEAN=bool(clean_logits), COMPRESSED=max_seqlen_k > 0, UPCAST=interp,
         num_warps=num_warps or 4, num_stages=num_stages or (1 if interp else 3),
@@ -87,7 +103,9 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
     k8, sf = kv
     if sf.dim() == 2 and sf.shape[1] == 1:
         sf = sf[:, 0]
-    return _launch("fp8_mqa_logits", q, k8, sf.contiguous(), weights, cu_seq_len_k_start, cu_seq_len_k_end,
+    if sf.dim() == 1 and sf.stride(0) != 1:
+        sf = sf.contiguous()
+    return _launch("fp8_mqa_logits", q, k8, sf, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                    clean_logits, max_seqlen_k, True, **tuning)
 
 

@@ -20,20 +20,24 @@ import functools
 
 import torch
 
-from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels._common import check_device, next_pow2
+from niah.kernels._launch import DirectLauncher
 
 SPLIT_KV = 256  # DeepGEMM's schedule granularity (tokens)
 
 
-@functools.lru_cache(maxsize=8)
-def _num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+_SMS: dict[int, int] = {}
 
 
-def num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
-    return 4
+def num_sms(t: torch.Tensor) -> int:
+    """SMs of the tensor's GPU (cached a device); 4 on CPU (the interpreter)."""
+    index = t.get_device()
+    if index < 0:
+        return 4
+    sms = _SMS.get(index)
+    if sms is None:
+        sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return sms
 
 
 def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int) -> torch.Tensor:
@@ -71,6 +75,7 @@ def _pages_per_split(batch_rows: int, n_pages: int, sms: int, override: int | No
 
 
 def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8: bool):
+    """Shapes, dtypes, layouts, devices; cheap on the valid path (one stride() call a tensor)."""
     name = "fp8_paged_mqa_logits" if fp8 else "bf16_paged_mqa_logits"
     if q.dim() != 4:
         raise ValueError(f"{name}: q must be [B, next_n, H, D], got {tuple(q.shape)}")
@@ -79,34 +84,28 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
         raise ValueError(f"{name}: next_n must be >= 1, got {next_n}")
     if dim < 16 or dim & (dim - 1):
         raise ValueError(f"{name}: head dim must be a power of two >= 16, got {dim}")
-    if fp8:
-        if q.dtype != torch.float8_e4m3fn:
-            raise ValueError(f"{name}: q must be float8_e4m3fn, got {q.dtype}")
-        if kv_cache.dtype != torch.uint8 or kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != dim + 4:
-            raise ValueError(
-                f"{name}: kv_cache must be uint8 [pages, block_kv, 1, {dim + 4}], "
-                f"got {kv_cache.dtype} {tuple(kv_cache.shape)}"
-            )
-    else:
-        if q.dtype != torch.bfloat16:
-            raise ValueError(f"{name}: q must be bfloat16, got {q.dtype}")
-        if kv_cache.dtype != torch.bfloat16 or kv_cache.dim() != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] != dim:
-            raise ValueError(
-                f"{name}: kv_cache must be bfloat16 [pages, block_kv, 1, {dim}], "
-                f"got {kv_cache.dtype} {tuple(kv_cache.shape)}"
-            )
-    block_kv = kv_cache.shape[1]
+    q_dtype, kv_dtype, per_token = (torch.float8_e4m3fn, torch.uint8, dim + 4) if fp8 else \
+        (torch.bfloat16, torch.bfloat16, dim)
+    if q.dtype != q_dtype:
+        raise ValueError(f"{name}: q must be {str(q_dtype)[6:]}, got {q.dtype}")
+    ks = kv_cache.shape
+    if kv_cache.dtype != kv_dtype or len(ks) != 4 or ks[2] != 1 or ks[3] != per_token:
+        raise ValueError(
+            f"{name}: kv_cache must be {str(kv_dtype)[6:]} [pages, block_kv, 1, {per_token}], "
+            f"got {kv_cache.dtype} {tuple(ks)}"
+        )
+    block_kv = ks[1]
     if block_kv < 16 or block_kv & (block_kv - 1):
         raise ValueError(f"{name}: block_kv (kv_cache.shape[1]) must be a power of two >= 16, got {block_kv}")
-    per_token = kv_cache.shape[3]
-    if kv_cache.stride(3) != 1 or kv_cache.stride(1) != per_token or kv_cache.stride(0) < block_kv * per_token:
+    kst = kv_cache.stride()
+    if kst[3] != 1 or kst[1] != per_token or kst[0] < block_kv * per_token:
         raise ValueError(
             f"{name}: kv_cache pages must be dense inside ([block_kv, 1, {per_token}] contiguous; "
-            f"a page stride >= {block_kv * per_token} elements is fine), got strides {tuple(kv_cache.stride())}"
+            f"a page stride >= {block_kv * per_token} elements is fine), got strides {kst}"
         )
-    if fp8 and (kv_cache.stride(0) % 16 or kv_cache.storage_offset() % 16):
+    if fp8 and (kst[0] % 16 or kv_cache.storage_offset() % 16):
         raise ValueError(f"{name}: fp8 kv_cache pages must start on 16-byte boundaries (page stride "
-                         f"{kv_cache.stride(0)} bytes, offset {kv_cache.storage_offset()})")
+                         f"{kst[0]} bytes, offset {kv_cache.storage_offset()})")
     if weights.shape != (batch * next_n, heads) or weights.dtype != torch.float32:
         raise ValueError(
             f"{name}: weights must be float32 [{batch * next_n}, {heads}], got {weights.dtype} {tuple(weights.shape)}"
@@ -120,53 +119,58 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
         raise ValueError(
             f"{name}: block_table must be int32 [{batch}, max_pages], got {block_table.dtype} {tuple(block_table.shape)}"
         )
-    if int(max_context_len) < 0:
+    if max_context_len < 0:
         raise ValueError(f"{name}: max_context_len must be >= 0, got {max_context_len}")
     check_device(q, kv_cache, weights, context_lens, block_table)
 
 
-def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, fp8,
-            pages_per_split=None, num_warps=None, num_stages=None, live_loop=None):
+@functools.cache
+def _launcher() -> DirectLauncher:
     from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel
 
+    return DirectLauncher(paged_mqa_logits_kernel)
+
+
+def _launch(q, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, fp8,
+            pages_per_split=None, num_warps=None, num_stages=None, live_loop=None):
+    max_context_len = int(max_context_len)
     _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8)
     batch, next_n, heads, dim = q.shape
-    block_kv = kv_cache.shape[1]
-    max_context_len = int(max_context_len)
     out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
+    if batch == 0 or max_context_len == 0:
         return out
+    launch = _launcher()
+    interp = not launch.compiled_mode
     if q.stride(3) != 1:
         q = q.contiguous()
-    weights = weights.contiguous()
-    block_table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
+    if weights.stride(1) != 1:
+        weights = weights.contiguous()
+    if block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
     # [B, 1] with next_n > 1 is SGLang's flattened form: one length per request
-    ctx = context_lens.contiguous()
+    ctx = context_lens
     ctx_2d = ctx.dim() == 2 and ctx.shape[1] == next_n and next_n > 1
     if ctx.dim() == 2 and not ctx_2d:
-        ctx = ctx[:, 0].contiguous() if ctx.shape[1] == 1 else ctx
+        ctx = ctx[:, 0]
+    if ctx_2d and ctx.stride(1) != 1:
+        ctx = ctx.contiguous()
+    block_kv = kv_cache.shape[1]
     n_pages = (max_context_len + block_kv - 1) // block_kv
-    pps = _pages_per_split(batch * next_n, n_pages, num_sms(q.device), pages_per_split, fp8)
-    grid = (next_n, (n_pages + pps - 1) // pps, batch)
-    # the pool as one flat run of elements from its first page (pages may be padded:
-    # DeepGEMM takes a page stride too); page p starts at p * page_stride
+    pps = _pages_per_split(batch * next_n, n_pages, num_sms(q), pages_per_split, fp8)
+    # the pool read in place from its first page (pages may be padded: DeepGEMM takes a page
+    # stride too); page p starts at element p * page_stride of kv (fp8: of the byte view)
     page_stride = kv_cache.stride(0)
-    span = (kv_cache.shape[0] - 1) * page_stride + block_kv * kv_cache.shape[3] if kv_cache.shape[0] else 0
-    flat = torch.as_strided(kv_cache, (span,), (1,))
     if fp8:
-        kv = flat.view(torch.float8_e4m3fn)
-        sf = flat.view(torch.float32)
-        sf_page_stride = page_stride // 4
+        kv, sf, sf_page_stride = kv_cache.view(torch.float8_e4m3fn), kv_cache.view(torch.float32), page_stride // 4
     else:
-        kv = flat
-        sf = flat  # unused
-        sf_page_stride = 0
-    interp = interpreting()
-    paged_mqa_logits_kernel[grid](
+        kv, sf, sf_page_stride = kv_cache, kv_cache, 0  # sf unused
+    sq = q.stride()
+    launch(
+        (next_n, (n_pages + pps - 1) // pps, batch),
         q, kv, sf, weights, ctx, block_table, out,
         heads, max_context_len, block_table.shape[1],
-        q.stride(0), q.stride(1), q.stride(2),
-        weights.stride(0), ctx.stride(0) if ctx.dim() else 1, block_table.stride(0), out.stride(0),
+        sq[0], sq[1], sq[2],
+        weights.stride(0), ctx.stride(0), block_table.stride(0), out.stride(0),
         page_stride, sf_page_stride,
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_KV=block_kv,
         IS_FP8=fp8, CLEAN=bool(clean_logits), UPCAST=interp,
