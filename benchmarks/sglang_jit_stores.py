@@ -138,7 +138,8 @@ def v32_query(ops: Ops, rows: int, device: str, res) -> None:
     x16 = x.bfloat16().double()
     tol = e4m3_half_step(x16 / scale[..., None]) * scale[..., None] + x16.abs() * 2.0**-8
     out = {"rows": rows, "heads": sel.HEADS,
-           "bytes_equal_torch_rope_then_quant_fraction": float((q8.view(torch.uint8) == m8.view(torch.uint8)).double().mean()),
+           "bytes_equal_torch_rope_then_quant_fraction": float((q8.view(torch.uint8) == m8.view(torch.uint8))
+                                                                .double().mean()),
            "max_e4m3_steps": int(steps(q8.view(torch.uint8), m8.view(torch.uint8), 8).max()),
            "gate_times_scale_rel_err": float(((scale - ms.double()) / ms.double()).abs().max()),
            "dequantised_within_fp8_rounding_of_bf16_query_fraction": float(((deq - x16).abs() <= tol).double().mean())}
