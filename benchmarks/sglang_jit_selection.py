@@ -14,7 +14,10 @@ Arms (logits by niah's kernels, top-k by SGLang's topk_v2 in every arm):
   fp8            production: SGLang's fused key store (LayerNorm, RoPE, no Hadamard, fp8 +
                  amax/448 scale) and SGLang's fused fp8 query (scale folded into the gates)
   fp8_hadamard   the unfused path (SGLANG_DISABLE_DSA_INDEXER_FUSION=1): SGLang's Hadamard JIT
-                 on keys and queries, then its act_quant (block 128, ue8m0 scales)
+                 on keys and queries, then its act_quant (block 128, ue8m0 scales, as V3.2's
+                 scale_fmt); the keys rotated are the fused kernel's bf16 pre-quantisation values
+                 and the query the bf16 one below (the unfused LayerNorm/RoPE modules round to
+                 bf16 after each step: not reproduced)
   bf16_q8        bf16 keys (pre-quantisation values), SGLang's fp8 query upcast to bf16
   bf16_q16       bf16 keys, bf16 query (RoPE in fp32, rounded once to bf16)
 Reference: float64 LayerNorm/RoPE/score on the same raw inputs, sum_h w_h relu(q_h . k).
