@@ -197,7 +197,7 @@ def check_configs(manifest: dict, names, where: str, accept_unattested: bool = F
 def _shown(entry: dict) -> bool:
     from niah.attestation_rules import LAUNCHED, labels
 
-    return bool(entry.get("engine") in LAUNCHED or labels(entry) or entry.get("attestation"))
+    return bool(entry.get("engine") in LAUNCHED or labels(entry) or _last_attestation(entry))
 
 
 def report_section(manifest: dict, names) -> str | None:

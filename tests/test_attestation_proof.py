@@ -17,10 +17,11 @@ import sys
 import httpx
 from lifecycle_helpers import ROOT, tiny_command, toml_list
 
-from niah.attestation import INVALID, UNATTESTED, VALID, begin_segment, end_segment, read_server, status
 from niah.serving.launch import ServerProcess
 from niah.store import read_manifest, write_manifest
 
+# niah.attestation is imported inside the tests, after the CLI checks, so that on a niah
+# without it (the parent commit) the tests fail on behaviour, not on an import.
 SPEC = {"lengths": [200], "depths": [0.0, 100.0], "trials": 1}  # two chat requests per configuration
 NOT_ATTESTED = "pass --accept-unattested to compare it on its labels' word"
 
@@ -70,9 +71,6 @@ def test_external_labels_without_server_info_are_refused_unless_accepted(tmp_pat
         run = _sweep_matrix(tmp_path, 'engine = "external"\n'
                             f'[[config]]\nname = "fp8"\nendpoint = "{a.endpoint}"\nindex_dtype = "fp8"\n'
                             f'[[config]]\nname = "bf16"\nendpoint = "{b.endpoint}"\nindex_dtype = "bf16"\n')
-    entry = read_manifest(run)["configs"]["bf16"]
-    assert entry["attestation_verdict"]["state"] == UNATTESTED
-    assert entry["attestation"]["segments"][0]["start"]["error"].endswith("/server_info answered HTTP 404")
     line = _one_line_2(_niah("compare", run, "--a", "fp8", "--b", "bf16"))
     assert line.startswith(f"niah: error: {run}: configuration 'fp8' is unattested: labels index_dtype=fp8 are not "
                            "attested: its server reports no niah_attestation (/server_info at the end of the sweep: ")
@@ -89,6 +87,9 @@ def test_external_labels_without_server_info_are_refused_unless_accepted(tmp_pat
     assert rep.returncode == 0, rep.stderr
     assert "attestation: fp8, bf16 unattested" in rep.stdout
     assert "| `bf16` | external | *unattested* | — | — | labels index_dtype=bf16" in (run / "report" / "summary.md").read_text()
+    entry = read_manifest(run)["configs"]["bf16"]
+    assert entry["attestation_verdict"]["state"] == "unattested"
+    assert entry["attestation"]["segments"][0]["start"]["error"].endswith("/server_info answered HTTP 404")
 
 
 def test_plain_sweeps_of_one_unlabelled_endpoint_need_no_flag(tmp_path):
@@ -97,10 +98,12 @@ def test_plain_sweeps_of_one_unlabelled_endpoint_need_no_flag(tmp_path):
             r = _niah("sweep", "--endpoint", srv.endpoint, "--lengths", "200", "--depths", "0,100", "--trials", "1",
                       "-q", "--out", tmp_path / name)
             assert r.returncode == 0, r.stdout + r.stderr
-    assert status(read_manifest(tmp_path / "a")["configs"]["default"])[0] == VALID
     r = _niah("compare", tmp_path / "a", tmp_path / "b")
     assert r.returncode == 0 and "attestation" not in r.stdout, r.stdout + r.stderr
     assert _niah("gate", "--baseline", tmp_path / "a", "--candidate", tmp_path / "b").returncode == 0
+    from niah.attestation import VALID, status
+
+    assert status(read_manifest(tmp_path / "a")["configs"]["default"])[0] == VALID
 
 
 def _command(name: str, att: dict | None, per_request: dict | None = None, *flags: str, label: str = "bf16") -> str:
@@ -121,6 +124,26 @@ def test_launched_servers_must_prove_their_label_through_the_sweep(tmp_path):
                         + _command("bf16-warmup-only", BF16)
                         + _command("bf16-read-fp8", BF16, {**BF16_PER_REQUEST, **FP8_PER_REQUEST}))
     configs = read_manifest(run)["configs"]
+    why = {
+        "bf16-500": "/server_info at the end of the sweep: http://127.0.0.1:{port}/server_info answered HTTP 500",
+        "bf16-died": "/server_info at the end of the sweep: the server died before it was asked: {cause}",
+        "bf16-warmup-only": "bf16 configured but no bf16 key was stored during the sweep",
+        "bf16-read-fp8": "18 fp8 index-key path call(s) while bf16 was configured",
+    }
+    for name, reason in why.items():
+        reason = reason.format(port=configs[name].get("port"), cause=configs[name].get("cause"))
+        line = _one_line_2(_niah("compare", run, "--a", "fp8", "--b", name))
+        assert line == f"niah: error: {run}: configuration {name!r} is INVALID: {reason}"
+        # --accept-unattested does not accept an INVALID configuration
+        line = _one_line_2(_niah("gate", "--baseline", run, "--candidate", run, "--config", name, "--accept-unattested"))
+        assert line == f"niah: error: run {run}: configuration {name!r} is INVALID: {reason}"
+    ok = _niah("compare", run, "--a", "fp8", "--b", "bf16")
+    assert ok.returncode == 0, ok.stderr
+    from niah.attestation import INVALID, VALID, status
+
+    for name, reason in why.items():
+        assert status(configs[name]) == (INVALID, reason.format(port=configs[name].get("port"),
+                                                                cause=configs[name].get("cause"))), name
     seg = configs["bf16"]["attestation"]["segments"][0]
     assert seg["start"]["attestation"]["counts"] == {"store.bf16": 4}
     assert seg["end"]["attestation"]["counts"] == {"decode_logits.bf16": 18, "prefill_logits.bf16": 2, "store.bf16": 404}
@@ -130,22 +153,6 @@ def test_launched_servers_must_prove_their_label_through_the_sweep(tmp_path):
     assert configs["bf16"]["attestation_verdict"] == {"state": VALID, "reason": status(configs["bf16"])[1]}
     assert status(configs["fp8"])[0] == VALID
     assert configs["bf16-died"]["status"] == "died"
-    why = {
-        "bf16-500": "/server_info at the end of the sweep: http://127.0.0.1:{port}/server_info answered HTTP 500",
-        "bf16-died": "/server_info at the end of the sweep: the server died before it was asked: {cause}",
-        "bf16-warmup-only": "bf16 configured but no bf16 key was stored during the sweep",
-        "bf16-read-fp8": "18 fp8 index-key path call(s) while bf16 was configured",
-    }
-    for name, reason in why.items():
-        reason = reason.format(port=configs[name].get("port"), cause=configs[name].get("cause"))
-        assert status(configs[name]) == (INVALID, reason), name
-        line = _one_line_2(_niah("compare", run, "--a", "fp8", "--b", name))
-        assert line == f"niah: error: {run}: configuration {name!r} is INVALID: {reason}"
-        # --accept-unattested does not accept an INVALID configuration
-        line = _one_line_2(_niah("gate", "--baseline", run, "--candidate", run, "--config", name, "--accept-unattested"))
-        assert line == f"niah: error: run {run}: configuration {name!r} is INVALID: {reason}"
-    ok = _niah("compare", run, "--a", "fp8", "--b", "bf16")
-    assert ok.returncode == 0, ok.stderr
     rep = _niah("report", run)
     assert rep.returncode == 0, rep.stderr
     assert "attestation: bf16-500, bf16-died, bf16-warmup-only, bf16-read-fp8 INVALID" in rep.stdout
@@ -159,6 +166,8 @@ def _sglang_run(tmp_path, arms: dict) -> tuple:
     each judged from its own loopback server, read before and after its trials; returns
     (run, its configs, {name: port})."""
     from report_runs import make_run
+
+    from niah.attestation import begin_segment, end_segment, read_server
 
     run = make_run(tmp_path / "run", {n: {} for n in arms}, lengths=(1024,), depths=(50.0,), trials=2)
     manifest = read_manifest(run)
@@ -181,6 +190,8 @@ def test_sglang_arms_prove_the_plugin_ran_or_did_not(tmp_path):
     """The stock arm proves niah's plugin absent (internal_states without niah_attestation);
     a bf16 arm whose SGLang reports no niah_attestation (SGLANG_PLUGINS kept the plugin out
     of its scheduler processes) or whose /server_info errors is INVALID."""
+    from niah.attestation import INVALID, VALID, status
+
     grow = ["--attestation", json.dumps(BF16), "--attest-per-request", json.dumps(BF16_PER_REQUEST)]
     run, configs, ports = _sglang_run(tmp_path, {
         "stock": ({"index_dtype": "fp8"}, ["--internal-states", "2"]),
@@ -214,6 +225,8 @@ def test_an_exported_baseline_keeps_its_attestation(tmp_path):
     """`niah baseline export` carries engine, label and readings; the gate judges a
     baseline exactly as the run folder it came from, and a schema 1 baseline (no
     readings) is unattested."""
+    from niah.attestation import INVALID
+
     run, _, _ = _sglang_run(tmp_path, {"bf16-plugin-kept-out": ({"index_dtype": "bf16"}, ["--internal-states", "1"])})
     base = tmp_path / "b.json"
     assert _niah("baseline", "export", run, "-o", base).returncode == 0
