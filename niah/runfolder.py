@@ -33,6 +33,19 @@ def record_config(out: Path | str, name: str, info: dict) -> None:
         write_manifest(out, manifest)
 
 
+def update_config(out: Path | str, name: str, fn) -> dict:
+    """configs[name] updated by `fn(entry) -> changes` (read, change, write under the
+    manifest's lock); returns the new entry."""
+    with _manifest_lock:
+        manifest = read_manifest(out)
+        configs = manifest.setdefault("configs", {})
+        entry = configs.get(name, {})
+        configs[name] = {**entry, **fn(dict(entry))}
+        manifest.pop("schema_version", None)
+        write_manifest(out, manifest)
+        return configs[name]
+
+
 def _git_sha() -> str | None:
     import subprocess
 

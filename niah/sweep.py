@@ -137,6 +137,12 @@ def run_sweep(
                 for p in prepared:
                     await run_target(p, spec, store, progress)
 
+        from niah.attestation import begin_segment, end_segment, read_target, say_state
+
+        # What each server's indexer ran, read before and after its trials (niah/attestation.py).
+        began = [p for p in prepared if pending_trials(p.target.name, spec, store.done)]
+        for p in began:
+            begin_segment(out, p.target.name, read_target(p))
         try:
             if progress is not None:
                 with progress:
@@ -147,10 +153,9 @@ def run_sweep(
             for p in prepared:
                 if p.tokenizer is not None and hasattr(p.tokenizer, "cost"):
                     record_config(out, p.target.name, {"tokenizer_cost": p.tokenizer.cost})
-        from niah.attestation import record_from_server
-
-        for p in prepared:  # what each server's indexer ran, into the manifest
-            record_from_server(out, p.target.name, dict(p.target.axes), p.endpoint)
+            for p in began:
+                state, reason = end_segment(out, p.target.name, read_target(p))
+                say_state(p.target.name, state, reason, lambda m: print(f"niah: {m}", file=sys.stderr))
     finally:
         store.close()
     return out

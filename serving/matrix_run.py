@@ -54,13 +54,19 @@ def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None):
                   engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
 
 
-def record_attestation(out: Path, cfg: MatrixConfig, endpoint: str) -> None:
-    """At teardown: the server's attestation and its verdict into the manifest."""
-    from niah.attestation import record_from_server
+def begin_attestation(out: Path, prepared) -> None:
+    """When a configuration's sweep starts (server ready and probed): read its attestation."""
+    from niah.attestation import begin_segment, read_target
 
-    got = record_from_server(out, cfg.name, {**cfg.settings, **cfg.axes}, endpoint)
-    if got is not None and not got[0]:
-        _say(f"{cfg.name}: INVALID configuration: its server's attestation contradicts its label ({got[1]})")
+    begin_segment(out, prepared.target.name, read_target(prepared))
+
+
+def end_attestation(out: Path, prepared) -> None:
+    """When it ends (before teardown; a dead server is not asked): read it again, judge
+    the configuration (niah/attestation.py) and say so when it is not valid."""
+    from niah.attestation import end_segment, read_target, say_state
+
+    say_state(prepared.target.name, *end_segment(out, prepared.target.name, read_target(prepared)), _say)
 
 
 def _manifest_matrix(out: Path, matrix: Matrix) -> None:
@@ -170,14 +176,19 @@ def _run_externals(configs: list[MatrixConfig], run: _MatrixRun) -> None:
     async def main() -> None:
         await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
 
+    from niah.run import pending_trials
+
+    began = [p for p in prepared if pending_trials(p.target.name, spec, store.done)]
+    for p in began:
+        begin_attestation(out, p)
     try:
         asyncio.run(main())
     finally:
         for cfg, p in zip(configs, prepared):
             if hasattr(p.tokenizer, "cost"):
                 record_config(out, cfg.name, {"tokenizer_cost": p.tokenizer.cost})
-    for cfg, p in zip(configs, prepared):
-        record_attestation(out, cfg, p.endpoint)
+        for p in began:
+            end_attestation(out, p)
 
 
 def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
@@ -208,7 +219,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         record_config(out, cfg.name, {**base, **srv.describe(), "status": "failed to start", "cause": cause})
         _say(f"{tag} {cfg.name}: {n} trials recorded as errors; going on")
         return
-    status, cause = "interrupted", None
+    status, cause, prepared = "interrupted", None, None
     try:
         _say(f"{tag} {cfg.name}: ready in {srv.ready_s:.1f} s on {srv.endpoint} (pid {srv.pid})")
         record_config(out, cfg.name, {**base, **srv.describe(), "status": "running"})
@@ -221,6 +232,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
             prepared = None
         if prepared is not None:
             record_config(out, cfg.name, {**base, **srv.describe(), **prepared.info})
+            begin_attestation(out, prepared)
             try:
                 asyncio.run(run_target(prepared, spec, store, progress))  # polls srv.dead()
             finally:
@@ -237,8 +249,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         status = "stopped: bad input"
         raise
     finally:
-        if srv.dead() is None:
-            record_attestation(out, cfg, srv.endpoint)
+        if prepared is not None:
+            end_attestation(out, prepared)  # a dead server's segment ends unread: INVALID
         srv.stop()
         info = {"status": status}
         if cause:

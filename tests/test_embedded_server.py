@@ -246,11 +246,25 @@ def test_indexer_probe_follows_the_decode_steps(server):
 
 
 def test_server_info_attests_what_the_indexer_ran(server):
-    """The same attestation record SGLang's plugin reports (niah/attestation.py reads both)."""
-    from niah.attestation import from_server_info, verdict
+    """The same attestation record SGLang's plugin reports (niah/attestation.py reads both),
+    read before and after a request longer than top-k, judged against labels."""
+    from niah.attestation import INVALID, VALID, read_server, status
 
-    a = from_server_info(httpx.get(server["base"] + "/server_info").json())
+    start = read_server(server["base"])
+    _chat(server["client"], needle_prompt(620, 0.5, "5936041")[0], max_tokens=4)
+    end = read_server(server["base"])
+    a = end["attestation"]
     assert (a["index_dtype"], a["kernels"], a["fp8_reads_while_bf16"]) == ("fp8", "torch", 0)
     assert a["counts"]["store.fp8"] > 0 and a["counts"]["prefill_logits.fp8"] > 0 and a["counts"]["topk.fp32"] > 0
     assert a["pool_bytes_per_token"] == 3 * (64 + 4)  # 3 kv heads x (64 fp8 values + one fp32 scale)
-    assert verdict(a, {"index_dtype": "fp8"})[0] and not verdict(a, {"index_dtype": "bf16"})[0]
+    assert a["facts"] == {"attention": "dsa", "index_topk": TOPK, "window": WINDOW}
+    assert end["internal_states"] is None  # not SGLang-shaped: the record is top-level
+
+    def judged(**label):
+        return status({"engine": "embedded", "settings": label,
+                       "attestation": {"segments": [{"start": start, "end": end}]}})
+
+    ok = judged(attention="dsa", index_dtype="fp8", index_topk=TOPK)
+    assert ok[0] == VALID and ok[1].startswith("fp8/torch, 204 B/token; during the sweep: store +")
+    assert judged(index_dtype="bf16") == (INVALID, "labelled index_dtype bf16 but the server ran fp8")
+    assert judged(attention="dense") == (INVALID, "labelled attention dense but the server ran dsa")

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from report_runs import always, make_run
 
+from niah.errors import BadInput
 from niah.report.gate import run_gate
 
 LENGTHS = (1024, 2048, 4096, 8192)
@@ -105,7 +106,7 @@ def test_exported_baseline_pairs_like_the_run(base, tmp_path):
     r = _niah("baseline", "export", base, "-o", out)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
-    assert data["kind"] == "niah-baseline" and data["schema_version"] == 1
+    assert data["kind"] == "niah-baseline" and data["schema_version"] == 2
     c = data["configs"]["embedded"]
     assert len(c["trials"]) == len(LENGTHS) * len(DEPTHS) * 4
     assert c["summary"]["4096"]["correct"] == 20 and c["summary"]["all"]["recall"] == 1.0
@@ -151,8 +152,11 @@ def test_config_selection_and_multi_config(tmp_path):
     b = make_run(tmp_path / "b", cfgs, lengths=(1024, 2048), depths=DEPTHS, trials=4)
     c = make_run(tmp_path / "c", cfgs, lengths=(1024, 2048), depths=DEPTHS, trials=4,
                  outcome={"fp8": always("wrong"), "bf16": always("correct")})
-    assert run_gate(b, c, config="bf16").exit_code == 0
-    res = run_gate(b, c)
+    with pytest.raises(BadInput, match="configuration 'bf16' is unattested: labels index_dtype=bf16"):
+        run_gate(b, c, config="bf16")
+    # hand-written external runs: their labels are unattested, gated on their word
+    assert run_gate(b, c, config="bf16", accept_unattested=True).exit_code == 0
+    res = run_gate(b, c, accept_unattested=True)
     assert {c.config for c in res.failed} == {"fp8"}
     r = _niah("gate", "--baseline", b, "--candidate", c, "--config", "nope")
     assert r.returncode == 2 and "no configuration 'nope'" in r.stderr
@@ -208,7 +212,8 @@ def test_baseline_outage_is_skipped_not_blamed_on_the_candidate(tmp_path):
 def test_configuration_missing_from_the_candidate_fails(tmp_path):
     b = _run(tmp_path / "b", configs={"fp8": {"index_dtype": "fp8"}, "bf16": {"index_dtype": "bf16"}})
     c = _run(tmp_path / "c", configs={"fp8": {"index_dtype": "fp8"}})
-    r = _niah("gate", "--baseline", b, "--candidate", c, "--junit", tmp_path / "j.xml")
+    # hand-written external runs: their labels are unattested, accepted here on their word
+    r = _niah("gate", "--baseline", b, "--candidate", c, "--junit", tmp_path / "j.xml", "--accept-unattested")
     assert r.returncode == 1, r.stdout + r.stderr
     _, cases = _junit_cases(tmp_path / "j.xml")
     assert any(status == "error" and "bf16" in (tc.get("classname") or "") + (tc.get("name") or "")

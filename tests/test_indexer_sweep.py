@@ -94,6 +94,14 @@ def _niah(*args):
 
 def test_report_compare_and_gate_read_the_rank(run):
     out, _ = run
+    from niah.attestation import status
+    from niah.store import read_manifest
+
+    # every embedded server proved what it ran (read before and after its sweep)
+    states = {n: status(c) for n, c in read_manifest(out)["configs"].items()}
+    assert {n: s for n, (s, _) in states.items()} == {"dense": "valid", "k64": "valid", "k512": "valid"}, states
+    assert states["dense"][1] == "attention dense: no indexer configured"
+    assert states["k64"][1].startswith("fp8/torch, 204 B/token; during the sweep: store +")
     r = _niah("report", out)
     assert r.returncode == 0, r.output
     md = (out / "report" / "summary.md").read_text()

@@ -102,6 +102,13 @@ def test_kill_9_mid_sweep_records_errors_and_the_next_configuration_runs(tmp_pat
     m = read_manifest(run)
     d, k = m["configs"]["dense"], m["configs"]["dsa-k64"]
     assert d["status"] == "died" and d["cause"] == "killed by SIGKILL"
+    # a launched server that died before its attestation was read at the end proves nothing
+    from niah.attestation import status
+
+    assert status(d) == ("INVALID", "/server_info at the end of the sweep: the server died before it was "
+                                    "asked: killed by SIGKILL")
+    assert "dense: INVALID configuration: /server_info at the end of the sweep" in out
+    assert status(k)[0] == "valid" and status(k)[1].startswith("bf16/torch, 384 B/token; during the sweep: store +")
     assert k["status"] == "done" and k["axes"] == {"attention": "dsa", "index_dtype": "bf16", "index_topk": 64}
     assert k["command"][1:4] == ["-m", "niah", "serve"] and "--index-topk" in k["command"]
     assert (run / "logs" / "dsa-k64.log").exists() and (run / "logs" / "dense.log").exists()

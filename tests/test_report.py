@@ -159,6 +159,9 @@ def test_compare_cli_paired_and_unpaired(tmp_path):
 def test_compare_two_configs_in_one_run(matrix_run):
     run, _ = matrix_run
     r = _niah("compare", run, "--a", "fp8_1024", "--b", "bf16_1024", "--by-depth")
+    assert r.returncode == 2 and "configuration 'fp8_1024' is unattested: labels index_dtype=fp8" in r.stderr
+    # hand-written external runs: their labels are unattested, compared on their word
+    r = _niah("compare", run, "--a", "fp8_1024", "--b", "bf16_1024", "--by-depth", "--accept-unattested")
     assert r.returncode == 0, r.stderr
     assert "| **all** | paired (prompt) | 66.7% (24/36) | 100.0% (36/36) | +33.3 pp | 0 / 12 |" in r.stdout
     assert "per cell" in r.stdout
@@ -169,10 +172,10 @@ def test_compare_two_configs_in_one_run(matrix_run):
 def test_compare_the_two_configs_of_a_run(tmp_path):
     run = make_run(tmp_path / "run", {"x": {"index_topk": 512}, "y": {"index_topk": 1024}}, lengths=(1024,),
                    depths=(0.0,), trials=3, outcome={"x": always("correct"), "y": always("wrong")})
-    r = _niah("compare", run)
+    r = _niah("compare", run, "--accept-unattested")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("# B: y vs A: x")
-    r = _niah("compare", run, "--b", "x")
+    r = _niah("compare", run, "--b", "x", "--accept-unattested")
     assert r.stdout.startswith("# B: x vs A: y")
 
 

@@ -22,8 +22,12 @@ def gate_cmd(
     summary: Optional[Path] = typer.Option(None, "--summary", help="Write the Markdown summary here."),
     metric: str = typer.Option("answer", "--metric", help="answer (recall), rank (the needle's rank / k in the index scores, paired Wilcoxon; keeps outage checks) or both."),
     rank_tolerance: float = typer.Option(0.10, "--rank-tolerance", help="With --metric rank/both: allowed median increase of the needle's rank (0.10 = 10% deeper)."),
+    accept_unattested: bool = typer.Option(False, "--accept-unattested", help="Gate configurations whose labels their server does not attest (external / command servers, baselines exported before attestation), on the labels' word; the summary says so. An INVALID configuration is refused regardless."),
 ) -> None:
     """CI regression gate: exit 0 holds, 1 regression or outage, 2 bad input.
+
+    Exit 2 too when a gated configuration is INVALID (its server's attestation is missing,
+    unreadable or contradicts its label) or unattested (see --accept-unattested).
 
     A regression is a drop larger than --tolerance that is significant at --alpha (McNemar
     exact on paired prompts, else Wilson-score bounds), per length and overall. Writes
@@ -31,7 +35,8 @@ def gate_cmd(
     """
     from niah.report.gate import run_gate, write_outputs
 
-    res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate, metric, rank_tolerance)
+    res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate, metric, rank_tolerance,
+                   accept_unattested)
     typer.echo(write_outputs(res, junit, summary))
     if res.exit_code:
         raise typer.Exit(res.exit_code)

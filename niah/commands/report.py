@@ -29,6 +29,15 @@ def report_cmd(
     rep = render_report(run, out, svg=svg, alpha=alpha)
     typer.echo(f"{rep.trials} trials, {rep.configs} configuration(s): {len(rep.figures)} figures in {rep.out}")
     typer.echo(f"summary: {rep.summary}")
+    from niah.attestation import INVALID, UNATTESTED, counts
+    from niah.store import read_manifest
+
+    manifest = read_manifest(run)
+    by_state = counts(manifest, list(manifest.get("configs") or {}))
+    for state, what in ((INVALID, "INVALID (compare and gate refuse them)"),
+                        (UNATTESTED, "unattested (compare and gate need --accept-unattested)")):
+        if by_state[state]:
+            typer.echo(f"attestation: {', '.join(by_state[state])} {what}; see the summary's Attestation section")
 
 
 def _pick(names: list[str], want: Optional[str], where: str, flag: str) -> str:
@@ -76,6 +85,7 @@ def compare_cmd(
     alpha: float = typer.Option(0.05, help="Significance level."),
     by_depth: bool = typer.Option(False, "--by-depth", help="Also compare every (length, depth) cell."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables to this file."),
+    accept_unattested: bool = typer.Option(False, "--accept-unattested", help="Compare configurations whose labels (index_dtype, kernels, attention, index_topk, window) their server does not attest, on the labels' word (external / command servers); the output says so. An INVALID configuration is refused regardless."),
 ) -> None:
     """Compare two runs, or two configurations of one run (--a, --b), per length.
 
@@ -114,8 +124,9 @@ def compare_cmd(
         cb = _pick(list(dict.fromkeys(fb["config"])), b, str(run_b), "--b")
     from niah.attestation import check_configs
 
-    check_configs(ma, [ca], str(run_a))  # an attestation that contradicts its label: exit 2
-    check_configs(mb, [cb], str(run_b or run_a))
+    # INVALID (attestation missing or contradicting its label) or unattested labels: exit 2
+    notes = check_configs(ma, [ca], str(run_a), accept_unattested)
+    notes += check_configs(mb, [cb], str(run_b or run_a), accept_unattested)
     da, db = fa[fa["config"] == ca], fb[fb["config"] == cb]
     rows, method = compare(da, db, ["length"], alpha)
     name_a = f"A: {ca}" if run_b is None else f"A: {run_a.name}/{ca}"
@@ -124,7 +135,9 @@ def compare_cmd(
              "seed": "paired by (length, depth, trial, seed) (McNemar exact on discordant pairs)",
              None: "UNPAIRED: no trials saw the same prompt; two-proportion comparison "
                    "(Newcombe interval decides, pooled z-test p shown)"}[method]
-    text = f"# {name_b} vs {name_a}\n\n{basis}; alpha = {alpha:g}\n\n" + rows_markdown(rows, name_a, name_b)
+    text = f"# {name_b} vs {name_a}\n\n{basis}; alpha = {alpha:g}\n\n"
+    text += "".join(f"- attestation: {n}\n" for n in notes) + ("\n" if notes else "")
+    text += rows_markdown(rows, name_a, name_b)
     text += rank_section(da, db, name_a, name_b, alpha)
     if by_depth:
         cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)

@@ -1,15 +1,19 @@
 """CI baselines: a small JSON export of a run that the gate can pair against.
 
-    {"kind": "niah-baseline", "schema_version": 1, "exported": ..., "source": {run, created,
+    {"kind": "niah-baseline", "schema_version": 2, "exported": ..., "source": {run, created,
      git_sha, niah_version, args},
-     "configs": {NAME: {"model", "axes",
+     "configs": {NAME: {"model", "axes", "engine", "settings": its label keys,
+                        "attestation": the run's record (niah/attestation.py),
+                        "attestation_status": {"state", "reason"} when exported,
                         "summary": {"<length>" | "all": {n, answered, correct, errors, recall, lo, hi}},
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
                                     "seed", "prompt_sha256", "outcome", "correct",
                                     "rank": needle rank / k, null without selection}]}}}
 
 Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
-exported baseline exactly as with a run folder. `load_side` reads either.
+exported baseline exactly as with a run folder, and its attestation is judged the same
+way (`niah.attestation.status`). `load_side` reads either. A schema 1 baseline (no
+engine, no readings) is still read: its labels are unattested.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from niah.errors import BadInput
 
 KIND = "niah-baseline"
-BASELINE_SCHEMA = 1
+BASELINE_SCHEMA = 2
 _TRIAL_FIELDS = ("length", "depth", "trial", "seed", "prompt_sha256", "outcome")
 
 
@@ -47,6 +51,8 @@ def _row(r) -> dict[str, Any]:
 
 def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None = None) -> dict[str, Any]:
     """Write RUN (all configurations, or the named ones) as a baseline file; returns it."""
+    from niah.attestation import status
+    from niah.attestation_rules import LABEL_KEYS
     from niah.report.data import config_infos, load_frame
 
     run = Path(run)
@@ -85,11 +91,14 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 "prompt_sha256": r.prompt_sha256, "outcome": r.outcome, "correct": bool(r.correct),
                 "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
             })
+        entry = (manifest.get("configs") or {}).get(name) or {}
+        state, reason = status(entry)
         data["configs"][name] = {"model": infos[name].model, "axes": infos[name].axes,
+                                 "engine": entry.get("engine"),
+                                 "settings": {k: v for k, v in (entry.get("settings") or {}).items() if k in LABEL_KEYS},
+                                 "attestation": entry.get("attestation"),
+                                 "attestation_status": {"state": state, "reason": reason},
                                  "summary": _summary(d), "trials": trials}
-        attestation = ((manifest.get("configs") or {}).get(name) or {}).get("attestation")
-        if attestation:
-            data["configs"][name]["attestation"] = attestation
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -119,9 +128,10 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
             rank = t.get("rank")
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
+    kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"), "git_sha": (data.get("source") or {}).get("git_sha"),
                 "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {},
-                                **({"attestation": c["attestation"]} if c.get("attestation") else {})}
+                                **{k: c[k] for k in kept if c.get(k)}}
                             for n, c in configs.items()}}
     return manifest, records
 

@@ -19,6 +19,9 @@ Per configuration, per length present on both sides, and over all of them:
   "rank" alone keeps the answer metric's outage checks.
 - lengths at or below a configuration's index_topk are named in a note: every key is
   kept there, so those lengths do not exercise the indexer.
+- a configuration is gated only when its attestation holds (niah/attestation.py): an
+  INVALID one is bad input (exit 2), an unattested one too unless `accept_unattested`
+  (then a note says so).
 
 Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
 overlap, schema mismatch). Each test is at level alpha with no multiplicity correction;
@@ -144,8 +147,9 @@ def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int])
 
 def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
              alpha: float = 0.05, max_error_rate: float = 0.1, metric: str = "answer",
-             rank_tolerance: float = 0.10) -> GateResult:
-    """Gate CANDIDATE (run folder or baseline file) against BASELINE (either)."""
+             rank_tolerance: float = 0.10, accept_unattested: bool = False) -> GateResult:
+    """Gate CANDIDATE (run folder or baseline file) against BASELINE (either). BadInput
+    when a gated configuration is INVALID, or unattested without `accept_unattested`."""
     from niah.report.baseline import load_side
 
     if metric not in ("answer", "rank", "both"):
@@ -163,8 +167,9 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     cman, cand, cwhat = load_side(candidate)
     res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate)
     res.config_map = _match_configs(base, cand, config)
-    check_configs(bman, res.config_map.values(), bwhat)  # attestation contradicts label: exit 2
-    check_configs(cman, res.config_map.keys(), cwhat)
+    # attestation missing / contradicting its label, or unattested labels: exit 2
+    res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
+    res.notes += check_configs(cman, res.config_map.keys(), cwhat, accept_unattested)
     overlap_any = False
     for cname, bname in res.config_map.items():
         b = base[base["config"] == bname]

@@ -42,10 +42,10 @@ KEY_BYTES = {"fp8": lambda d: d + 4, "bf16": lambda d: 2 * d, "fp32": lambda d: 
 
 
 def attestation() -> dict | None:
-    """What this process's indexer ran (the same record SGLang's plugin reports), or None
-    when no DSA indexer was configured (dense attention)."""
+    """What this process's attention ran (the same record SGLang's plugin reports, with
+    the facts attention, index_topk, window), or None when nothing was configured."""
     snap = attest.snapshot()
-    return snap if snap["index_dtype"] else None
+    return snap if snap["index_dtype"] or snap["facts"] else None
 
 
 TILE = 256      # key columns per indexer step (the dot products of one tile stay in cache)
@@ -62,6 +62,7 @@ class DSA:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
         attest.configure(index_dtype, "torch")
+        attest.set_facts(attention="dsa", index_topk=topk, window=window)
         self._raw = self._tile = self._sum = self._mask = None
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).

@@ -74,6 +74,10 @@ class Engine:
         self.model = Transformer.from_loaded(loaded)
         self.model.set_attention(DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk)
                                  if cfg.attention == "dsa" else None)
+        if cfg.attention != "dsa":  # attested too: /server_info says no indexer ran
+            from niah.serving.sglang import attest
+
+            attest.set_facts(attention=cfg.attention)
         self.load_s = time.perf_counter() - t0
         self.from_cache = loaded.from_cache
         self.cfg = cfg

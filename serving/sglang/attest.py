@@ -11,17 +11,22 @@ Every patched path calls `record(path, dtype, kernel)`:
 asked to run, `set_facts(**facts)` adds facts of the arm (e.g. the query's precision, a
 rotation); `snapshot()` is the record a server reports (SGLang: in `/server_info` ->
 `internal_states[i]["niah_attestation"]`; the embedded server: `/server_info` ->
-`niah_attestation`). Any fp8 path reached while bf16 is configured is counted in
-`fp8_reads_while_bf16`; niah's harness (niah/attestation.py) decides validity.
+`niah_attestation`). niah's harness (niah/attestation.py) decides validity.
 
-Counts are Python-level calls: inside a CUDA graph a path is counted when the graph is
-captured, not on each replay (see niah/attestation.py and docs/sglang-plugin.md for how
-replays are counted). Pure Python; one counter per process (SGLang runs the plugin, and
-so this counter, in every scheduler process).
+CUDA graphs: a Python-level counter sees a captured call once, when the graph is
+captured, and never again however often the graph is replayed. So a call made while the
+current stream is capturing is counted as `captured`, and also leaves one node in the
+graph, `slots[i] += 1` on a small per-device int64 tensor (ReplayCounter): every replay
+then counts itself on the GPU. `snapshot()` reads those tensors (one small device-to-host
+copy) and reports per (path, dtype, kernel) `eager`, `captured` and `replayed` calls; what
+ran is eager + replayed. An eager call does no GPU work (the first one on a device
+allocates its counter, once). Pure Python unless the process already uses CUDA; one
+counter per process (SGLang runs the plugin, and so this counter, in every scheduler).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 
@@ -29,12 +34,53 @@ PATHS = ("store", "prefill_logits", "decode_logits", "topk")
 KERNEL_OWNERS = ("niah", "sglang", "deep_gemm", "torch", "flashinfer")
 FIELD = "niah_attestation"  # the key under which servers report snapshot()
 FP8_PATHS = ("store", "prefill_logits", "decode_logits")
+KINDS = ("eager", "captured", "replayed")  # how a call was seen (module doc)
 
 _lock = threading.Lock()
-_counts: Counter = Counter()
-_kernels: Counter = Counter()
+_eager: Counter = Counter()     # (path, dtype, kernel) -> calls run eagerly
+_captured: Counter = Counter()  # (path, dtype, kernel) -> calls recorded into a CUDA graph
+_slots: dict[tuple[str, str, str], int] = {}  # key -> its slot in every ReplayCounter
+_counters: dict = {}            # device -> ReplayCounter
 _state: dict = {"index_dtype": None, "kernels": None, "pool_bytes_per_token": None}
 _facts: dict = {}
+
+
+class ReplayCounter:
+    """Per-device int64 slots counting CUDA-graph replays: a captured call adds the node
+    `slots[slot] += 1` to the graph being captured, so each replay increments it."""
+
+    SLOTS = 64
+
+    def __init__(self, device):
+        import torch
+
+        self.slots = torch.zeros(self.SLOTS, dtype=torch.int64, device=device)  # [SLOTS]
+
+    def count(self, slot: int) -> None:
+        """One tiny kernel on the current stream (inside a capture: one graph node)."""
+        self.slots.narrow(0, slot, 1).add_(1)
+
+    def read(self) -> list[int]:
+        """The slots on the host (one small device-to-host copy)."""
+        return self.slots.tolist()
+
+
+def _cuda():
+    """torch.cuda when this process has initialised CUDA, else None (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda
+
+
+def _key(path: str, dtype: str, kernel: str) -> tuple[str, str, str]:
+    if path not in PATHS:
+        raise ValueError(f"attest.record: unknown path {path!r} (paths: {', '.join(PATHS)})")
+    owner = kernel.split(".", 1)[0]
+    if owner not in KERNEL_OWNERS or "." not in kernel:
+        raise ValueError(f"attest.record: kernel {kernel!r} is not '<owner>.<function>' "
+                         f"(owners: {', '.join(KERNEL_OWNERS)})")
+    return path, dtype, kernel
 
 
 def configure(index_dtype: str | None, kernels: str | None, pool_bytes_per_token: int | None = None) -> None:
@@ -59,37 +105,94 @@ def set_facts(**facts) -> None:
 
 def record(path: str, dtype: str, kernel: str) -> None:
     """One call of a patched path, by the kernel (`owner.function`) that ran it."""
-    if path not in PATHS:
-        raise ValueError(f"attest.record: unknown path {path!r} (paths: {', '.join(PATHS)})")
-    owner = kernel.split(".", 1)[0]
-    if owner not in KERNEL_OWNERS or "." not in kernel:
-        raise ValueError(f"attest.record: kernel {kernel!r} is not '<owner>.<function>' "
-                         f"(owners: {', '.join(KERNEL_OWNERS)})")
+    key = _key(path, dtype, kernel)
+    cuda = _cuda()
+    if cuda is not None and cuda.is_current_stream_capturing():
+        record_captured(key, _counters.get(cuda.current_device()))
+        return
     with _lock:
-        _counts[f"{path}.{dtype}"] += 1
-        _kernels[f"{path}:{kernel}"] += 1
+        _eager[key] += 1
+    if cuda is not None:
+        device = cuda.current_device()
+        if device not in _counters:  # once per device, before any capture can need it
+            _counters[device] = ReplayCounter(f"cuda:{device}")
+            cuda.current_stream().synchronize()
+
+
+def record_captured(key: tuple[str, str, str], counter: ReplayCounter | None) -> None:
+    """A call made while a CUDA graph is being captured: counted once as captured, and
+    `counter`'s slot for `key` gets an increment node in the graph (one per replay)."""
+    if counter is None:
+        raise RuntimeError(f"niah attestation: {'/'.join(key)} was captured into a CUDA graph before any "
+                           "eager call on this device allocated the replay counter; its replays could not be counted")
+    with _lock:
+        slot = _slots.setdefault(key, len(_slots))
+        if slot >= ReplayCounter.SLOTS:
+            del _slots[key]
+            raise RuntimeError(f"niah attestation: more than {ReplayCounter.SLOTS} (path, dtype, kernel) "
+                               "keys captured into CUDA graphs")
+        _captured[key] += 1
+    counter.count(slot)
 
 
 def reset() -> None:
     with _lock:
-        _counts.clear()
-        _kernels.clear()
+        _eager.clear()
+        _captured.clear()
+        _slots.clear()
+        _counters.clear()
         _facts.clear()
         _state.update(index_dtype=None, kernels=None, pool_bytes_per_token=None)
 
 
+def _replayed(slots: dict, counters: list) -> Counter:
+    """key -> replayed calls, summed over the devices' counters (skipped mid-capture:
+    a device-to-host copy is not allowed then)."""
+    out: Counter = Counter()
+    cuda = _cuda()
+    if not counters or not slots or (cuda is not None and cuda.is_current_stream_capturing()):
+        return out
+    for c in counters:
+        values = c.read()
+        for key, slot in slots.items():
+            out[key] += int(values[slot])
+    return out
+
+
+def derive(calls: dict, index_dtype: str | None) -> dict:
+    """What `calls` ({path: {dtype: {kernel: {eager, captured, replayed}}}}) says ran:
+    counts by "path.dtype" and kernel_calls by path then kernel (eager + replayed), and
+    fp8_reads_while_bf16 (fp8 key-path calls of any kind while bf16 is configured)."""
+    counts: Counter = Counter()
+    kernel_calls: dict[str, Counter] = {}
+    fp8 = 0
+    for path, by_dtype in calls.items():
+        for dtype, by_kernel in by_dtype.items():
+            for kernel, n in by_kernel.items():
+                ran = int(n.get("eager", 0)) + int(n.get("replayed", 0))
+                counts[f"{path}.{dtype}"] += ran
+                kernel_calls.setdefault(path, Counter())[kernel] += ran
+                if index_dtype == "bf16" and dtype == "fp8" and path in FP8_PATHS:
+                    fp8 += ran + int(n.get("captured", 0))
+    return {"counts": dict(sorted(counts.items())),
+            "kernel_calls": {p: dict(sorted(k.items())) for p, k in sorted(kernel_calls.items())},
+            "fp8_reads_while_bf16": fp8}
+
+
 def snapshot() -> dict:
-    """{"index_dtype", "kernels", "pool_bytes_per_token", "facts", "counts",
-    "kernel_calls", "fp8_reads_while_bf16"}: counts by "path.dtype", kernel_calls by
-    path then kernel name."""
+    """{"index_dtype", "kernels", "pool_bytes_per_token", "facts", "calls", "counts",
+    "kernel_calls", "fp8_reads_while_bf16", "replay_counters"}: `calls` by path, dtype,
+    kernel, then eager/captured/replayed; the rest derived from it (`derive`);
+    replay_counters: devices whose CUDA-graph replays are counted."""
     with _lock:
-        counts = dict(sorted(_counts.items()))
-        by_kernel = dict(sorted(_kernels.items()))
-        state = dict(_state)
-        facts = dict(_facts)
-    kernel_calls: dict[str, dict[str, int]] = {}
-    for key, n in by_kernel.items():
-        path, name = key.split(":", 1)
-        kernel_calls.setdefault(path, {})[name] = n
-    fp8 = sum(counts.get(f"{p}.fp8", 0) for p in FP8_PATHS) if state["index_dtype"] == "bf16" else 0
-    return {**state, "facts": facts, "counts": counts, "kernel_calls": kernel_calls, "fp8_reads_while_bf16": fp8}
+        eager, captured = dict(_eager), dict(_captured)
+        slots, counters = dict(_slots), list(_counters.values())
+        state, facts = dict(_state), dict(_facts)
+    replayed = _replayed(slots, counters)
+    calls: dict = {}
+    for key in sorted(set(eager) | set(captured) | set(replayed)):
+        path, dtype, kernel = key
+        calls.setdefault(path, {}).setdefault(dtype, {})[kernel] = {
+            "eager": eager.get(key, 0), "captured": captured.get(key, 0), "replayed": replayed.get(key, 0)}
+    return {**state, "facts": facts, "calls": calls, **derive(calls, state["index_dtype"]),
+            "replay_counters": len(counters)}

@@ -12,7 +12,14 @@
 --print-env PREFIX  print every environment variable whose name starts with PREFIX (sorted),
                   then "env printed"
 --attestation JSON  GET /server_info reports it as SGLang's plugin does:
-                  internal_states[0]["niah_attestation"] (e.g. a contradicting one)
+                  internal_states[i]["niah_attestation"] (e.g. a contradicting one)
+--attest-per-request JSON  `calls` ({path: {dtype: {kernel: {eager, replayed}}}}) added to
+                  the attestation's calls for every chat request served (not the probes)
+--internal-states N  /server_info is SGLang-shaped with N scheduler states (default 1);
+                  without --attestation none carries one (as when niah's plugin is absent)
+--attested-states K  only the first K states carry the attestation
+--server-info-status CODE  /server_info answers HTTP CODE (default 500) ...
+--server-info-fail-after N  ... once N chat requests were served (0: always)
 
 POST /v1/chat/completions answers the first 7-digit number in the prompt (the needle)
 after --delay seconds, as plain JSON (no streaming), so a sweep against it scores
@@ -48,6 +55,11 @@ def main() -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--attestation", type=json.loads)
     p.add_argument("--print-env")
+    p.add_argument("--attest-per-request", type=json.loads)
+    p.add_argument("--internal-states", type=int)
+    p.add_argument("--attested-states", type=int)
+    p.add_argument("--server-info-status", type=int, default=500)
+    p.add_argument("--server-info-fail-after", type=int)
     a = p.parse_args()
 
     print(f"tiny server pid {os.getpid()} starting on {a.host}:{a.port}", flush=True)
@@ -77,6 +89,28 @@ def main() -> None:
 
     lock = threading.Lock()
 
+    def attestation_now() -> dict:
+        """--attestation with --attest-per-request's calls added once per request served."""
+        att = json.loads(json.dumps(a.attestation))
+        for path, by_dtype in (a.attest_per_request or {}).items() if served[0] else ():
+            for dtype, by_kernel in by_dtype.items():
+                for kernel, n in by_kernel.items():
+                    cell = att.setdefault("calls", {}).setdefault(path, {}).setdefault(dtype, {}).setdefault(kernel, {})
+                    for kind, v in n.items():
+                        cell[kind] = cell.get(kind, 0) + v * served[0]
+        return att
+
+    def server_info() -> tuple[int, dict]:
+        if a.server_info_fail_after is not None and served[0] >= a.server_info_fail_after:
+            return a.server_info_status, {"error": "server_info failed"}
+        if a.attestation is None and a.internal_states is None:
+            return 404, {"error": "not found"}
+        states = [{"dp_rank": i} for i in range(a.internal_states or 1)]
+        if a.attestation is not None:
+            for st in states[: a.attested_states if a.attested_states is not None else len(states)]:
+                st["niah_attestation"] = attestation_now()
+        return 200, {"version": "tiny", "internal_states": states}
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):
             print("request: " + fmt % args, flush=True)
@@ -98,8 +132,8 @@ def main() -> None:
                     threading.Thread(target=die, daemon=True).start()
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
-            elif self.path == "/server_info" and a.attestation is not None:
-                self._send(200, {"version": "tiny", "internal_states": [{"niah_attestation": a.attestation}]})
+            elif self.path == "/server_info":
+                self._send(*server_info())
             else:
                 self._send(404, {"error": "not found"})
 
