@@ -95,6 +95,9 @@ if [ "$MODE" = "--compile-only" ]; then
 fi
 # the system libstdc++ named explicitly (a private copy crashed at load before); rpaths for the rest
 STDCXX=$($CXX -print-file-name=libstdc++.so)
+[ -f "$STDCXX" ] || STDCXX=$($CXX -print-file-name=libstdc++.so.6)  # no dev symlink: the runtime library by path
+[ -f "$STDCXX" ] || STDCXX=$(ls /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null | head -1)
+echo "deep_gemm: libstdc++ $STDCXX"
 LIBS="-shared -L$TVMLIB -ltvm_ffi $CUDALIBS -L$TORCH/lib -ltorch -ltorch_cpu -lc10 -lc10_cuda -ltorch_cuda \
  $STDCXX -Wl,-rpath,$TORCH/lib -Wl,-rpath,$TVMLIB"
 $CXX $FLAGS $INC "$SRC/csrc/tvm_ffi_api.cpp" -o "$PKG/_C.so" $LIBS || { echo "deep_gemm: build FAILED"; exit 1; }

@@ -53,6 +53,7 @@ def fp8_agreement(got: torch.Tensor, want: torch.Tensor, loc: torch.Tensor) -> d
     return {"buffer_bytes_equal_fraction": float((got == want).double().mean()),
             "value_bytes_equal_fraction": float((gv == wv).double().mean()),
             "max_e4m3_steps": int(st.max()), "scales_equal_fraction": float((gs == ws).double().mean()),
+            "scales_max_fp32_ulps": int((gs.view(torch.int32).long() - ws.view(torch.int32).long()).abs().max()),
             "untouched_bytes_equal": bool(torch.equal(outside(got, loc, 132), outside(want, loc, 132)))}
 
 
@@ -192,15 +193,19 @@ def v4_store(ops: Ops, n: int, device: str, res) -> None:
         out[mode] = {"written": int(wloc.numel()), "niah_fp8_vs_sglang_fp8": fp8_agreement(n8, sgl8, wloc),
                      "niah_bf16_within_fp8_rounding_of_sglang_fp8_fraction": float(((r16 - deq).abs() <= tol)
                                                                                   .double().mean()),
+                     "niah_bf16_within_fp8_rounding_of_sglang_fp8_all": bool(((r16 - deq).abs() <= tol).all()),
                      "niah_bf16_untouched_rows_keep_poison": bool(torch.equal(outside(n16, wloc, 256),
                                                                               outside(poison, wloc, 256)))}
         f, o = out[mode]["niah_fp8_vs_sglang_fp8"], out[mode]
+        # V4's pre-quantisation values (RMSNorm, RoPE, 128-wide Hadamard) are summed in another order
+        # by niah's Triton kernel than by SGLang's warp kernel: a token's amax, and so its fp32
+        # scale, can differ in the last bits; the check bounds that (and the value bytes) instead
+        # of asking for equal scales.
         res.check(f"v4 {mode}: niah's fp8 rows byte-equal SGLang's fused_norm_rope_v2 or one e4m3 step, "
-                  "scales equal, skipped/other slots untouched",
-                  f["max_e4m3_steps"] <= 1 and f["scales_equal_fraction"] == 1.0 and f["untouched_bytes_equal"])
+                  "scales within 8 fp32 ulps, skipped/other slots untouched",
+                  f["max_e4m3_steps"] <= 1 and f["scales_max_fp32_ulps"] <= 8 and f["untouched_bytes_equal"])
         res.check(f"v4 {mode}: niah's bf16 rows within fp8 rounding of SGLang's dequantised fp8, others untouched",
-                  o["niah_bf16_within_fp8_rounding_of_sglang_fp8_fraction"] == 1.0
-                  and o["niah_bf16_untouched_rows_keep_poison"])
+                  o["niah_bf16_within_fp8_rounding_of_sglang_fp8_all"] and o["niah_bf16_untouched_rows_keep_poison"])
     res.put("v4_store", out)
 
 

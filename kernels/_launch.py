@@ -19,6 +19,12 @@ Pointers are passed to the launcher as integers (it then skips its per-tensor da
 call and driver pointer query; the wrappers check the device). The stream is looked up on
 every call (a CUDA graph captures on its own stream), through Triton's own lookup function,
 resolved once.
+`bind(grid, args, meta)` goes one step further for the wrappers' repeated calls (SGLang's
+eager decode calls the same shapes step after step): a `BoundLaunch` whose grid, scalar
+arguments and specialisation are fixed, called with the device and the tensor pointers
+only, straight into the compiled C launcher. The wrappers keep one per distinct shape key
+(`PlanCache`) and use it only when every pointer is 16-byte aligned (so any specialisation
+is valid for it) and `direct_ok()`.
 Falls back to kernel[grid], the one place it does: under TRITON_INTERPRET=1 (the kernel is
 an InterpretedFunction, there is no binary), with a Triton launch hook installed (a
 profiler), or inside `via_triton()` (for comparisons and benchmarks).
@@ -32,6 +38,7 @@ import torch
 
 _I32_MIN, _I32_MAX, _I64_MAX = -(2**31), 2**31 - 1, 2**63 - 1
 _FORCE_TRITON = False
+_RUNTIME_KNOBS = None  # triton.knobs.runtime, looked up at the first direct_ok()
 
 
 @contextlib.contextmanager
@@ -81,6 +88,54 @@ def specialize(args) -> tuple[tuple, list]:
             key.append(_other_spec(a))
             vals.append(a)
     return tuple(key), vals
+
+
+def direct_ok() -> bool:
+    """Whether direct launches may run now (not inside via_triton(), no Triton launch hook)."""
+    global _RUNTIME_KNOBS
+    if _FORCE_TRITON:
+        return False
+    rk = _RUNTIME_KNOBS
+    if rk is None:
+        from triton import knobs
+
+        rk = _RUNTIME_KNOBS = knobs.runtime
+    return not (getattr(rk.launch_enter_hook, "calls", rk.launch_enter_hook)
+                or getattr(rk.launch_exit_hook, "calls", rk.launch_exit_hook))
+
+
+class BoundLaunch:
+    """One compiled specialisation with its grid and scalar arguments fixed:
+    `bound(device_index, *pointers)` launches it with new tensor pointers (ints, the leading
+    runtime arguments in order) on the device's current stream."""
+
+    __slots__ = ("_launch", "_grid", "_function", "_flags", "_packed", "_tail", "_stream")
+
+    def __init__(self, c_launch, grid, function, flags, packed, tail, stream):
+        self._launch, self._grid, self._function = c_launch, grid, function
+        self._flags, self._packed, self._tail, self._stream = flags, packed, tail, stream
+
+    def __call__(self, device: int, *ptrs: int) -> None:
+        g = self._grid
+        self._launch(g[0], g[1], g[2], self._stream(device), self._function, self._flags[0], self._flags[1],
+                     None, None, self._packed, None, None, None, *ptrs, *self._tail)
+
+
+class PlanCache:
+    """Bound launches of one wrapper by shape key, at most `size` of them (oldest dropped)."""
+
+    def __init__(self, size: int = 256):
+        self.size, self.plans = size, {}
+
+    def get(self, key):
+        return self.plans.get(key)
+
+    def put(self, key, plan) -> None:
+        if plan is None or key in self.plans:
+            return
+        if len(self.plans) >= self.size:
+            self.plans.pop(next(iter(self.plans)))
+        self.plans[key] = plan
 
 
 class DirectLauncher:
@@ -145,3 +200,27 @@ class DirectLauncher:
         cvals = tuple(meta[name] for name in self.constexpr_names)
         self.cache[full_key] = (compiled.run, compiled.function, compiled.packed_metadata, cvals)
         self.misses += 1
+
+    def bind(self, grid, args, meta) -> BoundLaunch | None:
+        """The BoundLaunch of a call that already ran (its specialisation is cached), with
+        the leading tensor arguments left open; None where a direct launch cannot serve it
+        (interpreter, scratch memory, tensor descriptors, a tensor after a scalar)."""
+        if not self.compiled_mode or self._device is None:
+            return None
+        n_ptr = 0
+        while n_ptr < len(args) and isinstance(args[n_ptr], torch.Tensor):
+            n_ptr += 1
+        if any(isinstance(a, torch.Tensor) for a in args[n_ptr:]):
+            return None
+        key, vals = specialize(args)
+        entry = self.cache.get((self._device(), key, tuple(meta.items())))
+        if entry is None:
+            return None
+        run, function, packed, cvals = entry
+        c_launch = getattr(run, "launch", None)
+        if (c_launch is None or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)
+                or not callable(c_launch) or getattr(c_launch, "__name__", "") == "inner"):
+            return None
+        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        flags = (run.launch_cooperative_grid, run.launch_pdl)
+        return BoundLaunch(c_launch, g, function, flags, packed, (*vals[n_ptr:], *cvals), self._stream)

@@ -220,6 +220,38 @@ def test_gpu_a_new_specialisation_gets_its_own_entry():
     assert torch.equal(got, want[:, :1001])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+def test_gpu_bound_plan_serves_repeated_shapes_with_new_pointers(kind):
+    """After one checked call, a call with the same shapes goes through the bound plan (only
+    the pointers new): same logits as Triton's launcher on fresh copies of every input; a
+    misaligned pointer is not served by the plan and still gives the same logits."""
+    from niah.kernels.mqa_logits import wrapper as mw
+    from niah.kernels.paged_logits import wrapper as pw
+
+    paged = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
+    case = paged_case(kind, 2, 1, 64, 128, [1000, 130], 1024, seed=11)
+    with via_triton():
+        want = paged(*case[:4], case[4], None, 1024, clean_logits=True)
+    paged(*case[:4], case[4], None, 1024, clean_logits=True)
+    assert pw._PLANS.get(pw._plan_key(*case, 1024, True, kind == "fp8")) is not None
+    fresh = [t.clone() for t in case]
+    assert torch.equal(paged(*fresh[:4], fresh[4], None, 1024, clean_logits=True), want)
+    flat = torch.empty(case[0].numel() + 16, dtype=case[0].dtype, device=DEV)
+    q_odd = flat[1:1 + case[0].numel()].view(case[0].shape)
+    q_odd.copy_(case[0])
+    assert torch.equal(paged(q_odd, *case[1:4], case[4], None, 1024, clean_logits=True), want)
+
+    fq, fk, fsf, fw, fks, fke = prefill_case(kind, 64, [40, 9], [300, 20])
+    with via_triton():
+        want = prefill_run(kind, fq, fk, fsf, fw, fks, fke, clean_logits=True)
+    prefill_run(kind, fq, fk, fsf, fw, fks, fke, clean_logits=True)
+    assert len(mw._PLANS.plans) > 0
+    fresh = [None if t is None else t.clone() for t in (fq, fk, fsf, fw, fks, fke)]
+    assert torch.equal(prefill_run(kind, *fresh, clean_logits=True), want)
+
+
 def test_bench_host_smoke_runs_end_to_end(tmp_path):
     """The H200 benchmark's --smoke form (CPU, interpreter): every case runs, the DeepGEMM branch
     on its labelled stand-in, direct equals kernel[grid], the JSON is complete."""
