@@ -117,8 +117,9 @@ def decode_case(dev, kind, ctx_len, heads):
     niah = lambda clean=False, n=ctx_len: fn(q, kv, w, ctx, bt, None, n, clean_logits=clean)  # noqa: E731
 
     def deepgemm(dg):  # the fp8 inputs only: DeepGEMM has no bf16-key kernel
-        meta = dg.get_paged_mqa_logits_metadata(ctx, 64, dg.get_num_sms())
-        return lambda: dg.fp8_paged_mqa_logits(q, kv, w, ctx, bt, meta, ctx_len, clean_logits=False)
+        ctx2 = ctx.view(-1, 1)  # DeepGEMM takes context_lens [B, next_n] (SGLang passes the 2-D form)
+        meta = dg.get_paged_mqa_logits_metadata(ctx2, 64, dg.get_num_sms())
+        return lambda: dg.fp8_paged_mqa_logits(q, kv, w, ctx2, bt, meta, ctx_len, clean_logits=False)
     return niah, deepgemm if kind == "fp8" else None
 
 
