@@ -53,6 +53,9 @@ def verdict(attestation: dict | None, label: dict) -> tuple[bool, str]:
     got = attestation.get("index_dtype")
     if want and got and want != got:
         return False, f"labelled index_dtype {want} but the server ran {got}"
+    rotation = rotation_contradiction(attestation, label)
+    if rotation:
+        return False, rotation
     kernels = label.get("kernels")
     if kernels and attestation.get("kernels") and kernels != attestation["kernels"]:
         return False, f"labelled kernels {kernels} but the server ran {attestation['kernels']}"
@@ -65,6 +68,20 @@ def verdict(attestation: dict | None, label: dict) -> tuple[bool, str]:
         return False, "bf16 configured but no bf16 key was stored"
     ran = ", ".join(f"{k} {v}" for k, v in counts.items()) or "no indexer calls"
     return True, ran
+
+
+def rotation_contradiction(attestation: dict, label: dict) -> str | None:
+    """Why the server's index rotation contradicts the label's `index_rotation`, or None.
+    The server states it as the fact `rotation` (attest.set_facts); a label that asks for
+    a rotation from a server that states none is a contradiction too (fail closed), a
+    label that says nothing is not checked (as for index_dtype)."""
+    want = label.get("index_rotation")
+    got = (attestation.get("facts") or {}).get("rotation")
+    if want is None or got == want:
+        return None
+    if got is None:
+        return None if want == "none" else f"labelled index_rotation {want} but the server reports no rotation"
+    return f"labelled index_rotation {want} but the server ran rotation {got}"
 
 
 def record_from_server(out, name: str, label: dict, endpoint: str) -> tuple[bool, str] | None:
