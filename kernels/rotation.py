@@ -11,6 +11,9 @@ the other channels keep few bits; rotated, every channel is a mix of all of them
 SGLang 0.5.23's fused V3.2 writers store keys without it (rotation "none"); V4's rotates
 (docs/embedded-server.md, "Rotation").
 
+(kernels/v4_store/reference.py computes the same transform for V4's 128-wide keys by
+butterflies, in its kernel's exact operation order.)
+
 Torch is imported inside the functions: the matrix loader and the CLI read ROTATIONS
 without it.
 """
