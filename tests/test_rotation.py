@@ -260,6 +260,11 @@ def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path):
     bf = res[("bf16-k64", "fp8-hadamard-k64")]
     assert bf.fidelity.lower == 12 and bf.rank.deeper == 12 and bf.rank.ratio == pytest.approx(1.2)
     assert bf.answers.losses == bf.answers.wins == 0 and bf.answers.n_a == 12
+    from niah.commands.report import rank_section          # `niah compare --a fp8-k64 --b fp8-hadamard-k64`
+
+    text = rank_section(df[df["config"] == "fp8-k64"], df[df["config"] == "fp8-hadamard-k64"], "fp8-k64",
+                        "fp8-hadamard-k64", 0.05)
+    assert "paired: fp8-k64 0.954, fp8-hadamard-k64 0.974; B lower in 0, higher in 12 of 12 pairs" in text
     summary = render_report(run).summary.read_text()
     assert "## Same top-k, paired: fidelity and needle rank / k" in summary
     assert "| 64 | `fp8-k64` → `fp8-hadamard-k64` | 0.954 / 0.974 | lower in 0, higher in 12 of 12;" in summary
