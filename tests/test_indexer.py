@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.report_runs import make_run
+from report_runs import make_run
 
 
 # -- the probe of one query row ------------------------------------------------------------
