@@ -227,7 +227,7 @@ def test_matrix_names_the_axis_and_changes_one_flag():
     assert d["argv"] == ["(nothing) -> --index-rotation hadamard"]
 
 
-def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path):
+def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path, capsys):
     from report_runs import make_run
 
     from niah.indexer import config_topk
@@ -265,6 +265,12 @@ def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path):
     text = rank_section(df[df["config"] == "fp8-k64"], df[df["config"] == "fp8-hadamard-k64"], "fp8-k64",
                         "fp8-hadamard-k64", 0.05)
     assert "paired: fp8-k64 0.954, fp8-hadamard-k64 0.974; B lower in 0, higher in 12 of 12 pairs" in text
+    from niah.demo import print_findings                   # what `make demo` prints: the same numbers
+
+    print_findings(run)
+    printed = capsys.readouterr().out
+    assert ("top-k 64: fp8-k64 -> fp8-hadamard-k64 (12 pairs): fidelity 0.954 / 0.974 (lower in 0, higher in 12 of "
+            "12;") in printed and "top-k 64: bf16-k64 -> fp8-hadamard-k64 (12 pairs)" in printed
     summary = render_report(run).summary.read_text()
     assert "## Same top-k, paired: fidelity and needle rank / k" in summary
     assert "| 64 | `fp8-k64` → `fp8-hadamard-k64` | 0.954 / 0.974 | lower in 0, higher in 12 of 12;" in summary
