@@ -28,7 +28,7 @@ from __future__ import annotations
 from niah.attestation import INVALID, UNATTESTED, VALID, add_calls
 
 LAUNCHED = ("sglang", "embedded")  # niah launches them: they must prove their label
-LABEL_KEYS = ("attention", "index_dtype", "kernels", "index_topk", "window")
+LABEL_KEYS = ("attention", "index_dtype", "kernels", "index_rotation", "index_topk", "window")
 BF16_POOL_BYTES = {256: "DeepSeek-V3.2", 264: "DeepSeek-V4"}  # serving/sglang bf16_cache, v4
 KEY_PATHS = ("store", "prefill_logits", "decode_logits")
 READ_PATHS = ("decode_logits", "prefill_logits")
@@ -157,6 +157,8 @@ def _reports(a: dict, key: str):
         return a.get(key)
     if key == "attention":
         return facts.get("attention") or ("dsa" if a.get("index_dtype") else None)
+    if key == "index_rotation":  # stated as the fact `rotation` (attest.set_facts)
+        return facts.get("rotation")
     return facts.get(key)
 
 
@@ -186,10 +188,11 @@ def _attested(A0: dict, A1: dict, label: dict) -> tuple[str, str]:
         return INVALID, f"the server's arm changed during the sweep ({'/'.join(map(str, arm0))} -> {'/'.join(map(str, arm1))})"
     dense = label.get("attention") == "dense"
     for key, want in label.items():
-        if dense and key in ("index_dtype", "index_topk", "window", "kernels"):
+        if dense and key in ("index_dtype", "index_rotation", "index_topk", "window", "kernels"):
             continue
         got = _reports(A1, key)
-        if key in ("index_dtype", "kernels", "attention") and got is None:
+        if got is None and (key in ("index_dtype", "kernels", "attention")
+                            or (key == "index_rotation" and want != "none")):
             return INVALID, f"labelled {key} {want} but its server attests none"
         if got is not None and got != want:
             return INVALID, f"labelled {key} {want} but the server ran {got}"

@@ -20,13 +20,15 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from niah.errors import BadInput
 
 KINDS = ("prose", "book", "noise", "needles")
 _FILES = {"prose": "corpus/haystack.txt", "book": "corpus/pride-and-prejudice.txt"}
+# The bundled texts, found beside this module (not through `import niah`: run from the
+# folder above a checkout named "niah", that name is the checkout, a namespace package).
+PACKAGE_DIR = Path(__file__).resolve().parent
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NOISE_REPEATS = 12_000  # about 240K tokens
 NEEDLE_FACTS = 12_000  # about 200K tokens
@@ -65,7 +67,7 @@ def check_kind(kind: str) -> None:
 
 def _raw(kind: str, value_kind: str) -> str:
     if kind in _FILES:
-        return resources.files("niah").joinpath(_FILES[kind]).read_text(encoding="utf-8")
+        return (PACKAGE_DIR / _FILES[kind]).read_text(encoding="utf-8")
     if kind == "noise":
         return "\n".join(NOISE for _ in range(NOISE_REPEATS))
     if kind == "needles":

@@ -16,10 +16,9 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
-from importlib import resources
 
 from niah.errors import BadInput
-from niah.haystacks import Corpus, load_haystack
+from niah.haystacks import PACKAGE_DIR, Corpus, load_haystack
 from niah.needles import Needle, NeedleKind
 from niah.tokenize import Tokenizer
 
@@ -37,7 +36,7 @@ def load_corpus() -> Corpus:
 
 def corpus_info() -> dict:
     """Which filler text prompts are cut from (for the manifest)."""
-    raw = resources.files("niah").joinpath("corpus/haystack.txt").read_bytes()
+    raw = (PACKAGE_DIR / "corpus" / "haystack.txt").read_bytes()
     return {"file": "niah/corpus/haystack.txt", "sha256": hashlib.sha256(raw).hexdigest(), "chars": len(raw)}
 
 

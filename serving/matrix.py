@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from niah.errors import BadInput
+from niah.kernels.rotation import ROTATIONS
 
 ENGINES = ("embedded", "sglang", "external", "command")
 HOST = "127.0.0.1"  # launched servers listen on loopback only
@@ -95,6 +96,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         **_COMMON,
         "attention": _choice("dense", "dsa"),
         "index_dtype": _choice("fp8", "bf16", "fp32"),
+        "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
         "window": _int_range(0),
         "python": _string,
@@ -117,6 +119,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "model": _string,
         "attention": _string,
         "index_dtype": _string,
+        "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
         "window": _int_range(0),
         "tp": _int_range(1),
@@ -127,6 +130,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "api_key_env": _string,
         "attention": _choice("dense", "dsa"),
         "index_dtype": _choice("fp8", "bf16", "fp32"),
+        "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
     },
 }
@@ -135,6 +139,7 @@ REQUIRED = {"sglang": ("model_path",), "external": ("endpoint",), "embedded": ()
 # Keys that may be crossed in [axes], and how each shows in a configuration's name.
 AXIS_NAMES: dict[str, Callable[[Any], str]] = {
     "index_dtype": lambda v: f"{v}",
+    "index_rotation": lambda v: "norot" if v == "none" else f"{v}",
     "kernels": lambda v: f"{v}",
     "index_topk": lambda v: f"k{v}",
     "attention": lambda v: f"{v}",
@@ -143,6 +148,9 @@ AXIS_NAMES: dict[str, Callable[[Any], str]] = {
 }
 # Keys recorded as a configuration's `axes` in the manifest when it sets them itself.
 AXIS_KEYS = tuple(AXIS_NAMES)
+# What a server runs for an axis key its configuration leaves unset (so a `[[config]]`
+# with index_rotation = "hadamard" pairs with the [axes] arm it rotates; comparable_axes).
+AXIS_DEFAULTS: dict[str, Any] = {"index_rotation": "none"}
 # Default health checks, tried in order on each poll (404 = not served, try the next).
 HEALTH_PATHS = {
     "sglang": ("/health_generate", "/health", "/v1/models"),
@@ -156,6 +164,7 @@ _RESERVED_FLAGS = {
     "--json-model-override-args": "use index_topk", "--niah-index-dtype": "use index_dtype",
     "--attention": "use attention", "--index-dtype": "use index_dtype",
     "--index-topk": "use index_topk", "--window": "use window", "--niah-kernels": "use kernels",
+    "--index-rotation": "use index_rotation",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -197,6 +206,23 @@ class Matrix:
 
     def names(self) -> list[str]:
         return [c.name for c in self.configs]
+
+
+def comparable_axes(a: dict[str, Any], b: dict[str, Any], settings_a: dict[str, Any] | None = None,
+                    settings_b: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two configurations' axes, each completed with the axis keys only the other one has:
+    the value from its own settings (a top-level default of the file), else AXIS_DEFAULTS.
+    A key neither gives stays missing (the two are then not one axis apart)."""
+    def complete(axes: dict[str, Any], other: dict[str, Any], settings: dict[str, Any] | None) -> dict[str, Any]:
+        out = dict(axes)
+        for k in other:
+            if k not in out and k in (settings or {}):
+                out[k] = settings[k]
+            elif k not in out and k in AXIS_DEFAULTS:
+                out[k] = AXIS_DEFAULTS[k]
+        return out
+
+    return complete(a, b, settings_a), complete(b, a, settings_b)
 
 
 def _env_str(v: Any) -> str:

@@ -20,6 +20,7 @@ from niah.serving.matrix import (
     HOST,
     PORT_PLACEHOLDER,
     AXIS_KEYS,
+    comparable_axes,
     load_matrix,
     PLACEHOLDER_RE,
 )
@@ -33,7 +34,7 @@ def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dic
     s = cfg.settings
     argv = [s.get("python", sys.executable), "-m", "niah", "serve"]
     for key, flag in (("attention", "--attention"), ("index_dtype", "--index-dtype"),
-                      ("index_topk", "--index-topk"), ("window", "--window")):
+                      ("index_rotation", "--index-rotation"), ("index_topk", "--index-topk"), ("window", "--window")):
         if key in s:
             argv += [flag, str(s[key])]
     argv += ["--host", HOST, "--port", str(port), *s.get("args", [])]
@@ -192,9 +193,10 @@ def axis_differences(matrix: Matrix) -> list[dict[str, Any]]:
     out = []
     for i, a in enumerate(launched):
         for b in launched[i + 1:]:
-            if set(a.axes) != set(b.axes):
+            axes_a, axes_b = comparable_axes(a.axes, b.axes, a.settings, b.settings)
+            if set(axes_a) != set(axes_b):
                 continue
-            diff = [k for k in a.axes if a.axes[k] != b.axes[k]]
+            diff = [k for k in axes_a if axes_a[k] != axes_b[k]]
             if len(diff) != 1:
                 continue
             out.append({"axis": diff[0], "a": a.name, "b": b.name, **command_difference(built[a.name], built[b.name])})

@@ -192,7 +192,8 @@ def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
                 t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
             for n in names:
                 defs.setdefault(n, []).append(str(f.relative_to(ROOT)))
-    for name in ("run_matrix", "trials_frame", "check_spec", "INDEX_DTYPES", "error_record", "length_tolerance"):
+    for name in ("run_matrix", "trials_frame", "check_spec", "INDEX_DTYPES", "ROTATIONS", "error_record",
+                 "length_tolerance", "comparable_axes"):
         assert len(defs.get(name, [])) == 1, (name, defs.get(name))
     src = (ROOT / "serving" / "matrix_run.py").read_text()
     for internal in ("prepare_target", "run_target", "record_config", "start_run"):

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.report_runs import make_run
+from report_runs import make_run
 
 
 # -- the probe of one query row ------------------------------------------------------------
@@ -163,6 +163,7 @@ def test_matrix_topks_feed_lengths_auto():
     from niah.indexer import auto_lengths, matrix_topks
 
     topks, context = matrix_topks(demo_matrix(), context_too=True)
-    assert topks == {"dense": None, "fp8-k64": 64, "fp8-k512": 512, "bf16-k64": 64, "bf16-k512": 512}
+    assert topks == {"dense": None, "fp8-k64": 64, "fp8-k512": 512, "bf16-k64": 64, "bf16-k512": 512,
+                     "fp8-hadamard-k64": 64}
     assert context == 8192
     assert auto_lengths([k for k in topks.values() if k], context, 24) == [128, 256, 512, 1024, 2048, 4096]

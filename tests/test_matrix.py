@@ -73,10 +73,12 @@ def test_examples_expand_as_their_comments_say():
     assert sg.names() == SGLANG_ARMS
     assert {c.settings["model_path"] for c in sg.configs} == {"deepseek-ai/DeepSeek-V3.2"}
     demo = load_matrix(EXAMPLES / "demo.toml")
-    assert demo.names()[0] == "dense"
-    assert {(c.axes.get("index_dtype"), c.axes.get("index_topk")) for c in demo.configs[1:]} == {
+    assert demo.names()[0] == "dense" and demo.names()[-1] == "fp8-hadamard-k64"
+    assert {(c.axes.get("index_dtype"), c.axes.get("index_topk")) for c in demo.configs[1:-1]} == {
         (d, k) for d in ("fp8", "bf16") for k in (64, 512)
     }
+    assert {c.name: c.settings["index_rotation"] for c in demo.configs[1:]} == {
+        **{f"{d}-k{k}": "none" for d in ("fp8", "bf16") for k in (64, 512)}, "fp8-hadamard-k64": "hadamard"}
 
 
 # -- errors name the line ----------------------------------------------------------------------
@@ -231,7 +233,8 @@ def test_every_example_matrix_changes_one_thing_per_axis(example):
     from niah.serving.matrix import axis_differences
 
     flag = {"index_dtype": ("--index-dtype", "--niah-index-dtype", "--niah-kernels"),
-            "index_topk": ("--index-topk", "--json-model-override-args"), "kernels": ("--niah-kernels",)}
+            "index_topk": ("--index-topk", "--json-model-override-args"), "kernels": ("--niah-kernels",),
+            "index_rotation": ("--index-rotation",)}
     diffs = axis_differences(load_matrix(EXAMPLES / example))
     assert diffs
     for d in diffs:

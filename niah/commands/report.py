@@ -63,17 +63,21 @@ def config_order(manifest: dict, frame) -> list[str]:
 
 def rank_section(da, db, name_a: str, name_b: str, alpha: float) -> str:
     """The paired needle-rank comparison (niah/report/ranks.py) as Markdown."""
-    from niah.report.ranks import rank_compare, rank_markdown
+    from niah.report.ranks import fidelity_row, rank_compare, rank_markdown, rank_pairs
 
     rows = rank_compare(da, db, alpha)
     head = "\n## Needle rank / k (indexer): does B's needle sit deeper than A's?\n\n"
     if not any(r.n for r in rows):
         return head + ("No pair has a needle rank on both sides (no indexer probe, or no prompt longer "
                        "than k).\n")
+    f = fidelity_row(rank_pairs(da, db))
+    fid = ("" if not f.n else
+           f"\nFidelity (top-k overlap with exact fp32 keys), paired: {name_a} {f.mean_a:.3f}, {name_b} {f.mean_b:.3f}; "
+           f"B lower in {f.lower}, higher in {f.higher} of {f.n} pairs; Wilcoxon p = {f.p:.2g}, r = {f.r:+.2f}.\n")
     return head + ("Per trial: geometric mean over layers and probed steps of the worst needle-value token's rank / k "
                    "(> 1: below the cut). Paired on identical prompts; Wilcoxon signed-rank on log2(rank_B / rank_A) "
                    f"decides at alpha = {alpha:g}; sign test shown; r = rank-biserial (> 0: B deeper).\n\n"
-                   + rank_markdown(rows, name_a, name_b))
+                   + rank_markdown(rows, name_a, name_b) + fid)
 
 
 @app.command("compare")

@@ -11,6 +11,10 @@ from niah.cli import app
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
     index_dtype: str = typer.Option("fp8", "--index-dtype", help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32."),
+    index_rotation: str = typer.Option(
+        "none", "--index-rotation",
+        help="none (SGLang's fused V3.2 path) or hadamard (DeepSeek's reference: index query and keys "
+             "rotated by the normalised Hadamard transform before the key store quantises)."),
     index_topk: int = typer.Option(512, "--index-topk", help="Keys each query keeps (DSA)."),
     window: int = typer.Option(0, help="The last W tokens are always kept too (DSA)."),
     query_chunk: int = typer.Option(512, "--query-chunk", help="Queries scored at once (bounds memory)."),
@@ -21,11 +25,14 @@ def serve(
 ) -> None:
     """Serve SmolLM2-135M-Instruct on the CPU, OpenAI-compatible, with dense or DSA attention."""
     from niah.errors import BadInput
+    from niah.kernels.rotation import ROTATIONS
 
     if attention not in ("dense", "dsa"):
         raise BadInput(f"--attention must be dense or dsa, not {attention!r}")
     if index_dtype not in ("fp8", "bf16", "fp32"):
         raise BadInput(f"--index-dtype must be fp8, bf16 or fp32, not {index_dtype!r}")
+    if index_rotation not in ROTATIONS:
+        raise BadInput(f"--index-rotation must be {' or '.join(ROTATIONS)}, not {index_rotation!r}")
     if index_topk < 1:
         raise BadInput("--index-topk must be >= 1")
     if window < 0:
@@ -42,5 +49,5 @@ def serve(
     from niah.serving.embedded.weights import gguf_path
 
     gguf_path()   # a clear error before anything heavy when the weights are missing
-    run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads),
+    run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads, index_rotation),
         host=host, port=port, log_level=log_level)

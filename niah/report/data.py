@@ -7,7 +7,7 @@ miss. A cell whose trials all errored has no recall (NaN) and is drawn as an out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,7 @@ class ConfigInfo:
     model: str
     axes: dict[str, Any]
     dense: bool
+    settings: dict[str, Any] = field(default_factory=dict)  # the matrix settings (manifest)
 
 
 def _is_dense(name: str, axes: dict[str, Any]) -> bool:
@@ -136,7 +137,7 @@ def config_infos(manifest: dict[str, Any], df) -> dict[str, ConfigInfo]:
         if not model and len(df):
             models = df.loc[df["config"] == name, "model"].dropna()
             model = models.iloc[0] if len(models) else None
-        out[name] = ConfigInfo(name, str(model or "?"), axes, _is_dense(name, axes))
+        out[name] = ConfigInfo(name, str(model or "?"), axes, _is_dense(name, axes), dict(meta.get("settings") or {}))
     return out
 
 
@@ -144,7 +145,11 @@ def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
     """(A, B, label) for every pair of configurations that differ in exactly one axis
     (same axis names, one value different), plus every sparse configuration against a
     dense control. A is the smaller numeric value, else the one listed first; the dense
-    control is always A. The label says what changes ("index_dtype: fp8 -> bf16 @ index_topk=1024")."""
+    control is always A. The label says what changes ("index_dtype: fp8 -> bf16 @ index_topk=1024").
+    An axis key only one side sets is completed on the other from its settings or the
+    axis default (niah.serving.matrix.comparable_axes: index_rotation "none")."""
+    from niah.serving.matrix import comparable_axes
+
     names = list(infos)
     pairs: list[tuple[str, str, str]] = []
     for i, a in enumerate(names):
@@ -156,17 +161,18 @@ def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
                 dense, sparse = (ia, ib) if ia.dense else (ib, ia)
                 pairs.append((dense.name, sparse.name, f"dense control -> {sparse.name}"))
                 continue
-            if not ia.axes or set(ia.axes) != set(ib.axes):
+            axes_a, axes_b = comparable_axes(ia.axes, ib.axes, ia.settings, ib.settings)
+            if not axes_a or set(axes_a) != set(axes_b):
                 continue
-            diff = [k for k in ia.axes if ia.axes[k] != ib.axes[k]]
+            diff = [k for k in axes_a if axes_a[k] != axes_b[k]]
             if len(diff) != 1:
                 continue
             k = diff[0]
-            va, vb = ia.axes[k], ib.axes[k]
+            va, vb = axes_a[k], axes_b[k]
             both_num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
             if both_num and va > vb:
-                ia, ib, va, vb = ib, ia, vb, va
-            fixed = ", ".join(f"{kk}={ia.axes[kk]}" for kk in ia.axes if kk != k)
+                ia, ib, va, vb, axes_a = ib, ia, vb, va, axes_b
+            fixed = ", ".join(f"{kk}={axes_a[kk]}" for kk in axes_a if kk != k)
             pairs.append((ia.name, ib.name, f"{k}: {va} -> {vb}" + (f" @ {fixed}" if fixed else "")))
     return pairs
 

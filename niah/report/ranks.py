@@ -8,6 +8,10 @@ Per pair d = log2(rank_B / rank_A) (> 0: B's needle is deeper). Tests, two-sided
 Wilcoxon's signed-rank test on d (decides) and the exact sign test (shown). Effect size:
 the median ratio rank_B / rank_A over pairs, and the matched-pairs rank-biserial r.
 A regression: median ratio > 1 + tolerance, p < alpha, and B deeper (r > 0).
+
+Fidelity (`indexer.fidelity`: the top-k overlap with the top-k exact fp32 keys give for the
+same query) pairs the same way: per pair d = fidelity_B - fidelity_A, Wilcoxon's test on d,
+and how many pairs it is lower / higher in B (`fidelity_row`).
 """
 
 from __future__ import annotations
@@ -48,21 +52,21 @@ class RankRow:
 
 
 def rank_pairs(a, b):
-    """Answered pairs of trials: DataFrame length, depth, rank_a, rank_b (NaN where that
-    side had no selection or no probe), correct_a, correct_b, outcome_a, outcome_b."""
-    cols = ["length", "depth", "trial", "seed", "prompt_sha256", "idx_rank_worst", "correct", "outcome"]
+    """Answered pairs of trials: DataFrame length, depth, rank_a, rank_b, fid_a, fid_b (NaN
+    where that side had no selection or no probe), correct_a, correct_b, outcome_a, outcome_b."""
+    side = ["idx_rank_worst", "idx_fidelity", "correct", "outcome"]
+    cols = ["length", "depth", "trial", "seed", "prompt_sha256", *side]
     a, b = a[cols], b[cols]
     ha, hb = a.dropna(subset=["prompt_sha256"]), b.dropna(subset=["prompt_sha256"])
     m = ha.drop_duplicates("prompt_sha256").merge(
-        hb.drop_duplicates("prompt_sha256")[["prompt_sha256", "idx_rank_worst", "correct", "outcome"]],
-        on="prompt_sha256", suffixes=("_a", "_b"))
+        hb.drop_duplicates("prompt_sha256")[["prompt_sha256", *side]], on="prompt_sha256", suffixes=("_a", "_b"))
     if not len(m):
         fa, fb = a.dropna(subset=["seed"]), b.dropna(subset=["seed"])
         m = fa.drop_duplicates(PAIR_FALLBACK).merge(
-            fb.drop_duplicates(PAIR_FALLBACK)[[*PAIR_FALLBACK, "idx_rank_worst", "correct", "outcome"]],
-            on=PAIR_FALLBACK, suffixes=("_a", "_b"))
+            fb.drop_duplicates(PAIR_FALLBACK)[[*PAIR_FALLBACK, *side]], on=PAIR_FALLBACK, suffixes=("_a", "_b"))
     m = m[(m["outcome_a"] != "error") & (m["outcome_b"] != "error")]
-    m = m.rename(columns={"idx_rank_worst_a": "rank_a", "idx_rank_worst_b": "rank_b"})
+    m = m.rename(columns={"idx_rank_worst_a": "rank_a", "idx_rank_worst_b": "rank_b",
+                          "idx_fidelity_a": "fid_a", "idx_fidelity_b": "fid_b"})
     return m.reset_index(drop=True)
 
 
@@ -94,6 +98,30 @@ def rank_compare(a, b, alpha: float = 0.05, overall: bool = True) -> list[RankRo
     if overall:
         rows.append(rank_row(ALL, pairs, alpha))
     return rows
+
+
+@dataclass
+class FidelityRow:
+    n: int  # pairs with a fidelity on both sides
+    mean_a: float
+    mean_b: float
+    lower: int  # pairs where B's fidelity is lower than A's
+    higher: int
+    p: float  # Wilcoxon signed-rank on fidelity_B - fidelity_A, two-sided
+    r: float  # rank-biserial correlation (> 0: B higher)
+
+
+def fidelity_row(pairs) -> FidelityRow:
+    """The paired fidelity comparison of B against A over rank_pairs' pairs."""
+    both = pairs.dropna(subset=["fid_a", "fid_b"])
+    fa, fb = [float(x) for x in both["fid_a"]], [float(x) for x in both["fid_b"]]
+    n = len(fa)
+    if n == 0:
+        nan = float("nan")
+        return FidelityRow(0, nan, nan, 0, 0, nan, nan)
+    d = [y - x for x, y in zip(fa, fb)]
+    w = wilcoxon_signed_rank(d)
+    return FidelityRow(n, sum(fa) / n, sum(fb) / n, sum(x < 0 for x in d), sum(x > 0 for x in d), w.p, w.r)
 
 
 def rank_is_regression(row: RankRow, tolerance: float) -> bool:

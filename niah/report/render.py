@@ -25,7 +25,7 @@ def _slug(name: str) -> str:
 def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
     """Render RUN's heatmaps, grid, difference heatmaps, recall curves and summary.md."""
     from niah.indexer import config_topk, read_details
-    from niah.report import curves, heatmaps, indexer_plots, summary
+    from niah.report import curves, heatmaps, indexer_pairs, indexer_plots, summary
     from niah.report.compare import ALL, compare
     from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
     from niah.report.style import save
@@ -66,6 +66,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
         keep("indexer", save(indexer_plots.indexer_figure(idx, layers, infos, lengths), out / "indexer", svg))
     topks = {n: config_topk((manifest.get("configs") or {}).get(n)) for n in infos}
     sections = (summary.indexer_section(idx, infos, lengths, topks, layers, rel.get("indexer")),
+                indexer_pairs.markdown(indexer_pairs.indexer_pairs(df, indexer_pairs.same_k_pairs(df, infos, topks),
+                                                                   alpha)),
                 summary.control_section(split_controls(records)[1], infos))
 
     diffs = []

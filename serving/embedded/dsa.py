@@ -16,6 +16,14 @@ exists in this model; a uniform positive scale does not change the top-k). One s
 per token, shared by all heads, as in DSA. The index query stays fp32 (only the stored key
 is quantised, which is the mechanism under study).
 
+Rotation (`rotation="hadamard"`, DeepSeek's reference indexer): the index query and the
+key are multiplied by the normalised Hadamard matrix of the head dimension before the
+key store's quantisation (niah.kernels.rotation), so the index cache holds rotated
+keys and each chunk's index query is rotated once. q.k is unchanged in exact
+arithmetic; only what fp8 rounding loses changes. "none" (the default) is what SGLang
+0.5.23's fused V3.2 path serves. The probe's exact reference is the same for every arm:
+the unrotated query against the unrotated fp32 keys of the KV cache.
+
 Selection: the top-K causal keys by I (all of them while the context p+1 <= K, as SGLang
 does), plus the last W positions when W > 0. The main attention then reads only the kept
 keys: an additive mask per query chunk fed to SDPA (rows 128 at a time; when their kept
@@ -33,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from niah.kernels.quant import INDEX_DTYPES, store_roundtrip
+from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats
 from niah.serving.sglang import attest
@@ -55,14 +64,17 @@ class DSA:
     name = "dsa"
 
     def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512,
-                 dense_when_short: bool = True, sub: int = 128):
+                 dense_when_short: bool = True, sub: int = 128, rotation: str = "none"):
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
+        if rotation not in ROTATIONS:
+            raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
         if topk < 1 or window < 0 or chunk < 1:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
+        self.rotation = rotation
         attest.configure(index_dtype, "torch")
-        attest.set_facts(attention="dsa", index_topk=topk, window=window)
+        attest.set_facts(attention="dsa", index_topk=topk, window=window, rotation=rotation)
         self._raw = self._tile = self._sum = self._mask = None
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).
@@ -71,11 +83,16 @@ class DSA:
 
     # -- the index-key cache ------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
-        """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back."""
+        """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back
+        (rotated first when the rotation is "hadamard")."""
         T = k.shape[2]
         attest.record("store", self.index_dtype, "niah.store_roundtrip")
         attest.set_pool_bytes(k.shape[1] * KEY_BYTES[self.index_dtype](k.shape[3]))
-        cache.idx_k[:, start:start + T] = store_roundtrip(k[0], self.index_dtype)
+        cache.idx_k[:, start:start + T] = store_roundtrip(rotate(k[0], self.rotation), self.index_dtype)
+
+    def index_query(self, q: torch.Tensor) -> torch.Tensor:
+        """q: [1, H, C, D] post-RoPE -> the index query (rotated like the stored keys), fp32."""
+        return rotate(q, self.rotation) if self.rotation != "none" else q
 
     # -- the indexer --------------------------------------------------------------------
     def _buffers(self, C: int, S: int, Hkv: int, G: int) -> tuple[torch.Tensor, ...]:
@@ -175,7 +192,7 @@ class DSA:
             Sc = start + c1                                         # keys visible to this chunk
             qc = q[:, :, c0:c1]                                     # [1, H, C, D]
             bufs = self._buffers(c1 - c0, Sc, Hkv, H // Hkv)
-            mask = self.keep_mask(qc, cache.idx_k[:, :Sc], start + c0, bufs)   # [C, Sc]
+            mask = self.keep_mask(self.index_query(qc), cache.idx_k[:, :Sc], start + c0, bufs)   # [C, Sc]
             if needle is not None and c1 == T:                      # the last prompt token's row
                 a, b = needle
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
@@ -187,11 +204,17 @@ class DSA:
 
     def _probe(self, probe, q_row: torch.Tensor, cache: LayerCache, scores: torch.Tensor, kept: torch.Tensor) -> None:
         """Record where the needle's value ranks for one query row (the chunk's last):
-        scores/kept [S] as the selection saw them; exact-key scores computed here from the
-        fp32 keys (cache.k, never stored), one row only."""
+        scores/kept [S] as the selection saw them; exact-key scores from exact_scores."""
         S = scores.shape[0]
-        exact = self.index_scores(q_row, cache.k[0, :, :S])[0]
-        probe.record(cache.layer_id, S - 1, S, row_stats(scores, kept, exact, self.topk, probe.span))
+        probe.record(cache.layer_id, S - 1, S, row_stats(scores, kept, self.exact_scores(q_row, cache, S),
+                                                         self.topk, probe.span))
+
+    def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
+        """The fidelity reference of one query row q_row [1, H, 1, D] (post-RoPE, NOT
+        rotated) over its S causal keys: index scores against the fp32 keys of the KV
+        cache (cache.k, never stored or rotated) -> [S]. The same for every index dtype
+        and rotation (rotating both sides would change it by fp32 rounding only)."""
+        return self.index_scores(q_row, cache.k[0, :, :S])[0]
 
     def _attend(self, qc: torch.Tensor, cache: LayerCache, mask: torch.Tensor, out: torch.Tensor) -> None:
         """Attention of qc [1, H, C, D] over the kept keys (mask [C, Sc], additive) -> out.
@@ -220,5 +243,5 @@ class DSA:
             out[:, :, r0:r1] = o
 
     def describe(self) -> dict:
-        return {"attention": "dsa", "index_dtype": self.index_dtype, "index_topk": self.topk,
-                "window": self.window, "query_chunk": self.chunk}
+        return {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
+                "index_topk": self.topk, "window": self.window, "query_chunk": self.chunk}

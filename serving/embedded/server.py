@@ -49,12 +49,13 @@ class ServeConfig:
     window: int = 0
     query_chunk: int = 512
     threads: int = 2
+    index_rotation: str = "none"
 
     def describe(self) -> dict:
         d = {"attention": self.attention}
         if self.attention == "dsa":
-            d.update(index_dtype=self.index_dtype, index_topk=self.index_topk, window=self.window,
-                     query_chunk=self.query_chunk)
+            d.update(index_dtype=self.index_dtype, index_rotation=self.index_rotation, index_topk=self.index_topk,
+                     window=self.window, query_chunk=self.query_chunk)
         return d
 
 
@@ -72,8 +73,8 @@ class Engine:
         t0 = time.perf_counter()
         loaded = weights.load()
         self.model = Transformer.from_loaded(loaded)
-        self.model.set_attention(DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk)
-                                 if cfg.attention == "dsa" else None)
+        self.model.set_attention(DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk,
+                                     rotation=cfg.index_rotation) if cfg.attention == "dsa" else None)
         if cfg.attention != "dsa":  # attested too: /server_info says no indexer ran
             from niah.serving.sglang import attest
 
