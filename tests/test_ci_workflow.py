@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import socket
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -62,13 +63,17 @@ def _running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def _base_env() -> dict:
+    """This environment, `niah` first on PATH (what the install step gives), no runner variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def _run(workflow: dict, tmp_path: Path, **overrides):
-    """The job's run steps, `niah` taken from this environment (what the install step gives)."""
+    """The job's run steps on a free port (overrides: other values of the workflow's env)."""
     job_id, _ = _job(workflow)
-    bindir = str(Path(sys.executable).parent)
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
-    base_env["PATH"] = bindir + os.pathsep + base_env.get("PATH", "")
-    return run_job(workflow, job_id, ROOT, tmp_path / "runner-temp", base_env=base_env,
+    return run_job(workflow, job_id, ROOT, tmp_path / "runner-temp", base_env=_base_env(),
                    env_overrides={"NIAH_PORT": _free_port(), **overrides}, not_run=("install",))
 
 
@@ -216,7 +221,7 @@ def test_the_workflow_passes_a_healthy_server(workflow, tmp_path):
     cases = _one_suite(tmp_path / "runner-temp" / "niah-gate" / "gate.xml")
     assert {"length 600", "length 1500", "all lengths", "all lengths needle rank"} <= set(cases)
     assert set(cases.values()) == {"pass"}
-    # the step summary: niah gate appended its table; paired with the baseline prompt by prompt
+    # the step summary: niah gate appended its table, each trial paired with the baseline's
     assert "## niah gate: PASS" in job.summary and "paired by prompt hash" in job.summary
     for p in _upload_paths(job):
         assert p.exists(), f"the upload step names {p}, which the job did not write"
@@ -315,19 +320,14 @@ def _oracle_set(oracle, out: Path, api_key: str | None = None) -> None:
 
 
 def _niah(*args, env=None):
-    import subprocess
-
     return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 
 def _run_doc_job(job: dict, tmp_path: Path, env: dict, secrets: dict | None = None):
-    (job_id, j), = job["jobs"].items()
+    (job_id, _), = job["jobs"].items()
     wf = {**job, "env": {**(job.get("env") or {}), **env}}
-    bindir = str(Path(sys.executable).parent)
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
-    base_env["PATH"] = bindir + os.pathsep + base_env.get("PATH", "")
-    return run_job(wf, job_id, ROOT, tmp_path / "runner-temp", base_env=base_env, not_run=("install",),
+    return run_job(wf, job_id, ROOT, tmp_path / "runner-temp", base_env=_base_env(), not_run=("install",),
                    secrets=secrets)
 
 
@@ -387,10 +387,7 @@ def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
     # the per-configuration loop: exit 1 (the worst of 0 and 1), one JUnit file per configuration
     (loop,) = [b for b in _blocks("bash") if "for c in" in b]
     temp = tmp_path / "lossy" / "runner-temp"
-    import subprocess
-
     r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", loop], cwd=ROOT, text=True,
-                       capture_output=True, env={**os.environ, **env, "RUNNER_TEMP": str(temp),
-                                                 "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]})
+                       capture_output=True, env={**_base_env(), **env, "RUNNER_TEMP": str(temp)})
     assert r.returncode == 1, r.stdout + r.stderr
     assert all((temp / "niah-gate" / f"{n}.xml").is_file() for n in names)
