@@ -187,8 +187,11 @@ def sweep(
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:
         from niah.indexer import length_warnings
+        from niah.promptset import read_set
 
-        for line in length_warnings(spec.lengths, topks):
+        # a frozen set brings its own lengths (spec.lengths is a placeholder then)
+        lengths = spec.lengths if prompts is None else sorted({e.length for e in read_set(prompts)})
+        for line in length_warnings(lengths, topks):
             print(f"niah: {line}", file=sys.stderr)
     if out is None:
         import datetime as dt
