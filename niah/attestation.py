@@ -197,7 +197,7 @@ def check_configs(manifest: dict, names, where: str, accept_unattested: bool = F
 def _shown(entry: dict) -> bool:
     from niah.attestation_rules import LAUNCHED, labels
 
-    return bool(entry.get("engine") in LAUNCHED or labels(entry) or _last_attestation(entry))
+    return bool(entry.get("engine") in LAUNCHED or labels(entry) or last_attestation(entry))
 
 
 def report_section(manifest: dict, names) -> str | None:
@@ -210,7 +210,7 @@ def report_section(manifest: dict, names) -> str | None:
     rows = []
     for name, entry in entries.items():
         state, reason = status(entry)
-        end = _last_attestation(entry) or {}
+        end = last_attestation(entry) or {}
         arm = "/".join(str(end.get(k)) for k in ("index_dtype", "kernels")) if end else "—"
         mark = {INVALID: "**INVALID**", UNATTESTED: "*unattested*"}.get(state, state)
         rows.append(f"| `{name}` | {entry.get('engine') or '?'} | {mark} | {arm} | "
@@ -224,7 +224,8 @@ def report_section(manifest: dict, names) -> str | None:
     return head + "\n".join(rows) + "\n"
 
 
-def _last_attestation(entry: dict) -> dict | None:
+def last_attestation(entry: dict) -> dict | None:
+    """The newest attestation a reading of this configuration holds (None: none read)."""
     rec = entry.get("attestation")
     if isinstance(rec, dict) and "segments" not in rec:
         return rec  # written by an older niah: one flat attestation

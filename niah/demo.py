@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run folder: {out}")
     print(f"heatmaps:   {report_dir}/  (grid.png shows every configuration side by side)")
     print(f"summary:    {report_dir / 'summary.md'}")
+    print(f"page:       {report_dir / 'index.html'}  (all of it in one file: open it in a browser)")
     return 0
 
 

@@ -17,18 +17,21 @@ def report_cmd(
     svg: bool = typer.Option(False, "--svg", help="Write SVG instead of PNG."),
     alpha: float = typer.Option(0.05, help="Significance level of the difference heatmaps."),
 ) -> None:
-    """Draw a run's heatmaps, comparisons and summary.md into RUN/report/.
+    """Draw a run's heatmaps, comparisons, summary.md and index.html into RUN/report/.
 
     One heatmap per configuration and a grid of all on a shared scale, difference heatmaps
     (B - A) for configurations differing in one axis, recall vs length with 95% Wilson
-    intervals (and selection recall where recorded), and summary.md with every table
-    behind them, the failure taxonomy, latency/TTFT medians and the length check.
+    intervals, the indexer panels where probed, and summary.md with every table behind
+    them, the failure taxonomy, latency/TTFT medians and the length check. index.html is
+    all of it in one self-contained page (figures inside, no network), with the attestation
+    of each configuration and a table of every trial to filter: open it in any browser.
     """
     from niah.report.render import render_report
 
     rep = render_report(run, out, svg=svg, alpha=alpha)
     typer.echo(f"{rep.trials} trials, {rep.configs} configuration(s): {len(rep.figures)} figures in {rep.out}")
     typer.echo(f"summary: {rep.summary}")
+    typer.echo(f"page: {rep.page}")
     from niah.attestation import INVALID, UNATTESTED, counts
     from niah.store import read_manifest
 

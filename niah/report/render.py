@@ -13,6 +13,7 @@ from niah.errors import BadInput
 class Report:
     out: Path
     summary: Path
+    page: Path | None = None  # index.html: the whole report in one self-contained page
     figures: list[Path] = field(default_factory=list)
     trials: int = 0
     configs: int = 0
@@ -23,10 +24,12 @@ def _slug(name: str) -> str:
 
 
 def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
-    """Render RUN's heatmaps, grid, difference heatmaps, recall curves and summary.md."""
+    """Render RUN's heatmaps, grid, difference heatmaps, recall curves, summary.md and
+    index.html (all of it in one self-contained page)."""
     from niah.indexer import config_topk, read_details
-    from niah.report import curves, heatmaps, indexer_pairs, indexer_plots, summary
+    from niah.report import curves, heatmaps, html, indexer_pairs, indexer_plots, summary
     from niah.report.compare import ALL, compare
+    from niah.report.ranks import rank_compare
     from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
     from niah.report.style import save
     from niah.store import load_run
@@ -49,10 +52,12 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     overall = aggregate(df, ["config"])
     rep = Report(out=out, summary=out / "summary.md", trials=len(df), configs=len(infos))
     rel: dict[str, str] = {}
+    paths: dict[str, Path] = {}
 
     def keep(key: str, path: Path) -> None:
         rep.figures.append(path)
         rel[key] = path.name
+        paths[key] = path
 
     for name, info in infos.items():
         fig = heatmaps.config_heatmap(cells[cells["config"] == name], grid, info, manifest)
@@ -79,10 +84,16 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
         fig = heatmaps.diff_figure(cell_rows, grid, a, b, label, ov, alpha)
         path = save(fig, out / f"diff_{_slug(b)}__minus__{_slug(a)}", svg)
         rep.figures.append(path)
+        paths[f"diff:{a}:{b}"] = path
         diffs.append({"a": a, "b": b, "label": label, "rows": rows, "cells": cell_rows, "method": method,
-                      "figure": path.name})
+                      "figure": path.name, "ranks": rank_compare(da, db, alpha)})
 
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections)
     rep.summary.write_text(text, encoding="utf-8")
+    blocks = {"meta": summary.meta_rows(manifest, df, infos, lengths, depths),
+              "recall": summary.recall_by_length_table(by_len, overall, infos, lengths),
+              "taxonomy": summary.taxonomy_table(df, infos),
+              "indexer": "\n\n".join(s for s in sections[:2] if s) or None, "control": sections[2]}
+    rep.page = html.write_page(out / "index.html", run.resolve().name, manifest, records, infos, paths, diffs, blocks)
     return rep

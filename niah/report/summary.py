@@ -187,12 +187,9 @@ def length_check(df, infos, lengths) -> tuple[str, int]:
     return table, flagged_total
 
 
-def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
-          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = ()) -> str:
-    """The whole summary.md."""
-    out: list[str] = []
+def meta_rows(manifest: dict[str, Any], df, infos, lengths, depths) -> list[tuple[str, str]]:
+    """(name, Markdown value) lines that head the report: when, which niah, models, sizes."""
     models = sorted({i.model for i in infos.values()})
-    out.append(f"# niah report: {run_name}\n")
     meta = [
         ("created", manifest.get("created")),
         ("niah", f"{manifest.get('niah_version', '?')} ({str(manifest.get('git_sha') or '?')[:12]})"),
@@ -202,7 +199,15 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
         ("lengths", ", ".join(f"{L:,}" for L in lengths)),
         ("depths", ", ".join(style.fmt_depth(d) for d in depths)),
     ]
-    out.append("\n".join(f"- **{k}**: {v}" for k, v in meta if v not in (None, "")) + "\n")
+    return [(k, str(v)) for k, v in meta if v not in (None, "")]
+
+
+def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
+          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = ()) -> str:
+    """The whole summary.md."""
+    out: list[str] = []
+    out.append(f"# niah report: {run_name}\n")
+    out.append("\n".join(f"- **{k}**: {v}" for k, v in meta_rows(manifest, df, infos, lengths, depths)) + "\n")
     from niah.attestation import report_section
 
     attested = report_section(manifest, infos)
@@ -245,6 +250,11 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
                         + "; McNemar's exact test on discordant pairs (losses: A right and B wrong).\n")
                        if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, z-test p).\n")
             out.append(rows_markdown(d["rows"], d["a"], d["b"]))
+            if any(r.n for r in d.get("ranks") or []):
+                from niah.report.ranks import rank_markdown
+
+                out.append("\nNeedle rank / k on the same pairs (Wilcoxon signed-rank on log2(rank_B / rank_A); "
+                           "r > 0: B deeper):\n\n" + rank_markdown(d["ranks"], d["a"], d["b"]))
             sig = [r for r in d["cells"] if r.significant]
             if not any(r.n_a and r.n_b for r in d["cells"]):
                 out.append("\nNo cell has answered trials on both sides.\n")

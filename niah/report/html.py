@@ -1,0 +1,237 @@
+"""`RUN/report/index.html`: the whole report as one self-contained page.
+
+Everything is inside the file: figures as base64 `data:` URIs, the CSS (page.css) and the
+trial filter's script (page.js) inline, and a Content-Security-Policy that lets the page
+load nothing else (no network, no sibling file). The page shows the attestation state of
+each configuration, the recall curves and heatmaps, the paired comparisons (McNemar on the
+answers, Wilcoxon on the needle rank), the indexer panels, the outcome counts and a table of
+every trial, filterable by configuration, length, outcome and text.
+
+Tables come from the same functions as summary.md (Markdown pipe tables, converted here),
+so the page and summary.md cannot disagree. All text is escaped: answers come from models.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from html import escape
+from importlib.resources import files
+from pathlib import Path
+from string import Template
+from typing import Any
+
+MIME = {".png": "image/png", ".svg": "image/svg+xml"}
+ANSWER_CHARS = 2000  # longer answers are cut in the table (the full text stays in trials.jsonl)
+
+
+# -- the attestation state: the one call into niah.attestation ---------------------------
+def attestation_state(entry: dict) -> tuple[str, str]:
+    """("valid" | "INVALID" | "unattested", reason) of one manifest `configs.<name>` entry."""
+    from niah.attestation import status
+
+    return status(entry)
+
+
+# -- small pieces -------------------------------------------------------------------------
+def _e(x: Any) -> str:
+    return escape("" if x is None else str(x), quote=True)
+
+
+def _inline(text: str) -> str:
+    """Escaped text with the Markdown summary.md uses inside cells: `code` and **bold**."""
+    s = _e(text)
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+
+
+def _cells(line: str) -> list[str]:
+    parts = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    return [p.strip().replace("\\|", "|") for p in parts]
+
+
+def markdown_block(text: str | None) -> str:
+    """The Markdown subset summary.md writes (pipe tables, ### headings, paragraphs) as HTML.
+    `## ` headings and image links are dropped: the page has its own sections and figures."""
+    if not text:
+        return ""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                block.append(lines[i])
+                i += 1
+            head, body = _cells(block[0]), [_cells(b) for b in block[2:]]
+            out.append('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{_inline(c)}</th>" for c in head)
+                       + "</tr></thead><tbody>" + "".join(
+                           "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body)
+                       + "</tbody></table></div>")
+            continue
+        if line.startswith("### "):
+            out.append(f"<h3>{_inline(line[4:])}</h3>")
+        elif line and not line.startswith("## ") and not line.startswith("!["):
+            out.append(f'<p class="note">{_inline(line)}</p>')
+        i += 1
+    return "\n".join(out)
+
+
+def figure(path: Path | None, caption: str = "", alt: str = "", cls: str = "") -> str:
+    """An <img> holding the file itself as a data: URI."""
+    if path is None:
+        return ""
+    path = Path(path)
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    cap = f"<figcaption>{_inline(caption)}</figcaption>" if caption else ""
+    klass = f' class="{_e(cls)}"' if cls else ""
+    return (f'<figure{klass}><img src="data:{MIME[path.suffix]};base64,{data}" alt="{_e(alt or path.stem)}">'
+            f"{cap}</figure>")
+
+
+def _section(sid: str, title: str, body: str) -> tuple[str, str, str]:
+    return sid, title, f'<section id="{sid}">\n<h2>{_e(title)}</h2>\n{body}\n</section>'
+
+
+# -- sections -----------------------------------------------------------------------------
+def attestation_section(manifest: dict, names: list[str]) -> str:
+    from niah.attestation import last_attestation
+
+    configs = manifest.get("configs") or {}
+    rows = []
+    for n in names:
+        entry = configs.get(n) or {}
+        state, reason = attestation_state(entry)
+        a = last_attestation(entry) or {}
+        ran = f"{a.get('index_dtype')} / {a.get('kernels')}" if a else "—"
+        rows.append(f'<tr><td><code>{_e(n)}</code></td><td><span class="state state-{state}">{state}</span></td>'
+                    f"<td>{_e(ran)}</td><td>{_e(reason)}</td></tr>")
+    return ('<p class="note">What each configuration\'s server says its indexer ran, checked against the '
+            "configuration's label. INVALID: the server contradicts the label (compare and gate refuse it); "
+            "unattested: the server reports nothing, so the label is taken on trust.</p>"
+            '<table class="attestation"><thead><tr><th>config</th><th>state</th><th>ran (index dtype / kernels)</th>'
+            "<th>calls / reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def comparison_section(diffs: list[dict], figures: dict[str, Path]) -> str:
+    from niah.report.compare import rows_markdown
+    from niah.report.ranks import rank_markdown
+
+    out = ['<p class="note">Every pair of configurations that differ in one axis, and every sparse one '
+           "against a dense control. <strong>Answers</strong>: McNemar's exact test on the discordant pairs of "
+           "trials that saw the same prompt (losses: A right and B wrong). <strong>Needle rank</strong> (where the "
+           "indexer probe ran): Wilcoxon's signed-rank test on log2(rank_B / rank_A) over the same pairs.</p>"]
+    for d in diffs:
+        out.append(f"<h3><code>{_e(d['b'])}</code> − <code>{_e(d['a'])}</code> <span class=\"muted\">"
+                   f"({_e(d['label'])})</span></h3>")
+        out.append(figure(figures.get(f"diff:{d['a']}:{d['b']}"), alt=f"{d['b']} minus {d['a']}", cls="pair"))
+        basis = {"prompt": "paired by prompt hash", "seed": "paired by (length, depth, trial, seed)",
+                 None: "nothing pairs: unpaired two-proportion comparison (Newcombe interval, z-test p)"}
+        out.append(f'<p class="note">Answers, {basis[d["method"]]}:</p>')
+        out.append(markdown_block(rows_markdown(d["rows"], f"A: {d['a']}", f"B: {d['b']}")))
+        if any(r.n for r in d.get("ranks") or []):
+            out.append('<p class="note">Needle rank / k, paired (r &gt; 0: B deeper):</p>')
+            out.append(markdown_block(rank_markdown(d["ranks"], f"A: {d['a']}", f"B: {d['b']}")))
+    return "\n".join(out)
+
+
+# -- the trial table ----------------------------------------------------------------------
+def _num(x: Any, fmt: str) -> str:
+    return "—" if not isinstance(x, (int, float)) or x != x else format(x, fmt)
+
+
+def trial_rows(records: list[dict], order: list[str]) -> str:
+    """One <tr> per trial; data-config / data-length / data-outcome drive the filter."""
+    rank = {n: i for i, n in enumerate(order)}
+    recs = sorted(records, key=lambda r: (rank.get(r["config"], len(rank)), r["config"], bool(r.get("control")),
+                                          r.get("length") or 0, r.get("depth") or 0, r.get("trial") or 0))
+    out = []
+    for r in recs:
+        outcome = str(r.get("outcome"))
+        want = r.get("expected") if isinstance(r.get("expected"), list) else [r.get("needle")]
+        expected = "(no needle: control)" if r.get("control") else ", ".join(str(v) for v in want if v is not None)
+        if outcome == "error":
+            answer, cls = f"error: {r.get('error') or '(no message)'}", "answer muted"
+        else:
+            answer, cls = r.get("answer") or "", "answer"
+        if len(answer) > ANSWER_CHARS:
+            answer = answer[:ANSWER_CHARS] + f" … ({len(answer) - ANSWER_CHARS:,} more characters)"
+        idx = r.get("indexer") if isinstance(r.get("indexer"), dict) else {}
+        rk = idx.get("rank_worst") if idx.get("selection_active") else None
+        num = '<td class="num">'
+        cells = [f"<td><code>{_e(r['config'])}</code></td>", num + _num(r.get("length"), ",") + "</td>",
+                 num + _num(r.get("depth"), "g") + "%</td>", num + _e(r.get("trial")) + "</td>",
+                 f'<td class="o o-{_e(outcome)}">{_e(outcome)}</td>', f"<td><code>{_e(expected)}</code></td>",
+                 f'<td class="{cls}">{_e(answer)}</td>', num + _num(r.get("latency_s"), ".3f") + "</td>",
+                 num + _num(rk, ".3g") + "</td>"]
+        out.append(f'<tr data-config="{_e(r["config"])}" data-length="{_e(r.get("length"))}" '
+                   f'data-outcome="{_e(outcome)}">' + "".join(cells) + "</tr>")
+    return "\n".join(out)
+
+
+def _options(values: list[Any], label=str) -> str:
+    return '<option value="">all</option>' + "".join(
+        f'<option value="{_e(v)}">{_e(label(v))}</option>' for v in values)
+
+
+# -- the page -----------------------------------------------------------------------------
+def _resource(name: str) -> str:
+    return files("niah.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def _csp(style: str, script: str) -> str:
+    def h(s: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(s.encode("utf-8")).digest()).decode() + "'"
+
+    return (f"default-src 'none'; img-src data:; style-src {h(style)}; script-src {h(script)}; "
+            "form-action 'none'; base-uri 'none'")
+
+
+def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
+               figures: dict[str, Path], diffs: list[dict], blocks: dict[str, str | None]) -> str:
+    """The page's HTML. figures: key -> file ("recall_vs_length", "grid", "heatmap:<config>",
+    "diff:<A>:<B>", "indexer"); blocks: Markdown from summary.py ("meta", "recall", "indexer",
+    "taxonomy", "control")."""
+    from niah import __version__
+
+    names = list(infos)
+    records = [{**r, "config": str(r.get("config") or "default")} for r in records]  # as trials_frame names them
+    secs = [_section("attestation", "Attestation: what each server ran", attestation_section(manifest, names)),
+            _section("recall", "Recall by configuration and length",
+                     figure(figures.get("recall_vs_length"), "Recall with 95% Wilson intervals; error trials "
+                            "are outages, never misses.", "recall vs length") + markdown_block(blocks.get("recall")))]
+    heat = figure(figures.get("grid"), "All configurations on one colour scale.", "grid")
+    heat += '<div class="gallery">' + "".join(
+        figure(figures.get(f"heatmap:{n}"), f"`{n}`", f"heatmap {n}") for n in names) + "</div>"
+    secs.append(_section("heatmaps", "Heatmaps: recall per (length, depth)", heat))
+    if diffs:
+        secs.append(_section("comparisons", "Paired comparisons", comparison_section(diffs, figures)))
+    if figures.get("indexer") or blocks.get("indexer"):
+        panels = figure(figures.get("indexer"), alt="indexer panels") + markdown_block(blocks.get("indexer"))
+        secs.append(_section("indexer", "The indexer: where the needle ranks against k", panels))
+    control = blocks.get("control")
+    secs.append(_section("outcomes", "Outcomes", markdown_block(blocks.get("taxonomy"))
+                         + ("<h3>No-needle control</h3>" + markdown_block(control) if control else "")))
+    nav = "".join(f'<a href="#{sid}">{_e(title.split(":")[0])}</a>' for sid, title, _ in secs)
+    nav += '<a href="#trials">Trials</a>'
+    meta = "".join(f"<dt>{_e(k)}</dt><dd>{_inline(v)}</dd>" for k, v in (blocks.get("meta") or []))
+    present = lambda key: sorted({r.get(key) for r in records if r.get(key) is not None}, key=str)  # noqa: E731
+    configs = [n for n in names if any(r.get("config") == n for r in records)]
+    configs += [c for c in present("config") if c not in configs]
+    outcomes = sorted(present("outcome"), key=lambda o: (o != "correct", o))
+    style, script = _resource("page.css"), _resource("page.js")
+    return Template(_resource("page.html")).substitute(
+        csp=_csp(style, script), version=_e(__version__), title=_e(run_name), style=style, script=script,
+        meta=f'<dl class="meta">{meta}</dl>', nav=nav, sections="\n".join(s for _, _, s in secs),
+        config_options=_options(configs), length_options=_options(sorted(present("length")), "{:,}".format),
+        outcome_options=_options(outcomes), trial_rows=trial_rows(records, names))
+
+
+def write_page(path: Path, *args, **kwargs) -> Path:
+    """build_page(...) into `path` (UTF-8); returns the path."""
+    path = Path(path)
+    path.write_text(build_page(*args, **kwargs), encoding="utf-8")
+    return path
