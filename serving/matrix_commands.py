@@ -42,7 +42,13 @@ def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dic
 
 
 def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
-    """argv and environment for SGLang with the niah plugin (serving/sglang builds them)."""
+    """argv and environment for one SGLang arm (serving/sglang builds them: stock is SGLang's
+    own launch_server, niah arms go through niah's launch entry). What the arm cannot serve
+    is refused here when SGLang's parser is importable, else by the launch entry
+    (serving/sglang/refusals.py)."""
+    import os
+
+    from niah.serving.sglang import refusals
     from niah.serving.sglang.command import SGLangLaunch, build_sglang_command
 
     s = cfg.settings
@@ -56,6 +62,9 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
         launch.python = s["python"]
     try:
         argv, env = build_sglang_command(launch)
+        merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+        override = {} if launch.index_topk is None else {"index_topk": launch.index_topk}
+        refusals.check_command(argv, merged, override)  # where SGLang's parser is importable
     except BadInput as e:
         raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
     return _with_placeholder(argv, port), env
@@ -231,6 +240,13 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
             print(f"# arm {arm['arm']}: keys {arm['index_keys']}; query {arm['query']}; logits {arm['logits']}; "
                   f"top-k {arm['top_k']}; paths {arm['paths']}", file=file)
         print(line, file=file)
+    if any(cfg.engine == "sglang" for cfg, _ in rows):
+        from niah.serving.sglang.refusals import parser_status
+
+        why = parser_status()
+        print("\n# SGLang arguments: " + ("checked with SGLang's own parser here (refusals: serving/sglang/refusals.py)"
+              if why is None else f"not checked here ({why}); the launch entry checks them with "
+                                  "SGLang's parser before weights load"), file=file)
     diffs = axis_differences(matrix)
     if diffs:
         print("\n# Differences between the arms of each axis (nothing else differs):", file=file)

@@ -3,6 +3,9 @@
 Nothing here imports sglang. `load_function` compiles one function (or class) from the
 wheel's real source, by AST, into a namespace the test provides, so tests run SGLang's
 own code where it is pure torch (e.g. its torch fallback for paged logits).
+`sglang_tree()` unpacks the wheel's Python sources once, so that a subprocess with it on
+PYTHONPATH imports SGLang's pure-Python modules (its argument parser, its plugin loader)
+on a CPU machine; `mutated_wheel` copies the wheel with edits, for contract tests.
 """
 
 from __future__ import annotations
@@ -67,3 +70,66 @@ def extract_tree(wheel: Path, dest: Path, modules: list[str]) -> Path:
                 (dest / n).parent.mkdir(parents=True, exist_ok=True)
                 (dest / n).write_bytes(z.read(n))
     return dest
+
+
+def unpack_python(wheel: Path, dest: Path) -> Path:
+    """The wheel's sglang/**.py files and its dist-info (no compiled extensions) under dest."""
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist()
+                 if (n.startswith("sglang/") and n.endswith(".py")) or ".dist-info/" in n]
+        z.extractall(dest, names)
+    return dest
+
+
+def sglang_tree() -> Path:
+    """SGLang 0.5.23's Python sources, unpacked once next to the wheel (for PYTHONPATH)."""
+    import shutil
+    import tempfile
+
+    wheel = sglang_wheel()
+    dest = wheel.parent / f"src-{wheel.stem}"
+    if not (dest / ".complete").exists():
+        tmp = Path(tempfile.mkdtemp(dir=wheel.parent, prefix=".unpack-"))
+        unpack_python(wheel, tmp)
+        (tmp / ".complete").write_text("")
+        if (dest / ".complete").exists():  # another run finished first
+            shutil.rmtree(tmp)
+        else:
+            shutil.rmtree(dest, ignore_errors=True)  # a partial one
+            tmp.rename(dest)
+    return dest
+
+
+def with_sglang(tree: Path, env: dict | None = None) -> dict:
+    """os.environ (or env) with `tree` first on PYTHONPATH: SGLang importable from it."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+_WHEEL_FILES: list = []
+
+
+def mutated_wheel(tmp_path: Path, edits: dict[str, tuple[str, str]], version: str | None = None,
+                  name: str = "sglang-0.5.23-py3-none-any.whl") -> Path:
+    """A copy of the real 0.5.23 wheel (its Python sources and metadata; compiled
+    extensions left out: the contract reads source only) with `edits` applied:
+    {path in wheel: (old text, new text)} (old must occur), and optionally another Version."""
+    if not _WHEEL_FILES:
+        with zipfile.ZipFile(sglang_wheel()) as z:
+            _WHEEL_FILES.extend((n, z.read(n)) for n in z.namelist() if n.endswith(".py") or ".dist-info/" in n)
+    out = tmp_path / name
+    seen = set()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for n, data in _WHEEL_FILES:
+            if n in edits:
+                old, new = edits[n]
+                text = data.decode()
+                assert old in text, f"{old!r} not in {n}"
+                data = text.replace(old, new, 1).encode()
+                seen.add(n)
+            if version and n.endswith(".dist-info/METADATA"):
+                data = data.decode().replace("Version: 0.5.23", f"Version: {version}", 1).encode()
+            z.writestr(n, data)
+    assert seen == set(edits)
+    return out

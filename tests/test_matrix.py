@@ -253,22 +253,13 @@ def test_bf16_stock_is_not_an_arm():
                      'index_dtype = "bf16"\n', "m.toml")
 
 
-@pytest.mark.parametrize("args, what", [
-    (["--enable-hierarchical-cache"], "--enable-hierarchical-cache is not supported with bf16/niah"),
-    (["--enable-hicache"], "--enable-hierarchical-cache is not supported"),
-    (["--enable-hisparse"], "--enable-hisparse is not supported"),
-    (["--dcp-size", "2"], "--dcp-size is not supported"),
-    (["--enable-dsa-cache-layer-split"], "--enable-dsa-cache-layer-split is not supported"),
-    (["--enable-kv-cache-sharding"], "--enable-kv-cache-sharding is not supported"),
-    (["--speculative-algorithm", "NEXTN"], "--speculative-algorithm NEXTN (speculative decoding / MTP)"),
-])
-def test_unsupported_sglang_features_are_refused_before_anything_starts(args, what):
-    m = parse_matrix('engine = "sglang"\nmodel_path = "M"\nargs = ' + json.dumps(args)
-                     + '\n[axes]\nindex_dtype = ["fp8", "bf16"]\n', "m.toml")
-    with pytest.raises(BadInput, match="bf16 .line 4.: sglang: " + re.escape(what)):
-        matrix_commands(m)
-    assert matrix_commands(parse_matrix('engine = "sglang"\nmodel_path = "M"\nkernels = "stock"\nargs = '
-                                        + json.dumps(args) + '\n[[config]]\nname = "fp8"\n', "m.toml"))
+def test_sglang_refusals_are_left_to_sglangs_parser():
+    """What an arm cannot serve is decided on SGLang's own parse (tests/test_sglang_refusals.py
+    runs it); where SGLang is not importable, as here, the commands are built and the launch
+    entry decides."""
+    m = parse_matrix('engine = "sglang"\nmodel_path = "M"\nargs = ["--enable-hier"]\n'
+                     '[axes]\nindex_dtype = ["fp8", "bf16"]\n', "m.toml")
+    assert [cfg.name for cfg, _ in matrix_commands(m)] == ["fp8", "bf16"]
 
 
 def test_cli_dry_run_prints_each_configuration_and_starts_nothing(tmp_path):

@@ -9,10 +9,11 @@ import pytest
 
 from niah.serving.sglang.contract import (
     PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
+from niah.serving.sglang.contract_sites import LAYOUT
 from niah.serving.sglang.plugin import all_patches, patch_targets
 from sglang_source import extract_tree, sglang_wheel
 
-MODULES = sorted({p.module for p in PATCH_POINTS})
+MODULES = sorted({p.module for p in PATCH_POINTS} | {c.module for c in LAYOUT})
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,9 @@ def test_renamed_symbol_fails_naming_it(tree):
     msg = report.summary()
     assert f"missing symbol {mod}.resolve_fp8_paged_mqa_logits_fn" in msg
     assert "sglang 0.5.23" in msg and "Supported SGLang versions: 0.5.23" in msg
-    assert len(report.problems) == 1  # nothing else is blamed
+    # nothing else is blamed: the renamed function's own calls are new sites under its new name
+    assert all(": new call site: resolve_fp8_paged_mqa_logits_fn_v2 calls " in p for p in report.problems[1:])
+    assert len(report.problems) == 3, report.problems
 
 
 def test_removed_parameter_fails_naming_symbol(tree):
@@ -208,3 +211,38 @@ def test_apply_at_patches_real_modules(tmp_path, monkeypatch):
 
     for name in ("niahfakepkg", "niahfakepkg.a", "niahfakepkg.b"):
         sys.modules.pop(name, None)
+
+
+def test_a_copy_that_cannot_be_rebound_refuses_instead_of_half_patching(tmp_path, monkeypatch):
+    """`from a import f` in a module whose attributes cannot be set (a real module object
+    whose class refuses setattr, as read-only modules do): patching `f` must refuse with one
+    line naming the copy, not leave that module calling the original."""
+    import sys
+    import types
+
+    from niah.serving.sglang.plugin import PluginRefused, apply_at
+
+    pkg = tmp_path / "niahfrozenpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f(x):\n    return x + 1\n")
+    (pkg / "b.py").write_text("from niahfrozenpkg.a import f\n\ndef g(x):\n    return f(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import niahfrozenpkg.a  # noqa: F401
+    import niahfrozenpkg.b as b
+
+    class ReadOnlyModule(types.ModuleType):
+        def __setattr__(self, name, value):
+            raise AttributeError(f"module {self.__name__!r} is read-only")
+
+    b.__class__ = ReadOnlyModule
+    try:
+        with pytest.raises(PluginRefused) as e:
+            apply_at("niahfrozenpkg.a", "f", lambda original: (lambda x: original(x) * 10))
+        msg = str(e.value)
+        assert msg.startswith("cannot patch niahfrozenpkg.a.f: its copy niahfrozenpkg.b.f cannot be rebound "
+                              "(AttributeError: module 'niahfrozenpkg.b' is read-only)"), msg
+        assert "\n" not in msg
+    finally:
+        for name in ("niahfrozenpkg", "niahfrozenpkg.a", "niahfrozenpkg.b"):
+            sys.modules.pop(name, None)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sglang_source import sglang_wheel
+from sglang_source import mutated_wheel, sglang_wheel
 
 
 def _doctor(*args):
@@ -38,49 +38,21 @@ def test_doctor_bf16_only_points_and_bad_inputs(tmp_path):
 
 def test_doctor_fails_on_a_mismatched_source(tmp_path):
     from niah.serving.sglang.contract import PATCH_POINTS
+    from niah.serving.sglang.contract_sites import LAYOUT
     from sglang_source import extract_tree
 
-    tree = extract_tree(sglang_wheel(), tmp_path, sorted({p.module for p in PATCH_POINTS}))
+    tree = extract_tree(sglang_wheel(), tmp_path, sorted({p.module for p in PATCH_POINTS} | {c.module for c in LAYOUT}))
     f = tree / "sglang/srt/mem_cache/index_key_cache.py"
     f.write_text(f.read_text().replace("def get_k_and_scale(", "def get_keys_and_scales("))
     r = _doctor("--sglang-source", str(tree))
-    assert r.returncode == 1
+    assert r.returncode == 2  # fail closed: the plugin would refuse this source too
     assert ("contract break          sglang/srt/mem_cache/index_key_cache.py:107 (closest: get_keys_and_scales): "
             "missing symbol sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale") in r.stdout
 
 
 # -- mutated copies of the real wheel: one test per kind of break ------------------------------
-WHEEL_PY: list = []
-
-
-def mutated_wheel(tmp_path, edits: dict[str, tuple[str, str]], version: str | None = None):
-    """A copy of the real 0.5.23 wheel (its Python sources and metadata; compiled
-    extensions left out: the contract reads source only) with `edits` applied:
-    {path in wheel: (old text, new text)}, and optionally another Version."""
-    import zipfile
-
-    if not WHEEL_PY:
-        with zipfile.ZipFile(sglang_wheel()) as z:
-            WHEEL_PY.extend((n, z.read(n)) for n in z.namelist() if n.endswith(".py") or ".dist-info/" in n)
-    out = tmp_path / "sglang-0.5.23-py3-none-any.whl"
-    seen = set()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-        for name, data in WHEEL_PY:
-            if name in edits:
-                old, new = edits[name]
-                text = data.decode()
-                assert old in text, f"{old!r} not in {name}"
-                data = text.replace(old, new, 1).encode()
-                seen.add(name)
-            if version and name.endswith(".dist-info/METADATA"):
-                data = data.decode().replace("Version: 0.5.23", f"Version: {version}", 1).encode()
-            z.writestr(name, data)
-    assert seen == set(edits)
-    return out
-
-
 def _breaks(r) -> list[str]:
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr
     return [line.split(None, 2)[2] for line in r.stdout.splitlines() if line.startswith("contract break")]
 
 
@@ -95,7 +67,7 @@ def test_mutated_wheel_new_direct_deep_gemm_call_next_to_the_resolver(tmp_path):
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
     (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
     assert brk.startswith(f"{DSA_IDX}:1351: new call site: Indexer._get_topk_paged._chunked_fp8_paged_mqa_logits "
-                          "calls fp8_paged_mqa_logits"), brk
+                          "calls deep_gemm.fp8_paged_mqa_logits"), brk
 
 
 def test_mutated_wheel_scale_bytes_changed(tmp_path):
@@ -153,10 +125,87 @@ def test_mutated_wheel_renamed_symbol_names_where_it_went(tmp_path):
 
 @pytest.mark.parametrize("version, ok", [("0.5.23.post1", True), ("0.5.23+cu130", True),
                                          ("0.5.23.post2+cu129", True), ("0.5.24", False), ("0.5.23rc1", False)])
-def test_any_0_5_23_build_is_accepted_other_versions_refused(tmp_path, version, ok):
+def test_a_0_5_23_build_is_accepted_only_on_its_source_other_versions_refused(tmp_path, version, ok):
     whl = mutated_wheel(tmp_path, {}, version=version)
     r = _doctor("--sglang-source", str(whl))
     if ok:
         assert r.returncode == 0 and f"plugin contract OK: sglang {version}" in r.stdout, r.stdout
+        assert (f"sglang build            {version} is a build of 0.5.23, not the 0.5.23 release: accepted only "
+                "because its own source passes the same contract check") in r.stdout, r.stdout
     else:
         assert _breaks(r) == [f"version {version} is not a supported version"]
+
+
+# -- the cases of issue 17: each a break the check used to miss, each exit 2 naming file:line ---------
+
+
+def test_new_deep_gemm_kernel_called_in_the_indexer_is_a_break(tmp_path):
+    """Any DeepGEMM name, not a fixed list: a kernel niah has never heard of."""
+    old = "        assert len(kv_cache_fp8.shape) == 2\n        block_kv = page_size\n"
+    new = ("        import deep_gemm\n\n        deep_gemm.fp8_paged_mqa_logits_v2(q_fp8, kv_cache_fp8, weights)\n"
+           + old)
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk == (f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls deep_gemm.fp8_paged_mqa_logits_v2, "
+                   "which niah neither patches, refuses nor lists as unreachable"), brk
+
+
+def test_changed_fp8_row_width_is_a_break(tmp_path):
+    """The decode path's page view (132 = 128 values + 4 scale bytes) is a layout constant."""
+    whl = mutated_wheel(tmp_path, {DSA_IDX: ("        head_dim_with_sf = 132\n", "        head_dim_with_sf = 136\n")})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{DSA_IDX}:1219: layout changed: sglang.srt.layers.attention.dsa.dsa_indexer."
+                          "Indexer._get_topk_paged no longer says `head_dim_with_sf = 132`"), brk
+
+
+def test_a_new_place_writing_the_row_width_is_a_break(tmp_path):
+    old = "        assert len(kv_cache_fp8.shape) == 2\n        block_kv = page_size\n"
+    new = "        row_bytes = self.head_dim + 4\n" + old
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk.startswith(f"{DSA_IDX}:1324: new layout constant: Indexer._get_topk_paged writes the fp8 row width "
+                          "as `self.head_dim + 4`"), brk
+
+
+def test_duplicated_call_site_is_a_break(tmp_path):
+    """A site is (file, function, callee, count): a second identical call is new."""
+    old = "        self._store_index_k_cache(\n            forward_batch=forward_batch,\n            layer_id=layer_id,\n"
+    new = ("        self._store_index_k_cache(forward_batch=forward_batch, layer_id=layer_id, key=key, "
+           "act_quant=act_quant, out_cache_loc=out_cache_loc)\n" + old)
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk == (f"{DSA_IDX}:1062: call count changed: Indexer._fused_k_prepare_and_store calls "
+                   "_store_index_k_cache 2 time(s), the contract knows 1"), brk
+
+
+def test_post_release_with_a_broken_source_is_refused(tmp_path):
+    old = "        assert len(kv_cache_fp8.shape) == 2\n        block_kv = page_size\n"
+    new = "        import deep_gemm\n\n        deep_gemm.fp8_paged_mqa_logits_v2(q_fp8, kv_cache_fp8, weights)\n" + old
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)}, version="0.5.23.post3")
+    r = _doctor("--sglang-source", str(whl))
+    (brk,) = _breaks(r)
+    assert brk.startswith(f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls "
+                          "deep_gemm.fp8_paged_mqa_logits_v2")
+    assert ("sglang build            0.5.23.post3 is a build of 0.5.23: not accepted, its source fails the "
+            "contract check") in r.stdout, r.stdout
+    assert "plugin contract         BROKEN: 1 break(s) against sglang 0.5.23.post3" in r.stdout
+
+
+def test_plugin_install_refuses_a_broken_source_in_one_line(tmp_path):
+    """The plugin in a process where the mutated SGLang is the installed one: SGLang's loader
+    would swallow an exception, so the plugin itself prints one line and exits 2."""
+    from sglang_source import unpack_python, with_sglang
+
+    old = "        assert len(kv_cache_fp8.shape) == 2\n        block_kv = page_size\n"
+    new = ("        import deep_gemm\n\n        deep_gemm.fp8_paged_mqa_logits_v2(q_fp8, kv_cache_fp8, weights)\n"
+           + old)
+    tree = unpack_python(mutated_wheel(tmp_path, {DSA_IDX: (old, new)}, version="0.5.23.post1"), tmp_path / "tree")
+    code = "from niah.serving.sglang.plugin import sglang_plugin\nsglang_plugin()\nprint('served anyway')\n"
+    env = with_sglang(tree) | {"NIAH_INDEX_DTYPE": "bf16"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 2 and "served anyway" not in r.stdout, r.stdout + r.stderr
+    ours = [line for line in r.stderr.splitlines() if line.startswith("niah:")]
+    assert len(ours) == 1 and r.stderr.rstrip().endswith(ours[0]), r.stderr
+    assert ours[0].startswith("niah: error: niah's SGLang plugin does not fit sglang 0.5.23.post1 (installed sglang): ")
+    assert (f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls deep_gemm.fp8_paged_mqa_logits_v2"
+            in ours[0]), ours[0]

@@ -19,7 +19,9 @@ def doctor(
         None, "--index-dtype", help="Check only the patch points needed for fp8 or bf16 (default: all)."),
     points: bool = typer.Option(False, "--points", help="Also list every SGLang symbol the plugin touches."),
 ) -> None:
-    """Report the environment niah's SGLang plugin and kernels would run in."""
+    """Report the environment niah's SGLang plugin and kernels would run in.
+
+    Exits 2 when the plugin contract is broken (each break names SGLang's file and line)."""
     from niah.errors import BadInput
     from niah.serving.sglang.environment import gather
 
@@ -35,5 +37,5 @@ def doctor(
         typer.echo("")
         for p in (points_for(index_dtype) if index_dtype else PATCH_POINTS):
             typer.echo(f"{p.action:<7} {p.when:<6} {p.target}  -- {p.why}")
-    if facts.contract_ok is False:
-        raise typer.Exit(1)
+    if facts.contract_ok is False:  # fail closed: the plugin would refuse this SGLang too
+        raise typer.Exit(2)

@@ -1,10 +1,12 @@
 """Launch entry: `python -m niah.serving.sglang [--niah-index-dtype fp8|bf16]
 [--niah-kernels stock|niah] <sglang args>`.
 
-Refuses, with one line and exit 2 before anything loads, SGLang arguments the arm cannot
-serve (command.refusal: HiCache, HiSparse, decode-context parallel, layer-split and
-page-interleave pools, index_kpool > 1, DeepSeek-V4 fp4 index keys, speculative decoding
-with bf16 keys; command.platform_refusal: ROCm with niah's kernels). Installs
+Refuses, with one line and exit 2 before anything loads, what the arm cannot serve,
+decided on SGLang's own parse of the exact argv (refusals.py: HiCache, HiSparse, context
+parallel, PD disaggregation, other paged-logits backends, layer-split and page-interleave
+pools, index_kpool > 1, DeepSeek-V4 fp4 index keys, speculative decoding with bf16 keys,
+the TileLang / AITER V4 indexers, SGLang's SM120 default for V4; an SGLANG_PLUGINS that
+does not name niah; command.platform_refusal: ROCm with niah's kernels). Installs
 niah's plugin (contract check first; refuses if the installed SGLang does not match),
 exports NIAH_INDEX_DTYPE / NIAH_KERNELS so SGLang's spawned processes install it too
 (through the `sglang.srt.plugins` entry point), then runs SGLang's own
@@ -25,11 +27,12 @@ NIAH_FLAG = "--niah-index-dtype"
 KERNELS_FLAG = "--niah-kernels"
 
 
-def split_niah_args(argv: list[str]) -> tuple[str, str | None, list[str]]:
-    """(index dtype, kernels or None, argv without niah's flags). Defaults:
-    $NIAH_INDEX_DTYPE or fp8; $NIAH_KERNELS or None (the dtype's default)."""
-    found = {NIAH_FLAG: os.environ.get("NIAH_INDEX_DTYPE") or "fp8",
-             KERNELS_FLAG: os.environ.get("NIAH_KERNELS") or None}
+def split_niah_args(argv: list[str], env=None) -> tuple[str, str | None, list[str]]:
+    """(index dtype, kernels or None, argv without niah's flags). Defaults from `env`
+    (os.environ): $NIAH_INDEX_DTYPE or fp8; $NIAH_KERNELS or None (the dtype's default)."""
+    env = os.environ if env is None else env
+    found = {NIAH_FLAG: env.get("NIAH_INDEX_DTYPE") or "fp8",
+             KERNELS_FLAG: env.get("NIAH_KERNELS") or None}
     rest: list[str] = []
     it = iter(range(len(argv)))
     for i in it:
@@ -48,7 +51,8 @@ def split_niah_args(argv: list[str]) -> tuple[str, str | None, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from niah.serving.sglang.command import platform_refusal, refusal
+    from niah.serving.sglang import refusals
+    from niah.serving.sglang.command import platform_refusal
     from niah.serving.sglang.plugin import SGLANG_INDEX_DTYPES, check_arm, default_kernels, entry_point_registered, install
 
     try:
@@ -57,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
             raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
         kernels = kernels or default_kernels(dtype)
         check_arm(dtype, kernels)
-        problem = refusal(dtype, kernels, rest) or platform_refusal(kernels)
+        args = refusals.check(dtype, kernels, rest, os.environ)  # SGLang's parser on the exact argv
+        problem = platform_refusal(kernels) or (refusals.sm120_refusal(args, os.environ)
+                                                if kernels != "stock" else None)
         if problem:
             raise BadInput(problem)
         if not entry_point_registered():

@@ -16,6 +16,9 @@ niah's own switches: the launch entry `python -m niah.serving.sglang`, `--niah-i
 niah forces no SGLang flag or SGLANG_* variable in any arm: fusion, prefill CUDA graphs,
 SGLang's top-k and DeepGEMM's selection stay as the user's SGLang has them.
 `ARMS` says in words what each arm runs (the manifest records it).
+What the plugin cannot serve is decided on SGLang's own parse of the command
+(refusals.py): by the launch entry before weights load, and by the matrix wherever
+SGLang is importable.
 """
 
 from __future__ import annotations
@@ -70,64 +73,10 @@ class SGLangLaunch:
         for var in ("NIAH_INDEX_DTYPE", "NIAH_KERNELS"):
             if var in self.env:
                 raise BadInput(f"sglang: env may not set {var}; use index_dtype / kernels")
-        problem = refusal(self.index_dtype, self.arm_kernels, self.extra_args)
-        if problem:
-            raise BadInput(f"sglang: {problem}")
 
     @property
     def arm_kernels(self) -> str:
         return self.kernels or ("niah" if self.index_dtype == "bf16" else "stock")
-
-
-def _flag_value(argv: list[str], names: tuple[str, ...]) -> str | None:
-    """The value of the last of `names` in argv ("true" for a bare boolean flag)."""
-    value = None
-    for i, a in enumerate(argv):
-        for n in names:
-            if a == n:
-                nxt = argv[i + 1] if i + 1 < len(argv) else ""
-                value = nxt if nxt and not nxt.startswith("--") else "true"
-            elif a.startswith(n + "="):
-                value = a.split("=", 1)[1]
-    return value
-
-
-# (flags, refused when the value passes, why): checked for niah's kernels (bf16 included).
-_REFUSED = (
-    (("--enable-hierarchical-cache", "--enable-hicache"), lambda v: v != "false",
-     "HiCache (its host pool and transfers are sized for 132-byte fp8 keys)"),
-    (("--enable-hisparse",), lambda v: v != "false", "HiSparse (its own index-key paths)"),
-    (("--dcp-size", "--decode-context-parallel-size"), lambda v: v not in ("1", "0"),
-     "decode-context parallel (sharded key cache)"),
-    (("--enable-dsa-cache-layer-split",), lambda v: v != "false", "layer-split DSA key cache pools"),
-    (("--enable-kv-cache-sharding",), lambda v: v != "false", "page-interleave (sharded) key cache pools"),
-    (("--enable-deepseek-v4-fp4-indexer",), lambda v: v != "false",
-     "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
-)
-
-
-def refusal(index_dtype: str, kernels: str, argv: list[str]) -> str | None:
-    """One line saying why niah's plugin cannot serve this arm with these SGLang
-    arguments, or None. The stock arm is SGLang's own: nothing is refused there."""
-    if kernels == "stock":
-        return None
-    for names, bad, what in _REFUSED:
-        v = _flag_value(argv, names)
-        if v is not None and bad(v.lower()):
-            return f"{names[0]} is not supported with {index_dtype}/{kernels} index keys: {what}"
-    override = _flag_value(argv, ("--json-model-override-args",))
-    if override:
-        try:
-            kpool = json.loads(override).get("index_kpool", 1)
-        except (ValueError, AttributeError):
-            kpool = 1
-        if kpool not in (None, 1):
-            return f"index_kpool {kpool} is not supported with {index_dtype}/{kernels} (pooled key cache)"
-    spec = _flag_value(argv, ("--speculative-algorithm",))
-    if index_dtype == "bf16" and spec is not None and spec.lower() != "none":
-        return (f"--speculative-algorithm {spec} (speculative decoding / MTP) is not supported with bf16 "
-                "index keys: target-verify and draft-extend read the fp8 key layout")
-    return None
 
 
 def platform_refusal(kernels: str) -> str | None:

@@ -171,8 +171,8 @@ class AstSource:
         return None
 
     def files(self) -> dict[str, str]:
-        """Every sglang/**.py file (relative path -> text) that mentions a watched call."""
-        from niah.serving.sglang.contract_sites import WATCHED
+        """Every sglang/**.py file (relative path -> text) that can hold a watched site."""
+        from niah.serving.sglang.contract_sites import scanned
 
         if self._zip is not None:
             names = [n for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py")]
@@ -181,7 +181,7 @@ class AstSource:
         out = {}
         for n in names:
             text = self._read(n) or ""
-            if any(w in text for w in WATCHED):
+            if scanned(n, text):
                 out[n] = text
         return out
 
@@ -258,7 +258,7 @@ class LiveSource:
     def lookup(self, module: str, qualname: str) -> Symbol | None:
         try:
             obj = importlib.import_module(module)
-        except ImportError as e:
+        except Exception as e:  # any failure while importing (SGLang's JIT paths raise RuntimeError)
             raise ContractImportError(module, e) from e
         for part in qualname.split("."):
             if isinstance(obj, type):
@@ -290,10 +290,10 @@ class LiveSource:
         return module
 
     def files(self) -> dict[str, str]:
-        """The installed sglang package's files that mention a watched call."""
+        """The installed sglang package's files that can hold a watched site."""
         import importlib.util
 
-        from niah.serving.sglang.contract_sites import WATCHED
+        from niah.serving.sglang.contract_sites import scanned
 
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
@@ -301,9 +301,10 @@ class LiveSource:
         root = Path(list(spec.submodule_search_locations)[0]).parent
         out = {}
         for p in root.glob("sglang/**/*.py"):
+            rel = p.relative_to(root).as_posix()
             text = p.read_text(encoding="utf-8", errors="replace")
-            if any(w in text for w in WATCHED):
-                out[str(p.relative_to(root))] = text
+            if scanned(rel, text):
+                out[rel] = text
         return out
 
 
@@ -331,6 +332,19 @@ class ContractReport:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def build_note(self) -> str | None:
+        """For a post release or local build of a supported version (0.5.23.post1,
+        0.5.23+cu130): that it is accepted only because its own source passed the check."""
+        v = self.version or ""
+        if v in SUPPORTED_VERSIONS or not supported_version(v):
+            return None
+        base = _VERSION_RE.match(v).group(1)
+        if self.ok:
+            return (f"{v} is a build of {base}, not the {base} release: accepted only because its own source "
+                    "passes the same contract check (patch points, call sites, layout constants)")
+        return f"{v} is a build of {base}: not accepted, its source fails the contract check"
+
     def summary(self) -> str:
         v = self.version or "unknown version"
         if self.ok:
@@ -355,13 +369,14 @@ def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_PO
         report.problems.append(f"version {source.version} is not a supported version")
     _check_points(source, points, report)
     if callers if callers is not None else all(p in PATCH_POINTS for p in points):
-        from niah.serving.sglang.contract_sites import LAYOUT, scan_calls
+        from niah.serving.sglang.call_sites import call_sites
+        from niah.serving.sglang.contract_sites import LAYOUT
 
         files = source.files()
-        report.problems += check_layout(source)
+        report.problems += check_layout(source, files)
         report.problems += check_call_sites(files)
-        calls = sum(len(scan_calls(rel, text)) for rel, text in files.items())
-        report.extra = f", {len(LAYOUT)} layout constants, {calls} call sites"
+        report.extra = (f", {len(LAYOUT)} layout constants, {len(call_sites())} call sites "
+                        f"in {len(files)} files scanned")
     return report
 
 

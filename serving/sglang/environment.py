@@ -75,6 +75,8 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
         source = AstSource(wheel)
     report = check_contract(source, points)
     f.contract_ok = report.ok
+    if report.build_note:
+        f.add("sglang build", report.build_note)
     if report.ok:
         f.add("plugin contract", report.summary())
     else:  # one line per break, each naming SGLang's file and line

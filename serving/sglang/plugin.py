@@ -165,8 +165,9 @@ def _split_target(target: str) -> tuple[str, list[str]]:
     raise KeyError(f"{target} is not in the plugin contract")
 
 
-def _propagate(original, new, skip) -> None:
-    """Rebind `from X import name` copies of `original` in every loaded module."""
+def _propagate(original, new, skip, target: str) -> None:
+    """Rebind `from X import name` copies of `original` in every loaded module. A copy
+    that cannot be rebound would keep calling SGLang's original: PluginRefused."""
     for mod in list(sys.modules.values()):
         if mod is None or mod is skip or not isinstance(mod, types.ModuleType):
             continue
@@ -178,8 +179,11 @@ def _propagate(original, new, skip) -> None:
             if value is original:
                 try:
                     setattr(mod, name, new)
-                except (AttributeError, TypeError):
-                    pass
+                except Exception as e:
+                    raise PluginRefused(
+                        f"cannot patch {target}: its copy {getattr(mod, '__name__', mod)}.{name} cannot be "
+                        f"rebound ({type(e).__name__}: {e}), so that module would still call SGLang's original"
+                    ) from None
 
 
 def apply_at(module: str, qualname: str, factory: Callable) -> None:
@@ -205,7 +209,7 @@ def apply_at(module: str, qualname: str, factory: Callable) -> None:
         new = classmethod(new)
     setattr(owner, name, new)
     if not isinstance(owner, type):
-        _propagate(original, new, owner)
+        _propagate(original, new, owner, target)
     log.info("niah: patched %s", target)
 
 
@@ -242,6 +246,8 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
         raise PluginRefused(f"contract check failed: {type(e).__name__}: {e}") from e
     if not report.ok:
         raise PluginRefused(report.summary())
+    if report.build_note:
+        log.info("niah: %s", report.build_note)
     attest.configure(index_dtype, kernels)
     attest.set_facts(query="fp8")  # SGLang's own fp8 indexer query in every arm (bf16 kernels: upcast, exact)
     apply_all(patches_for(index_dtype, kernels))

@@ -31,7 +31,8 @@ With bf16 keys:
   already in the weights);
 - refused in the process (one line, the fp8 path attested): every other writer of the
   indexer pool, fp4 / V4.1 low-ratio pools, ROCm, the TileLang/AITER indexers. HiCache,
-  HiSparse, fp4 index keys and speculative decoding (MTP) are refused at launch.
+  HiSparse, fp4 index keys and speculative decoding (MTP) are refused at launch
+  (refusals.py).
 The plugin installs these as plugin._v4_patches; their contract is patch_points.V4_POINTS.
 """
 
@@ -50,7 +51,7 @@ FP8_TOKEN_BYTES = HEAD_DIM + 4
 BF16_TOKEN_BYTES = 2 * FP8_TOKEN_BYTES  # 256 B row + 8 B padding: a page is [64 x 132] bf16
 PREFIX = "niah bf16 index keys on DeepSeek-V4"
 
-TRUE = ("1", "true", "yes", "on")
+TRUE = ("1", "true", "yes", "y", "on")  # SGLang's EnvBool true values, and "on"
 
 
 class V4Refused(RuntimeError):
@@ -63,13 +64,13 @@ def _env_on(env, name: str) -> bool:
 
 def env_refusal(env=os.environ) -> str | None:
     """niah's arms need the paged-logits function the plugin routes (DeepGEMM's, or SGLang's
-    torch fallback): the TileLang and AITER indexers (SM120's and ROCm's defaults) read fp8 pages."""
-    for name in ("SGLANG_OPT_USE_TILELANG_INDEXER", "SGLANG_OPT_USE_AITER_INDEXER"):
-        if _env_on(env, name):
-            return (f"{name} is on (SGLang's default on SM120 / ROCm): that indexer kernel reads the fp8 "
-                    "page layout and bypasses niah's kernels; set it to 0 in the configuration's env "
-                    "(every arm) to compare on the DeepGEMM path")
-    return None
+    torch fallback): the TileLang and AITER indexers (SM120's and ROCm's defaults) read fp8
+    pages. The launch entry refuses them before weights load where it can tell the model
+    (refusals.py); here, where the V4 pool is built, SGLang's own defaults are in the
+    environment too."""
+    from niah.serving.sglang.refusals import indexer_env_refusal
+
+    return indexer_env_refusal(None, env)
 
 
 # DeepGEMM functions SGLang's V4 indexer imports at call time, and niah's replacements.

@@ -1,0 +1,299 @@
+"""What niah's plugin refuses to serve, decided SGLang's way, before anything loads.
+
+The launch entry (`python -m niah.serving.sglang`) hands the exact argv SGLang will get
+to SGLang's own parser (`sglang.srt.server_args.prepare_server_args`: argparse with its
+abbreviations, e.g. `--enable-hier`, and `--config` YAML files) and decides on the parsed
+`ServerArgs` fields, never on flag strings. With niah's kernels (bf16 keys included) it
+refuses every path niah does not patch (`RULES`, index_kpool > 1 from
+`--json-model-override-args`) and the fp8-layout DeepSeek-V4 indexer kernels
+(`indexer_env_refusal`: SGLANG_OPT_USE_TILELANG_INDEXER / SGLANG_OPT_USE_AITER_INDEXER
+on; `sm120_refusal`, launch entry only: SGLang's own SM120 default turns TileLang on for
+V4), and for any arm through the entry it refuses an `SGLANG_PLUGINS` that would keep the
+plugin out of SGLang's processes. The matrix runs the same check where SGLang is
+importable (`check_command`, which also checks that the arguments leave niah's
+`--json-model-override-args` as niah wrote it); elsewhere the launch entry does. Each
+refusal is one line (BadInput, exit 2).
+
+What cannot be decided here: the model's architecture when its config.json is neither a
+local folder nor in the Hugging Face cache (the V4 rules then wait for the V4 pool,
+v4.env_refusal, after the weights have loaded; an explicit switch is refused anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from niah.errors import BadInput
+from niah.serving.sglang.plugin import ENTRY_POINT_NAME as PLUGIN_NAME, default_kernels
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Refuse when `ServerArgs.<field>` makes `refused(value)` true, for niah's kernels
+    with these index dtypes."""
+
+    field: str
+    refused: Callable[[Any], bool]
+    what: str
+    dtypes: tuple[str, ...] = ("fp8", "bf16")
+
+
+def _on(v) -> bool:
+    return bool(v)
+
+
+def _wider_than_one(v) -> bool:
+    return v is not None and int(v) > 1
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("enable_hierarchical_cache", _on, "HiCache: its host pool and transfers are sized for 132-byte fp8 keys"),
+    Rule("enable_hisparse", _on, "HiSparse: its own index-key paths"),
+    Rule("dcp_size", _wider_than_one, "decode-context parallel: a sharded key cache"),
+    Rule("enable_prefill_cp", _on, "prefill context parallel: keys split and gathered across CP ranks by paths "
+                                   "niah does not patch"),
+    Rule("attn_cp_size", _wider_than_one, "attention context parallel: keys split across CP ranks"),
+    Rule("disaggregation_mode", lambda v: v not in (None, "null"),
+         "PD disaggregation: key pages move between servers as 132-byte fp8 rows"),
+    Rule("enable_dsa_cache_layer_split", _on, "layer-split DSA key cache pools"),
+    Rule("enable_kv_cache_sharding", _on, "page-interleave (sharded) key cache pools"),
+    Rule("enable_deepseek_v4_fp4_indexer", _on, "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
+    Rule("dsa_paged_mqa_logits_backend", lambda v: v not in ("auto", "deepgemm"),
+         "only auto/deepgemm decode through resolve_fp8_paged_mqa_logits_fn, which niah patches; "
+         "cutedsl and aiter call their own kernels"),
+    Rule("speculative_algorithm", lambda v: v is not None and str(v).upper() not in ("", "NONE"),
+         "speculative decoding / MTP: target-verify and draft-extend read the fp8 key layout", dtypes=("bf16",)),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# SGLang's parser
+
+
+class ParserMissing(BadInput):
+    """SGLang's server_args cannot be imported in this Python environment."""
+
+
+def load_parser() -> Callable[[list[str]], Any]:
+    """SGLang's `prepare_server_args`; ParserMissing (one line) if it cannot be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        raise ParserMissing("SGLang is not installed in this environment (pip install sglang==0.5.23)")
+    try:
+        from sglang.srt.server_args import prepare_server_args
+    except Exception as e:  # a broken SGLang install: its parser is what decides, so say so
+        raise ParserMissing(f"SGLang's argument parser cannot be imported here: {type(e).__name__}: {e}") from None
+    return prepare_server_args
+
+
+def parser_status() -> str | None:
+    """None when SGLang's parser is importable here, else why not (one line)."""
+    try:
+        load_parser()
+    except ParserMissing as e:
+        return str(e)
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_root_logging():
+    """prepare_server_args reconfigures the root logger (basicConfig(force=True)); put it back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def parse(argv: list[str]):
+    """SGLang's own `ServerArgs` for the exact argv (`--config` merged, abbreviations
+    expanded); what SGLang's parser rejects becomes one line (BadInput)."""
+    prepare = load_parser()
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with _quiet_root_logging(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            return prepare(list(argv))
+    except SystemExit as e:  # argparse: usage + "sglang serve: error: ..." on stderr
+        lines = [ln for ln in (err.getvalue() + out.getvalue()).splitlines() if ln.strip()]
+        if e.code in (0, None):  # --help / --version: SGLang will print it at launch
+            return None
+        raise BadInput(f"SGLang's argument parser refused the arguments: {lines[-1] if lines else e}") from None
+    except Exception as e:  # e.g. a --config file that is missing or not YAML
+        raise BadInput(f"SGLang's argument parser refused the arguments: {type(e).__name__}: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Decisions
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def refusal(index_dtype: str, kernels: str, args) -> str | None:
+    """One line saying why niah's kernels cannot serve these parsed ServerArgs, or None.
+    The stock arm is SGLang's own: nothing is refused there."""
+    if kernels == "stock" or args is None:
+        return None
+    for rule in RULES:
+        if not hasattr(args, rule.field):  # fail closed: not the SGLang these rules were written for
+            return f"SGLang's ServerArgs has no field {rule.field!r}; niah's refusals are written for SGLang 0.5.23"
+        value = getattr(args, rule.field)
+        if index_dtype in rule.dtypes and rule.refused(value):
+            shown = "" if isinstance(value, bool) else f" {value}"
+            return f"{_flag(rule.field)}{shown} is not supported with {index_dtype}/{kernels} index keys ({rule.what})"
+    override = getattr(args, "json_model_override_args", None) or "{}"
+    try:
+        kpool = json.loads(override).get("index_kpool", 1)
+    except (ValueError, AttributeError):
+        return f"--json-model-override-args is not a JSON object: {override!r}"
+    if kpool not in (None, 1):
+        return (f"index_kpool {kpool} (--json-model-override-args) is not supported with {index_dtype}/{kernels} "
+                "index keys (IndexerKPool's pooled key cache)")
+    return None
+
+
+V4_ARCH = "DeepseekV4ForCausalLM"
+TILELANG = "SGLANG_OPT_USE_TILELANG_INDEXER"
+V4_INDEXER_SWITCHES = (TILELANG, "SGLANG_OPT_USE_AITER_INDEXER")
+_ON = ("1", "true", "yes", "y", "on")  # SGLang's EnvBool true values ("on" it rejects; niah refuses it too)
+
+
+def _env_on(env: Mapping[str, str], name: str) -> bool:
+    return str(env.get(name) or "").strip().lower() in _ON
+
+
+def architecture(args) -> str | None:
+    """The model's architecture as SGLang will read it (`architectures[0]`): from
+    --json-model-override-args, else the model's config.json in a local folder or the
+    Hugging Face cache (no download). None when it cannot be told here."""
+    try:
+        override = json.loads(getattr(args, "json_model_override_args", None) or "{}")
+    except ValueError:
+        override = {}
+    archs = override.get("architectures") if isinstance(override, dict) else None
+    path = str(getattr(args, "model_path", "") or "")
+    config = os.path.join(path, "config.json")
+    if not archs and not os.path.isfile(config) and path and not os.path.isdir(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json", revision=getattr(args, "revision", None))
+            config = cached if isinstance(cached, str) else config
+        except Exception:  # not a repo id, no huggingface_hub: not known here
+            pass
+    if not archs and os.path.isfile(config):
+        try:
+            with open(config, encoding="utf-8") as f:
+                archs = json.load(f).get("architectures")
+        except (OSError, ValueError, AttributeError):
+            archs = None
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
+def indexer_env_refusal(args, env: Mapping[str, str]) -> str | None:
+    """DeepSeek-V4's C4 indexer tries the TileLang and AITER kernels before the paged
+    function niah routes; both read the fp8 page layout. Refused when on, unless the model
+    is known not to be V4 (the switches do nothing elsewhere)."""
+    arch = architecture(args) if args is not None else None
+    if arch is not None and arch != V4_ARCH:
+        return None
+    for name in V4_INDEXER_SWITCHES:
+        if _env_on(env, name):
+            return (f"{name} is on: that DeepSeek-V4 indexer kernel reads the fp8 page layout and bypasses niah's "
+                    "kernels; set it to 0 in the configuration's env (every arm) to compare on the DeepGEMM path")
+    return None
+
+
+def sm120_refusal(args, env: Mapping[str, str]) -> str | None:
+    """SGLang's own default (arg_groups/model_hook.py): DeepSeek-V4 on SM120 turns the
+    TileLang indexer on unless SGLANG_OPT_USE_TILELANG_INDEXER is set. Decided with SGLang's
+    platform probe (NVML, no CUDA context) where the architecture can be told."""
+    if args is None or TILELANG in env or architecture(args) != V4_ARCH:
+        return None
+    from sglang.srt.runtime_context import get_platform
+
+    if not get_platform().is_sm120:
+        return None
+    return (f"DeepSeek-V4 on SM120: SGLang turns the TileLang indexer on ({TILELANG} unset), which reads the fp8 "
+            f"page layout and bypasses niah's kernels; set {TILELANG}=0 in the configuration's env (every arm)")
+
+
+def override_refusal(args, expected: dict) -> str | None:
+    """niah writes `--json-model-override-args` itself (index_topk); SGLang's parse of the
+    whole argv (abbreviations, --config) must leave it as niah wrote it."""
+    if args is None:
+        return None
+    raw = getattr(args, "json_model_override_args", None) or "{}"
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        got = raw
+    if got == expected:
+        return None
+    return (f"the SGLang arguments set --json-model-override-args to {raw!r} (an abbreviation or a --config file), "
+            f"over niah's {json.dumps(expected)!r}: set index_topk in the configuration instead")
+
+
+def plugins_refusal(env: Mapping[str, str]) -> str | None:
+    """SGLang's rule (srt/plugins/__init__.py load_plugins_by_group): a non-empty
+    SGLANG_PLUGINS is a comma-separated allow-list, and plugins not on it are skipped."""
+    allowed = env.get("SGLANG_PLUGINS") or ""
+    if not allowed:
+        return None
+    names = {x.strip() for x in allowed.split(",") if x.strip()}
+    if PLUGIN_NAME in names:
+        return None
+    return (f"SGLANG_PLUGINS={allowed!r} does not name {PLUGIN_NAME!r}, so SGLang would load its processes "
+            f"without niah's plugin; add {PLUGIN_NAME} to it or unset it")
+
+
+def check(index_dtype: str, kernels: str, argv: list[str], env: Mapping[str, str], parsed: bool = False):
+    """Refuse (BadInput, one line) what this arm cannot serve with SGLang arguments `argv`
+    in environment `env`. Parses with SGLang's parser where something can be refused (or
+    `parsed` asks for it); returns the parsed ServerArgs, or None where it did not parse."""
+    problem = plugins_refusal(env)
+    args = None
+    if problem is None and (kernels != "stock" or parsed):
+        args = parse(argv)
+    if problem is None and kernels != "stock":
+        problem = refusal(index_dtype, kernels, args) or indexer_env_refusal(args, env)
+    if problem:
+        raise BadInput(problem)
+    return args
+
+
+def check_command(argv: list[str], env: Mapping[str, str], override: dict | None = None) -> bool:
+    """The launch entry's check for a built command (`python -m niah.serving.sglang ...`),
+    run here if SGLang's parser is importable; with `override` (what niah wrote in
+    --json-model-override-args), the parsed arguments of any arm, stock included, must
+    keep it. True: checked; False: SGLang is not importable here, the launch entry will
+    check (niah arms; a stock command is SGLang's own and is not checked further)."""
+    from niah.serving.sglang.__main__ import split_niah_args
+    from niah.serving.sglang.command import LAUNCH_MODULE, SGLANG_MODULE
+
+    if argv[1:3] == ["-m", LAUNCH_MODULE]:
+        dtype, kernels, rest = split_niah_args(argv[3:], env)
+        kernels = kernels or default_kernels(dtype)
+    elif argv[1:3] == ["-m", SGLANG_MODULE]:
+        dtype, kernels, rest = "fp8", "stock", argv[3:]
+        env = {k: v for k, v in env.items() if k != "SGLANG_PLUGINS"}  # no plugin to keep out
+    else:
+        return True
+    if parser_status() is not None:
+        if kernels != "stock" and (problem := plugins_refusal(env)):
+            raise BadInput(problem)
+        return False  # SGLang's parser is not importable here: the launch entry decides
+    args = check(dtype, kernels, rest, env, parsed=override is not None)
+    if override is not None and (problem := override_refusal(args, override)):
+        raise BadInput(problem)
+    return True
