@@ -195,3 +195,50 @@ def test_gpu_store_matches_reference_at_size(index_dtype):
     torch.cuda.synchronize()
     ref_store_v32_index_keys(key, want, loc, *args, index_dtype=index_dtype)
     assert_rows_match(got, want, index_dtype, 64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("index_dtype", ["bf16", "fp8"])
+def test_gpu_bound_store_equals_triton_launcher_with_new_pointers_and_in_a_graph(index_dtype):
+    """The store's second call with the same shapes goes through its bound plan (only the
+    pointers new): the same bytes as Triton's launcher into fresh copies of the pool, eager
+    and replayed from a CUDA graph."""
+    from niah.kernels._launch import via_triton
+    from niah.kernels.v32_store import wrapper as sw
+
+    n, pages = 512, 12
+    key, weight, bias, positions = (t.cuda() for t in inputs(n, seed=21))
+    key = torch.empty(n, 192, dtype=key.dtype, device=key.device)[:, :128].copy_(key)  # SGLang's wk slice
+    loc = torch.randperm(pages * 64, generator=torch.Generator().manual_seed(6))[:n].cuda()
+    csc = cos_sin_cache().cuda()
+    pool = torch.randint(0, 256, (pages, ROW[index_dtype] * 64), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(7)).cuda()
+    want = pool.clone()
+    with via_triton():
+        store_v32_index_keys(key, want, loc, weight, bias, EPS, csc, positions, index_dtype=index_dtype)
+    first = pool.clone()
+    store_v32_index_keys(key, first, loc, weight, bias, EPS, csc, positions, index_dtype=index_dtype)
+    plan_key = sw._plan_key(key, first, loc, weight, bias, EPS, csc, positions, 64, index_dtype)
+    assert sw._PLANS.get(plan_key) is not None
+    fresh = [t.clone() for t in (key, pool, loc, weight, bias, csc, positions)]
+    fresh[0] = torch.empty(n, 192, dtype=key.dtype, device=key.device)[:, :128].copy_(key)  # new memory
+    assert sw._plan_key(fresh[0], *fresh[1:5], EPS, *fresh[5:], 64, index_dtype) == plan_key
+    store_v32_index_keys(fresh[0], fresh[1], fresh[2], fresh[3], fresh[4], EPS, fresh[5], fresh[6],
+                         index_dtype=index_dtype)
+    torch.cuda.synchronize()
+    assert torch.equal(first, want) and torch.equal(fresh[1], want)
+    graphed = pool.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        store_v32_index_keys(key, graphed, loc, weight, bias, EPS, csc, positions, index_dtype=index_dtype)
+    torch.cuda.current_stream().wait_stream(stream)
+    graphed.copy_(pool)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        store_v32_index_keys(key, graphed, loc, weight, bias, EPS, csc, positions, index_dtype=index_dtype)
+    graphed.copy_(pool)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graphed, want)

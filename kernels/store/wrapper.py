@@ -12,6 +12,19 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
+from niah.kernels._launch import DirectLauncher
+
+_LAUNCHER = None
+
+
+def _launcher() -> DirectLauncher:
+    """The store kernel's compiled binary, launched without Triton's Python launcher."""
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        from niah.kernels.store.kernel import store_index_keys_kernel
+
+        _LAUNCHER = DirectLauncher(store_index_keys_kernel)
+    return _LAUNCHER
 
 
 def _layout(kv_cache: torch.Tensor, dim: int, block_kv: int | None) -> tuple[bool, int]:
@@ -46,8 +59,6 @@ def _layout(kv_cache: torch.Tensor, dim: int, block_kv: int | None) -> tuple[boo
 def store_index_keys(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                      ue8m0: bool = False, block_kv: int | None = None) -> torch.Tensor:
     """Write k's rows into kv_cache at their slots (fp8: quantised with per-token scales). Returns kv_cache."""
-    from niah.kernels.store.kernel import store_index_keys_kernel
-
     if k.dim() != 2:
         raise ValueError(f"store_index_keys: k must be [N, D], got {tuple(k.shape)}")
     n, dim = k.shape
@@ -70,7 +81,7 @@ def store_index_keys(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torc
     else:
         val, sf = flat, flat
     block_t = 16
-    store_index_keys_kernel[((n + block_t - 1) // block_t,)](
+    _launcher()(((n + block_t - 1) // block_t,),
         k, slot_mapping.contiguous(), val, sf, n, k.stride(0),
         D=dim, BLOCK_T=block_t, BLOCK_KV=block_kv, IS_FP8=fp8, UE8M0=bool(ue8m0),
         INTERP=interpreting(), num_warps=4,

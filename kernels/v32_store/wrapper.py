@@ -19,9 +19,29 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
+from niah.kernels._launch import DirectLauncher, PlanCache, direct_ok
 from niah.kernels.v32_store.reference import HEAD_DIM, ROPE_DIM, ROW_BYTES
 
 _NAME = "store_v32_index_keys"
+_BLOCK_T = 8
+_LAUNCHER = None
+_PLANS = PlanCache()
+
+
+def _launcher() -> DirectLauncher:
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        from niah.kernels.v32_store.kernel import v32_store_kernel
+
+        _LAUNCHER = DirectLauncher(v32_store_kernel)
+    return _LAUNCHER
+
+
+def _plan_key(key_raw, kv_cache, loc, weight, bias, eps, cos_sin_cache, positions, page_size, index_dtype):
+    """Everything the checks, the grid and the scalar arguments depend on (not the pointers)."""
+    return (index_dtype, page_size, float(eps),
+            *((t.shape, t.stride(), t.dtype, t.get_device())
+              for t in (key_raw, kv_cache, loc, weight, bias, cos_sin_cache, positions)))
 
 
 def _check(key_raw, kv_cache, loc, weight, bias, cos_sin_cache, positions, page_size, index_dtype):
@@ -56,9 +76,19 @@ def _check(key_raw, kv_cache, loc, weight, bias, cos_sin_cache, positions, page_
 def store_v32_index_keys(key_raw: torch.Tensor, kv_cache: torch.Tensor, loc: torch.Tensor,
                          weight: torch.Tensor, bias: torch.Tensor, eps: float, cos_sin_cache: torch.Tensor,
                          positions: torch.Tensor, page_size: int = 64, index_dtype: str = "bf16") -> torch.Tensor:
-    """LayerNorm + RoPE (no rotation) the raw index keys and write their bf16 or fp8 rows into kv_cache."""
-    from niah.kernels.v32_store.kernel import v32_store_kernel
+    """LayerNorm + RoPE (no rotation) the raw index keys and write their bf16 or fp8 rows into kv_cache.
 
+    A call whose shapes, strides, dtypes, devices, eps, page size and key dtype were served
+    before, with every pointer 16-byte aligned, goes straight to its bound compiled launch
+    (kernels/_launch.py); any other call is checked and launched through DirectLauncher."""
+    key = _plan_key(key_raw, kv_cache, loc, weight, bias, eps, cos_sin_cache, positions, page_size, index_dtype)
+    plan = _PLANS.get(key)
+    if plan is not None and direct_ok():
+        ptrs = (key_raw.data_ptr(), loc.data_ptr(), weight.data_ptr(), bias.data_ptr(), cos_sin_cache.data_ptr(),
+                positions.data_ptr(), kv_cache.data_ptr())
+        if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]) & 15:
+            plan(key[4][3], *ptrs, ptrs[6])  # values and scales: two views of the same pool
+            return kv_cache
     _check(key_raw, kv_cache, loc, weight, bias, cos_sin_cache, positions, page_size, index_dtype)
     n = key_raw.shape[0]
     if n == 0:
@@ -67,12 +97,15 @@ def store_v32_index_keys(key_raw: torch.Tensor, kv_cache: torch.Tensor, loc: tor
     fp8 = index_dtype == "fp8"
     val = flat.view(torch.float8_e4m3fn) if fp8 else flat.view(torch.bfloat16)
     sf = flat.view(torch.float32) if fp8 else flat
-    block_t = 8
-    interp = interpreting()
+    launch = _launcher()
+    interp = not launch.compiled_mode
     extra = {} if interp else {"enable_fp_fusion": False}
-    v32_store_kernel[((n + block_t - 1) // block_t,)](
-        key_raw, loc.contiguous(), weight.contiguous(), bias.contiguous(), cos_sin_cache,
-        positions.contiguous(), val, sf, n, key_raw.stride(0), float(eps),
-        BLOCK_T=block_t, PAGE=page_size, IS_FP8=fp8, INTERP=interp, num_warps=4, **extra,
-    )
+    contiguous = all(t.is_contiguous() for t in (loc, weight, bias, positions))
+    grid = ((n + _BLOCK_T - 1) // _BLOCK_T,)
+    args = (key_raw, loc.contiguous(), weight.contiguous(), bias.contiguous(), cos_sin_cache,
+            positions.contiguous(), val, sf, n, key_raw.stride(0), float(eps))
+    meta = dict(BLOCK_T=_BLOCK_T, PAGE=page_size, IS_FP8=fp8, INTERP=interp, num_warps=4, **extra)
+    launch(grid, *args, **meta)
+    if contiguous:  # the fast path's pointer order: key_raw, loc, weight, bias, cos_sin, positions, val, sf
+        _PLANS.put(key, launch.bind(grid, args, meta))
     return kv_cache

@@ -17,7 +17,20 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
+from niah.kernels._launch import DirectLauncher
 from niah.kernels.v4_store.reference import HEAD_DIM, ROPE_DIM, ROW_BYTES
+
+_LAUNCHER = None
+
+
+def _launcher() -> DirectLauncher:
+    """The store kernel's compiled binary, launched without Triton's Python launcher."""
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        from niah.kernels.v4_store.kernel import v4_store_kernel
+
+        _LAUNCHER = DirectLauncher(v4_store_kernel)
+    return _LAUNCHER
 
 
 def _check(kv, plan_bytes, norm_weight, freqs, out_loc, kvcache, key_dtype, page_size, page_stride):
@@ -53,8 +66,6 @@ def store_v4_index_keys(kv: torch.Tensor, plan_bytes: torch.Tensor, is_decode: b
                         kvcache: torch.Tensor, key_dtype: str, page_size: int = 64,
                         page_stride: int | None = None) -> torch.Tensor:
     """Write the compressed keys' index rows into kvcache (in place); returns kvcache."""
-    from niah.kernels.v4_store.kernel import v4_store_kernel
-
     if page_stride is None:
         page_stride = ROW_BYTES.get(key_dtype, 0) * page_size
     _check(kv, plan_bytes, norm_weight, freqs, out_loc, kvcache, key_dtype, page_size, page_stride)
@@ -69,7 +80,7 @@ def store_v4_index_keys(kv: torch.Tensor, plan_bytes: torch.Tensor, is_decode: b
     sf = flat.view(torch.float32) if fp8 else flat
     block_t = 8
     extra = {} if interpreting() else {"enable_fp_fusion": False}
-    v4_store_kernel[((n + block_t - 1) // block_t,)](
+    _launcher()(((n + block_t - 1) // block_t,),
         kv, plan_bytes.view(torch.int32), weight, freqs.contiguous(), out_loc, val, sf,
         n, out_loc.numel(), kv.stride(0), float(eps), int(compress_ratio),
         IS_DECODE=bool(is_decode), BLOCK_T=block_t, PAGE=page_size, PAGE_STRIDE=page_stride, IS_FP8=fp8,
