@@ -33,6 +33,8 @@ profiler), or inside `via_triton()` (for comparisons and benchmarks).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 
 import torch
 
@@ -224,3 +226,10 @@ class DirectLauncher:
         g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         flags = (run.launch_cooperative_grid, run.launch_pdl)
         return BoundLaunch(c_launch, g, function, flags, packed, (*vals[n_ptr:], *cvals), self._stream)
+
+
+@functools.cache
+def launcher_of(module: str, kernel: str) -> DirectLauncher:
+    """The DirectLauncher of `module.kernel`, made at its first use (importing the kernel's
+    module then, not when the wrapper is imported)."""
+    return DirectLauncher(getattr(importlib.import_module(module), kernel))

@@ -12,19 +12,9 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
-from niah.kernels._launch import DirectLauncher
+from niah.kernels._launch import launcher_of
 
-_LAUNCHER = None
-
-
-def _launcher() -> DirectLauncher:
-    """The store kernel's compiled binary, launched without Triton's Python launcher."""
-    global _LAUNCHER
-    if _LAUNCHER is None:
-        from niah.kernels.store.kernel import store_index_keys_kernel
-
-        _LAUNCHER = DirectLauncher(store_index_keys_kernel)
-    return _LAUNCHER
+_KERNEL = ("niah.kernels.store.kernel", "store_index_keys_kernel")
 
 
 def _layout(kv_cache: torch.Tensor, dim: int, block_kv: int | None) -> tuple[bool, int]:
@@ -81,7 +71,7 @@ def store_index_keys(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torc
     else:
         val, sf = flat, flat
     block_t = 16
-    _launcher()(((n + block_t - 1) // block_t,),
+    launcher_of(*_KERNEL)(((n + block_t - 1) // block_t,),
         k, slot_mapping.contiguous(), val, sf, n, k.stride(0),
         D=dim, BLOCK_T=block_t, BLOCK_KV=block_kv, IS_FP8=fp8, UE8M0=bool(ue8m0),
         INTERP=interpreting(), num_warps=4,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels.store.kernel import _round_to_bf16_grid, _round_to_e4m3_grid
-from niah.kernels.v4_store.kernel import _pair_halves
+from niah.kernels.store.kernel import _round_to_bf16_grid
+from niah.kernels.v4_store.kernel import _e4m3_row, _pair_halves
 
 
 @triton.jit
@@ -85,12 +85,7 @@ def v32_store_kernel(
     page = slot // PAGE
     off = slot % PAGE
     if IS_FP8:
-        amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
-        scale = tl.math.div_rn(amax, tl.full([BLOCK_T], 448.0, tl.float32))
-        inv = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32), scale)
-        q = tl.minimum(tl.maximum(x * inv[:, None], -448.0), 448.0)
-        if INTERP:
-            q = _round_to_e4m3_grid(q)
+        q, scale = _e4m3_row(x, BLOCK_T, INTERP)
         base = page * (PAGE * (D + 4))
         tl.store(val_ptr + (base + off * D)[:, None] + offs_d[None, :], q.to(tl.float8e4nv), mask=ok[:, None])
         tl.store(sf_ptr + (base + PAGE * D) // 4 + off, scale, mask=ok)

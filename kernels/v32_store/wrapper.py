@@ -19,22 +19,13 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
-from niah.kernels._launch import DirectLauncher, PlanCache, direct_ok
+from niah.kernels._launch import PlanCache, direct_ok, launcher_of
 from niah.kernels.v32_store.reference import HEAD_DIM, ROPE_DIM, ROW_BYTES
 
 _NAME = "store_v32_index_keys"
 _BLOCK_T = 8
-_LAUNCHER = None
+_KERNEL = ("niah.kernels.v32_store.kernel", "v32_store_kernel")
 _PLANS = PlanCache()
-
-
-def _launcher() -> DirectLauncher:
-    global _LAUNCHER
-    if _LAUNCHER is None:
-        from niah.kernels.v32_store.kernel import v32_store_kernel
-
-        _LAUNCHER = DirectLauncher(v32_store_kernel)
-    return _LAUNCHER
 
 
 def _plan_key(key_raw, kv_cache, loc, weight, bias, eps, cos_sin_cache, positions, page_size, index_dtype):
@@ -97,7 +88,7 @@ def store_v32_index_keys(key_raw: torch.Tensor, kv_cache: torch.Tensor, loc: tor
     fp8 = index_dtype == "fp8"
     val = flat.view(torch.float8_e4m3fn) if fp8 else flat.view(torch.bfloat16)
     sf = flat.view(torch.float32) if fp8 else flat
-    launch = _launcher()
+    launch = launcher_of(*_KERNEL)
     interp = not launch.compiled_mode
     extra = {} if interp else {"enable_fp_fusion": False}
     contiguous = all(t.is_contiguous() for t in (loc, weight, bias, positions))

@@ -31,6 +31,19 @@ def _butterfly(x, T: tl.constexpr, N: tl.constexpr, M: tl.constexpr):
 
 
 @triton.jit
+def _e4m3_row(x, T: tl.constexpr, INTERP: tl.constexpr):
+    """[T, D] fp32 -> (values clamped to +-448 on the e4m3 grid's scale, [T] fp32 scale):
+    scale = max(amax, 1e-4) / 448, values x / scale, both divisions correctly rounded."""
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
+    scale = tl.math.div_rn(amax, tl.full([T], 448.0, tl.float32))
+    inv = tl.math.div_rn(tl.full([T], 1.0, tl.float32), scale)
+    q = tl.minimum(tl.maximum(x * inv[:, None], -448.0), 448.0)
+    if INTERP:
+        q = _round_to_e4m3_grid(q)
+    return q, scale
+
+
+@triton.jit
 def v4_store_kernel(
     kv_ptr, plan_ptr, w_ptr, freq_ptr, loc_ptr, val_ptr, sf_ptr,
     N, n_loc, stride_kv, eps, ratio,
@@ -97,12 +110,7 @@ def v4_store_kernel(
     page = slot // PAGE
     off = slot % PAGE
     if IS_FP8:
-        amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
-        scale = tl.math.div_rn(amax, tl.full([BLOCK_T], 448.0, tl.float32))
-        inv = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32), scale)
-        q = tl.minimum(tl.maximum(x * inv[:, None], -448.0), 448.0)
-        if INTERP:
-            q = _round_to_e4m3_grid(q)
+        q, scale = _e4m3_row(x, BLOCK_T, INTERP)
         tl.store(val_ptr + page[:, None] * PAGE_STRIDE + off[:, None] * D + offs_d[None, :],
                  q.to(tl.float8e4nv), mask=ok[:, None])
         tl.store(sf_ptr + (page * PAGE_STRIDE + PAGE * D) // 4 + off, scale, mask=ok)

@@ -17,20 +17,10 @@ from __future__ import annotations
 import torch
 
 from niah.kernels._common import check_device, interpreting
-from niah.kernels._launch import DirectLauncher
+from niah.kernels._launch import launcher_of
 from niah.kernels.v4_store.reference import HEAD_DIM, ROPE_DIM, ROW_BYTES
 
-_LAUNCHER = None
-
-
-def _launcher() -> DirectLauncher:
-    """The store kernel's compiled binary, launched without Triton's Python launcher."""
-    global _LAUNCHER
-    if _LAUNCHER is None:
-        from niah.kernels.v4_store.kernel import v4_store_kernel
-
-        _LAUNCHER = DirectLauncher(v4_store_kernel)
-    return _LAUNCHER
+_KERNEL = ("niah.kernels.v4_store.kernel", "v4_store_kernel")
 
 
 def _check(kv, plan_bytes, norm_weight, freqs, out_loc, kvcache, key_dtype, page_size, page_stride):
@@ -80,7 +70,7 @@ def store_v4_index_keys(kv: torch.Tensor, plan_bytes: torch.Tensor, is_decode: b
     sf = flat.view(torch.float32) if fp8 else flat
     block_t = 8
     extra = {} if interpreting() else {"enable_fp_fusion": False}
-    _launcher()(((n + block_t - 1) // block_t,),
+    launcher_of(*_KERNEL)(((n + block_t - 1) // block_t,),
         kv, plan_bytes.view(torch.int32), weight, freqs.contiguous(), out_loc, val, sf,
         n, out_loc.numel(), kv.stride(0), float(eps), int(compress_ratio),
         IS_DECODE=bool(is_decode), BLOCK_T=block_t, PAGE=page_size, PAGE_STRIDE=page_stride, IS_FP8=fp8,
