@@ -365,7 +365,7 @@ def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
 
     def matrix(path: Path, second: str) -> Path:
         path.write_text('engine = "external"\n' + "".join(
-            f'[[config]]\nname = "{n}"\nendpoint = "{servers[s].url}"\nindex_topk = 128\n'
+            f'[[config]]\nname = "{n}"\nendpoint = "{servers[s].url}"\n'
             for n, s in zip(names, ("good", second))))
         return path
 
@@ -374,7 +374,7 @@ def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
     r = _niah("sweep", "--matrix", matrix(tmp_path / "base.toml", "good"), "--prompts", prompts,
               "--out", tmp_path / "base", "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "never exercised" not in r.stderr  # the set's lengths (1000, 2000) are above k = 128
+    # no index_topk label: an external server's labels are unattested, and gate refuses them (#17)
     assert _niah("baseline", "export", tmp_path / "base", "-o", baseline).returncode == 0
     env = {"NIAH_PROMPTS": str(prompts), "NIAH_BASELINE": str(baseline)}
     ok = _run_doc_job(job, tmp_path / "ok", {**env, "NIAH_MATRIX": str(matrix(tmp_path / "ok.toml", "good"))})
