@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# Issue 16 on one H200, in ONE device call (repo root, OUT set by the device tool, `carry: [".carry"]`
+# SGLang's JIT kernels, DeepGEMM and niah's kernels side by side on one H200, in ONE device call (repo root, OUT set by the device tool, `carry: [".carry"]`
 # made by benchmarks/prepare_carry.sh):
 #
-#   bash benchmarks/h200_issue16.sh
+#   bash benchmarks/h200_sglang_jit.sh
 #
 # Stages, each bounded by `timeout` and by one overall deadline (BUDGET_S, default 540 s), none
 # stopping the later ones when it fails:
 #   0. environment (GPU, driver, torch, triton, nvcc, compilers) and the carried tvm-ffi wheel
-#      installed into $WORK/site (WORK default /tmp/issue16)
+#      installed into $WORK/site (WORK: a scratch folder, default a fresh mktemp -d)
 #   1. in the background: DeepGEMM's host code built against this torch (build_deep_gemm.sh), and
-#      the kernel tests (pytest tests/test_kernels_*.py on CUDA)
+#      the kernel tests (pytest tests/kernels on CUDA)
 #   2. SGLang 0.5.23's JIT kernels compiled as its loader does (sglang_jit_build.py, parallel nvcc)
 #   3. the evidence against them (sglang_jit_evidence.py; the kernel tests may still be running)
-#   4. kernels/bench_host.py (if present), once the tests are done, with DeepGEMM importable when
+#   4. benchmarks/kernels/host.py, once the tests are done, with DeepGEMM importable when
 #      its build worked
-# Files in $OUT (8 at most come back): h200-issue16.log (environment, builds, DeepGEMM),
+# Files in $OUT (8 at most come back): h200-sglang-jit.log (environment, builds, DeepGEMM),
 # sglang-jit-manifest.json, h200-sglang-jit-evidence.{json,log}, h200-bench-host.{json,log},
 # h200-kernels-pytest.log.
 set -u
@@ -22,9 +22,8 @@ set -u
 BUDGET_S=${BUDGET_S:-540}
 T0=$(date +%s)
 C=$PWD/.carry
-W=${WORK:-/tmp/issue16}  # scratch: site-packages, builds
-rm -rf "$W" && mkdir -p "$W"
-LOG=$OUT/h200-issue16.log
+if [ -n "${WORK:-}" ]; then W=$WORK; rm -rf "$W" && mkdir -p "$W"; else W=$(mktemp -d); fi  # scratch: site-packages, builds
+LOG=$OUT/h200-sglang-jit.log
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 cap() { local l; l=$(( $(left) - $2 )); [ "$l" -lt "$1" ] && echo $(( l > 10 ? l : 10 )) || echo "$1"; }  # cap MAX RESERVE
@@ -44,7 +43,7 @@ fi
 command -v ninja >/dev/null || PATH="$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null):$PATH"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
   "$C"/wheels/apache_tvm_ffi-*.whl >> "$LOG" 2>&1
-export PYTHONPATH="$PWD:$W/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD:$PWD/tests:$W/site${PYTHONPATH:+:$PYTHONPATH}"  # tests/: helpers the tests import (--noconftest)
 python3 -c "import niah.kernels" 2>/dev/null || ln -sfn ../kernels niah/kernels
 python3 -c "import niah.serving" 2>/dev/null || ln -sfn ../serving niah/serving
 python3 -c "import tvm_ffi, niah.kernels; print('tvm_ffi', tvm_ffi.__version__, '; CUDA_HOME', '${CUDA_HOME:-}')" >> "$LOG" 2>&1
@@ -71,7 +70,7 @@ if [ -f "$C/deepgemm-src.tar.gz" ]; then
 else
   echo "no DeepGEMM source in .carry: DeepGEMM not built" > "$W/dg.log"
 fi
-( timeout "$(cap 200 300)" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=30 tests/test_kernels_*.py tests/test_attest_cuda_graph.py \
+( timeout "$(cap 200 300)" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=30 tests/kernels tests/test_attest_cuda_graph.py \
     > "$OUT/h200-kernels-pytest.log" 2>&1; echo "pytest exit $?" >> "$OUT/h200-kernels-pytest.log" ) &
 PT_PID=$!
 
@@ -88,16 +87,12 @@ timeout "$(cap 240 100)" python3 benchmarks/sglang_jit_evidence.py --sglang-src 
 echo "evidence exit $?" >> "$LOG"
 tail -3 "$OUT/h200-sglang-jit-evidence.log" >> "$LOG"
 
-stage "4. DeepGEMM and bench_host (after the kernel tests: a quiet GPU for timings)"
+stage "4. DeepGEMM and the host-cost benchmark (after the kernel tests: a quiet GPU for timings)"
 wait "$PT_PID"; tail -3 "$OUT/h200-kernels-pytest.log" >> "$LOG"
 [ -n "$DG_PID" ] && wait "$DG_PID"
 cat "$W/dg.log" >> "$LOG"
-if [ -f kernels/bench_host.py ]; then
-  DGP=; [ -f "$W/dg/pkg/deep_gemm/_C.so" ] && DGP=$W/dg/pkg:
-  PYTHONPATH="$DGP$PYTHONPATH" timeout "$(cap 200 5)" python3 -m niah.kernels.bench_host --out "$OUT/h200-bench-host.json" \
-    > "$OUT/h200-bench-host.log" 2>&1
-  echo "bench_host exit $?" >> "$LOG"
-else
-  echo "kernels/bench_host.py not in this tree: skipped" >> "$LOG"
-fi
+DGP=; [ -f "$W/dg/pkg/deep_gemm/_C.so" ] && DGP=$W/dg/pkg:
+PYTHONPATH="$DGP$PYTHONPATH" timeout "$(cap 200 5)" python3 benchmarks/kernels/host.py --out "$OUT/h200-bench-host.json" \
+  > "$OUT/h200-bench-host.log" 2>&1
+echo "host benchmark exit $?" >> "$LOG"
 stage "done"

@@ -2,7 +2,7 @@
 each configuration checked by value (check_topk_fast) and timed with do_bench; stops
 adding configurations after --budget-s seconds. Writes JSON after every configuration.
 
-    python -m niah.kernels.bench_topk_sample --out sweep.json [--rows 4096 --width 22016 --k 1024]
+    python benchmarks/kernels/topk_sample.py --out sweep.json [--rows 4096 --width 22016 --k 1024]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import time
 
 import torch
+from measure import timeit
 
 CONFIGS = [{"tile": 2048, "num_warps": 16}, {"tile": 1024, "num_warps": 4}, {"tile": 2048, "num_warps": 4},
            {"tile": 2048, "num_warps": 8}, {"tile": 1024, "num_warps": 8}, {"tile": 512, "num_warps": 4}]
@@ -19,7 +20,6 @@ CONFIGS = [{"tile": 2048, "num_warps": 16}, {"tile": 1024, "num_warps": 4}, {"ti
 
 def main(argv=None) -> None:
     from niah.kernels import topk_indices
-    from niah.kernels.bench import timeit
     from niah.kernels.topk.reference import check_topk_fast
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

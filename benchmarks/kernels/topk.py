@@ -1,14 +1,15 @@
-"""Top-k benchmark cases, run by niah.kernels.bench: a sweep of launch configurations, each
+"""Top-k benchmark cases, run by bench.py: a sweep of launch configurations, each
 checked by value at full size (check_topk_fast), against torch.topk eager and in a CUDA graph.
 The floor is one read of the logits at copy bandwidth."""
 
 from __future__ import annotations
 
 import torch
+from measure import host_overhead, peak_extra, record, timeit, timeit_graph
 
 
 def topk_configs(rows, width, k, tiny):
-    """The launch configurations swept (run 7 of NOTES.md found the defaults among them)."""
+    """The launch configurations swept (the wrappers' defaults were chosen among them: docs/kernels.md)."""
     if tiny:
         return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}]
     # the search kernel explicitly (its defaults), then the sample-bracketed select's variants
@@ -23,7 +24,6 @@ def topk_configs(rows, width, k, tiny):
 
 def bench_topk(results, ceil, dev, rows, width, k, tiny=False, ragged=False, ties=False):
     from niah.kernels import topk_indices
-    from niah.kernels.bench import peak_extra, record, timeit, timeit_graph
     from niah.kernels.topk.reference import check_topk_fast
 
     case = f"topk [{rows}, {width}] k={k}" + (" ragged lengths" if ragged else "") + (" ties" if ties else "")
@@ -80,6 +80,4 @@ def bench_topk(results, ceil, dev, rows, width, k, tiny=False, ragged=False, tie
           + f"; {t_ms / best['ms']:.2f}x eager" + (f", {t_g / best['graph_ms']:.2f}x graph" if (t_g and best["graph_ms"]) else "")
           + f"; floor {floor * 1e3 if floor else float('nan'):.1f} us; every config correct: {all_correct}", flush=True)
     if rows == 1 and not tiny:
-        from niah.kernels.paged_logits.bench import host_overhead
-
         results[-2].update(host_overhead(lambda: topk_indices(x, k, lens, **best["config"]), best["ms"], best["graph_ms"]))

@@ -1,9 +1,9 @@
 """One call of a kernel, for a profiler (ncu) to capture:
 
-    python -m niah.kernels.bench_profile topk ROWS WIDTH K [METHOD]
-    python -m niah.kernels.bench_profile paged-ragged fp8|bf16      # B=64, lengths uniform in 1..65,536
+    python benchmarks/kernels/ncu_call.py topk ROWS WIDTH K [METHOD]
+    python benchmarks/kernels/ncu_call.py paged-ragged fp8|bf16      # B=64, lengths uniform in 1..65,536
 
-The inputs are the benchmark's (niah.kernels.bench); a warm-up call compiles first, so a
+The inputs are the benchmark's (bench.py, decode.py); a warm-up call compiles first, so a
 profiler filtering on the kernel name with --launch-skip 1 sees a warm launch.
 """
 
@@ -17,7 +17,7 @@ import torch
 def main(argv=None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("topk", "paged-ragged"):
-        raise SystemExit("usage: bench_profile topk ROWS WIDTH K [METHOD] | paged-ragged fp8|bf16")
+        raise SystemExit("usage: ncu_call.py topk ROWS WIDTH K [METHOD] | paged-ragged fp8|bf16")
     if args[0] == "topk":
         from niah.kernels import topk_indices
 
@@ -28,7 +28,7 @@ def main(argv=None) -> None:
         call = lambda: topk_indices(x, k, lens, method=method)  # noqa: E731
     else:
         from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
-        from niah.kernels.paged_logits.bench import make_decode_inputs
+        from decode import make_decode_inputs
 
         kind = args[1]
         q, kv, w, ctx, bt = make_decode_inputs("cuda", kind, 64, 65536, 64, 128, 1, True)

@@ -1,4 +1,5 @@
-"""Decode benchmark cases (uniform and ragged batches, host overhead), run by niah.kernels.bench.
+"""Decode benchmark cases (uniform and ragged batches, host overhead at B=1), run by bench.py;
+make_decode_inputs is also the input of host.py and ncu_call.py.
 
 Floors count the bytes actually moved: the pages each row reads (whole 64-token pages up
 to its length) plus the logits written (every position with clean_logits=True).
@@ -6,15 +7,11 @@ to its length) plus the logits written (every position with clean_logits=True).
 
 from __future__ import annotations
 
-import time
-
 import torch
-
-GiB = 1 << 30
+from measure import GiB, chunked_paged, fp8_pages, host_overhead, peak_extra, record, sweep, timeit, timeit_graph
 
 
 def make_decode_inputs(dev, kind, batch, ctx_len, heads, dim, next_n, ragged, seed=0):
-    from niah.kernels.bench import fp8_pages
     from niah.kernels.quant import quantize_fp8
 
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -60,7 +57,6 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
                  ragged=False, alternatives=True):
     from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
     from niah.kernels._common import compare_logits
-    from niah.kernels.bench import chunked_paged, peak_extra, record, sweep, timeit, timeit_graph
     from niah.kernels.paged_logits.reference import naive_paged_mqa_logits, ref_paged_mqa_logits
 
     case = f"decode {kind} B={batch}x{'1..' if ragged else ''}{ctx_len} next_n={next_n}"
@@ -124,18 +120,3 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
         kern["host_us_checks_only"] = host_overhead(
             lambda: fn(q, kv, w, ctx, block_table, meta, 0, clean_logits=True), ms, None)["host_us_per_call"]
     return kern
-
-
-def host_overhead(call, eager_ms, graph_ms, n=200) -> dict:
-    """The wrapper's host cost: eager (do_bench) minus CUDA-graph time, and the CPU time per call
-    of `n` back-to-back launches (the GPU queue does not fill, so this is the host's own time)."""
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        call()
-    host_us = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    d = {"host_us_per_call": host_us,
-         "eager_minus_graph_us": (eager_ms - graph_ms) * 1e3 if graph_ms else None}
-    print(f"  host overhead: {host_us:.1f} us CPU per call; eager - graph = {d['eager_minus_graph_us'] or float('nan'):.1f} us")
-    return d

@@ -1,7 +1,7 @@
 """Benchmark + full-size correctness for the bundled indexer kernels, in ONE process.
 
-    python -m niah.kernels.bench [--out results.json] [--tiny] [--quick]
-    niah kernels bench [--out ...]
+    python benchmarks/kernels/bench.py [--out results.json] [--tiny] [--quick] [--only SECTIONS]
+    niah kernels bench [--out ...]          (runs this script from the checkout)
 
 For each case it times the project's kernel (a few launch configurations; the best is
 the headline), the naive gather-then-bmm and a chunked torch implementation with
@@ -10,6 +10,9 @@ roofline floor beside them, reports peak extra memory (max_memory_allocated delt
 the call, output included), and checks the kernel against the fp32 torch reference at
 full size (calc_diff, identical -inf masks; top-k by value). --tiny runs small shapes on
 CPU under TRITON_INTERPRET=1 (wiring check only: no timings worth reading).
+
+The cases live beside it: decode.py (paged logits), topk.py, and prefill and store here;
+measure.py holds what they share. The JSON is written after every row.
 """
 
 from __future__ import annotations
@@ -18,142 +21,12 @@ import argparse
 import json
 import os
 import platform
-import sys
-import time
 from datetime import datetime, timezone
 
 import torch
-
-GiB = 1 << 30
-_OUT: dict = {}  # the report being written (path, info, ceilings): rewritten after every record
-
-
-# ----------------------------------------------------------------------------- timing
-def _cuda() -> bool:
-    return torch.cuda.is_available()
-
-
-def timeit(fn, rep_ms: int = 200) -> float:
-    """Median ms per call."""
-    if _cuda():
-        import triton.testing
-
-        return float(triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
-    t = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t) * 1e3
-
-
-def timeit_graph(fns, rep_ms: int = 100) -> float | None:
-    """Median ms per call of GPU time alone: the calls (one per input copy, so that repeated
-    runs do not read a warm L2) are captured in one CUDA graph and replayed; launch
-    overhead on the host is out of the number, as when SGLang replays its decode graphs."""
-    if not _cuda():
-        return None
-    import triton.testing
-
-    def all_fns():
-        for f in fns:
-            f()
-
-    try:
-        return float(triton.testing.do_bench_cudagraph(all_fns, rep=rep_ms, return_mode="median")) / len(fns)
-    except Exception as e:  # noqa: BLE001
-        print(f"  cuda-graph timing failed: {e!r}"[:300])
-        return None
-
-
-def peak_extra(fn) -> int | None:
-    """Bytes allocated above the starting point while fn runs (its output included)."""
-    if not _cuda():
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return int(peak)
-
-
-def ceilings(dev) -> dict:
-    if not _cuda():
-        return {"copy_GBps": None, "bf16_TFLOPs": None, "fp8_TFLOPs": None}
-    n = 2 * GiB // 4
-    a = torch.empty(n, dtype=torch.float32, device=dev).uniform_()
-    b = torch.empty_like(a)
-    t = timeit(lambda: b.copy_(a))
-    copy = 2 * a.numel() * 4 / (t * 1e-3) / 1e9
-    del a, b
-    m = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    t = timeit(lambda: m @ m)
-    bf16 = 2 * 8192**3 / (t * 1e-3) / 1e12
-    fp8 = None
-    try:
-        m8 = m.to(torch.float8_e4m3fn)
-        one = torch.ones((), device=dev)
-        t = timeit(lambda: torch._scaled_mm(m8, m8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-        fp8 = 2 * 8192**3 / (t * 1e-3) / 1e12
-    except Exception as e:  # noqa: BLE001
-        print(f"fp8 matmul ceiling not measured: {e!r}")
-    return {"copy_GBps": copy, "bf16_TFLOPs": bf16, "fp8_TFLOPs": fp8}
-
-
-# ----------------------------------------------------------------------------- inputs
-def fp8_pages(k: torch.Tensor) -> torch.Tensor:
-    """k [pages, 64, D] -> uint8 [pages, 64, 1, D+4] (SGLang/DeepGEMM page), chunked."""
-    from niah.kernels.quant import quantize_fp8
-
-    pages, bkv, d = k.shape
-    out = torch.empty(pages, bkv * (d + 4), dtype=torch.uint8, device=k.device)
-    step = 4096
-    for p0 in range(0, pages, step):
-        k8, sf = quantize_fp8(k[p0 : p0 + step])
-        out[p0 : p0 + step, : bkv * d] = k8.view(torch.uint8).reshape(-1, bkv * d)
-        out[p0 : p0 + step, bkv * d :] = sf.contiguous().view(torch.uint8).reshape(-1, bkv * 4)
-    return out.reshape(pages, bkv, 1, d + 4)
-
-
-def chunked_paged(q, kv_cache, weights, context_lens, block_table, max_len, group=8):
-    """Chunked torch decode: gather `group` requests' pages at a time, bf16 bmm."""
-    from niah.kernels.paged_logits.reference import naive_paged_mqa_logits
-
-    outs = []
-    for b0 in range(0, q.shape[0], group):
-        sl = slice(b0, b0 + group)
-        outs.append(naive_paged_mqa_logits(q[sl], kv_cache, weights[sl], context_lens[sl], block_table[sl], max_len))
-    return torch.cat(outs)
-
-
-# ----------------------------------------------------------------------------- cases
-def record(results, case, impl, ms, floor_ms, work, peak, extra=None):
-    row = {"case": case, "impl": impl, "ms": ms, "floor_ms": floor_ms, "peak_extra_bytes": peak}
-    row.update(work)
-    if extra:
-        row.update(extra)
-    results.append(row)
-    if _OUT.get("path"):  # incremental: a run killed at its time limit keeps what it measured
-        with open(_OUT["path"], "w") as f:
-            json.dump({"info": _OUT["info"], "ceilings": _OUT["ceilings"], "results": results}, f, indent=1, default=str)
-    return row
-
-
-def sweep(fn, configs):
-    """Time fn(**cfg) for each config; returns (best_cfg, best_ms, table)."""
-    table = []
-    for cfg in configs:
-        try:
-            fn(**cfg)
-            ms = timeit(lambda: fn(**cfg))
-            table.append({"config": cfg, "ms": ms})
-        except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported, not fatal
-            table.append({"config": cfg, "error": repr(e)[:300]})
-    ok = [t for t in table if "ms" in t]
-    if not ok:
-        raise RuntimeError(f"every config failed: {table}")
-    best = min(ok, key=lambda t: t["ms"])
-    return best["config"], best["ms"], table
+from decode import bench_decode
+from measure import GiB, REPORT, ceilings, has_cuda, peak_extra, record, sweep, timeit
+from topk import bench_topk
 
 
 def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=False):
@@ -214,7 +87,7 @@ def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=Fa
         record(results, case, "chunked torch (256 queries)", None, floor, work, None, {"error": "OOM"})
     per_query = seq * skv * dim * 2  # the naive per-query gather: [S, Skv, D] bf16
     record(results, case, "naive per-query gather (not run)", None, floor, work, per_query,
-           {"note": "would allocate the per-query gather alone; the seed run died at 75 GiB peak"})
+           {"note": "would allocate the per-query gather alone (75 GiB peak when it was run at this shape)"})
     print(f"  naive per-query gather: not run (the gather alone is {per_query / GiB:.1f} GiB)")
 
 
@@ -259,7 +132,7 @@ def bench_store(results, ceil, dev, kind, n_tokens, dim=128):
 
 # ----------------------------------------------------------------------------- main
 def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str | None = None) -> dict:
-    dev = "cuda" if _cuda() else "cpu"
+    dev = "cuda" if has_cuda() else "cpu"
     if dev == "cpu" and not tiny:
         raise SystemExit("no CUDA device: use --tiny (interpreter wiring check) or run on a GPU")
     import triton
@@ -277,9 +150,7 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str
     results: list[dict] = []
     if out_path:
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-        _OUT.update(path=out_path, info=info, ceilings=ceil)
-    from niah.kernels.paged_logits.bench import bench_decode
-    from niah.kernels.topk.bench import bench_topk
+        REPORT.update(path=out_path, info=info, ceilings=ceil)
 
     if tiny:
         bench_decode(results, ceil, dev, "bf16", 2, 200, heads=16, tiny=True)
@@ -291,7 +162,7 @@ def run(out_path: str | None, tiny: bool = False, quick: bool = False, only: str
         bench_store(results, ceil, dev, "fp8", 100)
     else:
         want = set((only or "decode,ragged,prefill,topk,store").split(","))
-        if "ragged" in want:  # lengths uniform in 1..65,536 (the issue-13 batch)
+        if "ragged" in want:  # lengths uniform in 1..65,536
             bench_decode(results, ceil, dev, "bf16", 64, 65536, ragged=True)
             bench_decode(results, ceil, dev, "fp8", 64, 65536, ragged=True)
         if "decode" in want:
@@ -356,14 +227,10 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="skip the secondary cases")
     ap.add_argument("--only", default=None, help="comma list of sections: decode,ragged,prefill,topk,store")
     args = ap.parse_args(argv)
-    if args.tiny and not _cuda():
+    if args.tiny and not has_cuda():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     run(args.out, tiny=args.tiny, quick=args.quick, only=args.only)
 
 
 if __name__ == "__main__":
-    # run the imported module's main: the per-op bench modules import niah.kernels.bench, and
-    # its incremental JSON state must be the one this run set up (not a __main__ copy)
-    from niah.kernels import bench as _bench
-
-    sys.exit(_bench.main())
+    main()

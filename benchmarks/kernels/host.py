@@ -1,7 +1,7 @@
 """Host cost of an eager logits call at B=1: niah's direct launch against Triton's launcher.
 
-    python -m niah.kernels.bench_host --out host.json [--calls 200] [--repeats 7] [--deepgemm auto|off]
-    python -m niah.kernels.bench_host --smoke --out host.json     (CPU, TRITON_INTERPRET=1: wiring only)
+    python benchmarks/kernels/host.py --out host.json [--calls 200] [--repeats 7] [--deepgemm auto|off]
+    python benchmarks/kernels/host.py --smoke --out host.json     (CPU, TRITON_INTERPRET=1: wiring only)
 
 Cases: decode (paged logits, B=1, next_n=1, 64 heads x 128) over one row of 131,072 and of
 4,096 tokens, bf16 and fp8; prefill (mqa logits) of 128 queries over 4,096 keys, bf16 and
@@ -110,7 +110,7 @@ def deep_gemm_module(mode: str):
 def decode_case(dev, kind, ctx_len, heads):
     """(niah call(clean=False), DeepGEMM call factory or None) for one row of ctx_len tokens."""
     from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits
-    from niah.kernels.paged_logits.bench import make_decode_inputs
+    from decode import make_decode_inputs
 
     q, kv, w, ctx, bt = make_decode_inputs(dev, kind, 1, ctx_len, heads, 128, 1, ragged=False)
     fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
@@ -207,7 +207,7 @@ def run(out_path: str, smoke: bool, calls: int, repeats: int, deepgemm_mode: str
 
     dev = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
     if dev == "cpu" and not smoke:
-        raise SystemExit("bench_host: no CUDA device (use --smoke for the CPU wiring check)")
+        raise SystemExit("host.py: no CUDA device (use --smoke for the CPU wiring check)")
     dg = deep_gemm_module(deepgemm_mode)
     if smoke:  # the import is tried and reported; the branch runs on a stand-in
         dg = smoke_stand_in()
