@@ -11,19 +11,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import torch
+import triton.language as tl
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits  # noqa: E402
-from niah.kernels._launch import DirectLauncher, specialize, via_triton  # noqa: E402
-from test_kernels_mqa import make_case as prefill_case, run as prefill_run  # noqa: E402
-from test_kernels_paged import make_case as paged_case  # noqa: E402
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits
+from niah.kernels._launch import DirectLauncher, specialize, via_triton
+from test_kernels_mqa import make_case as prefill_case, run as prefill_run
+from test_kernels_paged import make_case as paged_case
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -252,12 +249,14 @@ def test_gpu_bound_plan_serves_repeated_shapes_with_new_pointers(kind):
     assert torch.equal(prefill_run(kind, *fresh, clean_logits=True), want)
 
 
-def test_bench_host_smoke_runs_end_to_end(tmp_path):
-    """The H200 benchmark's --smoke form (CPU, interpreter): every case runs, the DeepGEMM branch
-    on its labelled stand-in, direct equals kernel[grid], the JSON is complete."""
+def test_host_benchmark_smoke_runs_end_to_end(tmp_path):
+    """The host-cost benchmark's --smoke form (benchmarks/kernels/host.py; CPU, interpreter): every
+    case runs, the DeepGEMM branch on its labelled stand-in, direct equals kernel[grid], the JSON
+    is complete."""
     out = tmp_path / "host.json"
     env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-m", "niah.kernels.bench_host", "--smoke", "--out", str(out)],
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "host.py"
+    r = subprocess.run([sys.executable, str(script), "--smoke", "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "DeepGEMM: " in r.stdout

@@ -1,26 +1,20 @@
 """Paged index logits (decode): the Triton kernels against the fp64 torch reference.
 
-Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors (set below, before
-triton is imported); with one, the same tests run on CUDA.
+Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors
+(tests/kernels/conftest.py sets it before triton is imported); with one, the same tests run on CUDA.
 """
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from niah.kernels import (  # noqa: E402
+from niah.kernels import (
     bf16_paged_mqa_logits,
     fp8_paged_mqa_logits,
     get_paged_mqa_logits_metadata,
 )
-from niah.kernels._common import compare_logits  # noqa: E402
-from niah.kernels.paged_logits.reference import ref_paged_mqa_logits, visible_lengths  # noqa: E402
-from niah.kernels.quant import quantize_fp8  # noqa: E402
+from niah.kernels._common import compare_logits
+from niah.kernels.paged_logits.reference import ref_paged_mqa_logits, visible_lengths
+from niah.kernels.quant import quantize_fp8
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 BLOCK_KV = 64

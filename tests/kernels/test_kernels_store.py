@@ -1,21 +1,15 @@
 """The key store kernel: bitwise equal to niah.kernels.quant's quantisation written by slot,
 and what it writes reads back through the paged-logits kernel as the quantise-then-
-dequantise reference. TRITON_INTERPRET=1 without a GPU (set before triton is imported)."""
+dequantise reference. TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py)."""
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from niah.kernels import calc_diff, fp8_paged_mqa_logits, store_index_keys  # noqa: E402
-from niah.kernels._common import zero_masked  # noqa: E402
-from niah.kernels.mqa_logits.reference import ref_mqa_logits  # noqa: E402
-from niah.kernels.quant import quantize_fp8, store_roundtrip  # noqa: E402
-from niah.kernels.store.reference import ref_store_index_keys  # noqa: E402
+from niah.kernels import calc_diff, fp8_paged_mqa_logits, store_index_keys
+from niah.kernels._common import zero_masked
+from niah.kernels.mqa_logits.reference import ref_mqa_logits
+from niah.kernels.quant import quantize_fp8, store_roundtrip
+from niah.kernels.store.reference import ref_store_index_keys
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 PAGES, D = 5, 128

@@ -1,19 +1,13 @@
 """V4's indexer key store kernel: fp8 rows bitwise equal to the torch reference of
 SGLang's fused_norm_rope_indexer, bf16 rows exact, and the reference itself against an
 independent float64 RMSNorm + complex RoPE + Hadamard-matrix computation.
-TRITON_INTERPRET=1 without a GPU (set before triton is imported)."""
+TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py)."""
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from niah.kernels import store_v4_index_keys  # noqa: E402
-from niah.kernels.v4_store.reference import (  # noqa: E402
+from niah.kernels import store_v4_index_keys
+from niah.kernels.v4_store.reference import (
     norm_rope_hadamard, plan_targets, ref_store_v4_index_keys,
 )
 

@@ -1,22 +1,16 @@
 """Ragged (prefill) index logits: the Triton kernels against the fp64 torch reference.
 
-Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors (set below, before
-triton is imported); with one, the same tests run on CUDA.
+Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors
+(tests/kernels/conftest.py sets it before triton is imported); with one, the same tests run on CUDA.
 """
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from niah.kernels import bf16_mqa_logits, calc_diff, fp8_mqa_logits  # noqa: E402
-from niah.kernels._common import compare_logits, zero_masked  # noqa: E402
-from niah.kernels.mqa_logits.reference import ref_mqa_logits  # noqa: E402
-from niah.kernels.quant import quantize_fp8  # noqa: E402
+from niah.kernels import bf16_mqa_logits, calc_diff, fp8_mqa_logits
+from niah.kernels._common import compare_logits, zero_masked
+from niah.kernels.mqa_logits.reference import ref_mqa_logits
+from niah.kernels.quant import quantize_fp8
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

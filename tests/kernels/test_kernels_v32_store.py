@@ -4,21 +4,16 @@ own non-fused torch code (LayerNorm.forward_native, RotaryEmbedding.forward_nati
 cos_sin_cache, lifted from the wheel) in float64.
 Metric: bf16 rows equal the reference's bf16 rounding; fp8 value bytes equal or one e4m3 step,
 scales equal; every byte outside the written rows untouched.
-TRITON_INTERPRET=1 without a GPU (set before triton is imported)."""
+TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py)."""
 
-import os
 import types
 
+import pytest
 import torch
+from sglang_source import load_function, sglang_wheel
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-from sglang_source import load_function, sglang_wheel  # noqa: E402
-
-from niah.kernels import store_v32_index_keys  # noqa: E402
-from niah.kernels.v32_store.reference import norm_rope, ref_store_v32_index_keys  # noqa: E402
+from niah.kernels import store_v32_index_keys
+from niah.kernels.v32_store.reference import norm_rope, ref_store_v32_index_keys
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 EPS, MAX_POS = 1e-6, 512

@@ -1,17 +1,11 @@
 """Top-k over logits rows: checked by value (every selected score >= every unselected one),
-with -1 padding and 0..L-1 for short rows. TRITON_INTERPRET=1 without a GPU."""
+with -1 padding and 0..L-1 for short rows. TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py)."""
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from niah.kernels import topk_indices  # noqa: E402
-from niah.kernels.topk.reference import check_topk, ref_topk_indices  # noqa: E402
+from niah.kernels import topk_indices
+from niah.kernels.topk.reference import check_topk, ref_topk_indices
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
