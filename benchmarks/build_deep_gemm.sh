@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build DeepGEMM (SGLang's fork, the tvm-ffi flavour) against the machine's torch, for
-# kernels/bench_host.py's comparison (issue 16 item 5). The sgl-deep-gemm 0.2.3.post2 wheel's
+# benchmarks/kernels/host.py's comparison (niah's eager host cost beside DeepGEMM's). The sgl-deep-gemm 0.2.3.post2 wheel's
 # _C.so was built for torch 2.14.1 and does not load into torch 2.11; its source (TORCH_LIBRARY,
 # DeepJIT) is not public in any snapshot we can fetch. What is built instead: the host code of
 # sgl-project/DeepGEMM `dev` at DEEPGEMM_COMMIT (csrc/tvm_ffi_api.cpp, as its
@@ -13,7 +13,7 @@
 # CARRY: the folder benchmarks/prepare_carry.sh fills (deepgemm-src.tar.gz, wheels/sgl_deep_gemm-*.whl);
 # EXTRA_INCLUDE: more include folders (space-separated), e.g. CUDA library headers a minimal toolkit lacks.
 # DEST: where the importable package goes (DEST/pkg/deep_gemm; use PYTHONPATH=DEST/pkg).
-# tvm_ffi must be importable (the carried wheel installed into /tmp/site by the driver).
+# tvm_ffi must be importable (the carried wheel, installed into the driver's scratch site folder).
 # --compile-only: compile to an object file and stop (a machine without CUDA torch libraries).
 # Prints one line per step; exit status 0 only when `import deep_gemm` works (or the object compiled).
 set -u
@@ -35,16 +35,14 @@ cp "$SRC/sgl_deep_gemm/__init__.py" "$PKG/" && tr -d '[:space:]' < "$SRC/sgl_dee
 for sub in utils testing legacy mega; do cp -r "$SRC/deep_gemm/$sub" "$PKG/"; done
 cp -r "$SRC/deep_gemm/include/deep_gemm" "$PKG/include/"
 "$PY" - "$WHEEL" "$PKG/include" <<'PYEOF' || exit 1
-import sys, zipfile
+import shutil, sys, tempfile, zipfile
 wheel, dest = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z:
+with zipfile.ZipFile(wheel) as z, tempfile.TemporaryDirectory() as tmp:
     names = [n for n in z.namelist() if n.startswith(("deep_gemm/include/cute/", "deep_gemm/include/cutlass/"))]
     for n in names:
-        z.extract(n, "/tmp/_dg_wheel")
-import shutil
-for d in ("cute", "cutlass"):
-    shutil.copytree(f"/tmp/_dg_wheel/deep_gemm/include/{d}", f"{dest}/{d}")
-shutil.rmtree("/tmp/_dg_wheel")
+        z.extract(n, tmp)
+    for d in ("cute", "cutlass"):
+        shutil.copytree(f"{tmp}/deep_gemm/include/{d}", f"{dest}/{d}")
 print(f"deep_gemm: {len(names)} CuTe/CUTLASS headers from {wheel.rsplit('/', 1)[-1]}")
 PYEOF
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recreate .carry/ (git-ignored) for benchmarks/h200_issue16.sh, which the GPU machine reads
+# Recreate .carry/ (git-ignored) for benchmarks/h200_sglang_jit.sh, which the GPU machine reads
 # (the device tool's `carry: [".carry"]`; it has no network). Everything comes from public
 # packages and one public commit:
 #   .carry/wheels/apache_tvm_ffi-0.1.11-*.whl     SGLang 0.5.23's tvm-ffi pin (cp312 abi3)

@@ -73,7 +73,7 @@ PY_SOURCES = tuple(m.replace(".", "/") + ".py" for m in (
     f"{OPS}.attention.dsv4.compress", f"{OPS}.attention.dsv4.topk", f"{OPS}.attention.dsv4.utils",
     f"{OPS}.attention.dsv4.kv_layout", f"{OPS}.quantization.hadamard", f"{OPS}.quantization.act_quant_triton",
     "sglang.srt.layers.attention.dsa.dsa_topk_backend",
-    # what tests/test_kernels_v32_store.py lifts (the driver zips these as a stand-in wheel for it)
+    # what tests/kernels/test_kernels_v32_store.py lifts (the driver zips these as a stand-in wheel for it)
     "sglang.srt.layers.layernorm", "sglang.srt.layers.rotary_embedding.utils",
     "sglang.srt.layers.rotary_embedding.base"))
 TOPK_V2_HEADER_DEFAULTS = {(8, 2): 30, (16, 1): 0}  # topk_v2.cuh: SGL_TOPK_V2_MAX_C8_OCC2 (H200), C16_OCC1

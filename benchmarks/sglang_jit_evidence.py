@@ -1,4 +1,4 @@
-"""Evidence on the H200 against SGLang 0.5.23's own JIT CUDA kernels (issue 16, item 6).
+"""Evidence on the H200 against SGLang 0.5.23's own JIT CUDA kernels.
 
     python benchmarks/sglang_jit_evidence.py --sglang-src TREE --build DIR --out DIR [--smoke]
 

@@ -210,7 +210,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     res = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (TRITON_INTERPRET=1)",
            "torch": torch.__version__, "smoke": a.smoke}
-    path = out / ("v4-evidence-smoke.json" if a.smoke else "h200-2026-11-30-v4-evidence.json")
+    path = out / ("v4-evidence-smoke.json" if a.smoke else "h200-v4-evidence.json")
 
     def save():
         path.write_text(json.dumps(res, indent=1))

@@ -2,7 +2,7 @@
 
 `kernel[grid](*args, **meta)` binds and specialises every argument, builds its cache key as
 a string, looks up device and stream, then calls the compiled launcher: ~40 us of host
-time a call for our 20-argument kernels (kernels/NOTES.md, run 9), more than the kernel
+time a call for our 20-argument kernels on the H200's host (docs/kernels.md), more than the kernel
 itself at B=1. `DirectLauncher(kernel)(grid, *args, **meta)` sends the first call of each
 specialisation through Triton (it compiles, launches and returns the CompiledKernel), keeps
 that CompiledKernel under a key of exactly what Triton 3.6 specialises on, and later calls

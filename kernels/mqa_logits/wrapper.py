@@ -115,7 +115,7 @@ def _checked_launch(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k,
         ks = ks.contiguous()
     if ke.stride(0) != 1:
         ke = ke.contiguous()
-    block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 keys x 32 queries, 4 warps (NOTES.md)
+    block_n = block_n or (64 if interp else 256)  # H200 sweep: 256 keys x 32 queries, 4 warps (docs/kernels.md)
     block_q = block_q or (4 if interp else 32)
     sq = q.stride()
     grid = ((n_cols + block_n - 1) // block_n, (seq + block_q - 1) // block_q)

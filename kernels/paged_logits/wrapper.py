@@ -64,7 +64,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
 
 
 def _pages_per_split(batch_rows: int, n_pages: int, sms: int, override: int | None, fp8: bool) -> int:
-    """Pages per program. H200 sweeps (kernels/NOTES.md): bf16 8 (best at B=64 x 65,536,
+    """Pages per program. H200 sweeps (docs/kernels.md): bf16 8 (best at B=64 x 65,536,
     within 1% on ragged batches); fp8 16 (best at B=64 uniform and ragged, 1-3% over 8);
     small jobs get 4 so that the grid still covers the chip twice."""
     if override is not None:

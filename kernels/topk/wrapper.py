@@ -19,7 +19,7 @@ import torch
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
-DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: kernels/NOTES.md)
+DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: docs/kernels.md)
 DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
@@ -27,10 +27,10 @@ FEW_ROWS_BLOCK = 16384  # chunk width for few rows
 SAMPLE_MAX_DEFAULT_K = 2048  # many rows and k <= this -> "sample" by default (H200-measured range); else "search"
 SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample would exceed MAX_SAMPLE)
 MAX_SAMPLE = 8192
-SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 run 3: 2048 x 8 warps best)
+SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 sweep: 2048 x 8 warps best)
 SAMPLE_WARPS = 8
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
-MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200 run 2 of 2026-11-30: 1.05-1.11x over 8)
+MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
 
 def _warps(block: int) -> int:
@@ -58,7 +58,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                  final_warps: int | None = None, split: bool | None = None,
                  select_warps: int | None = None, method: str | None = None,
                  tile: int | None = None, sample_stride: int | None = None, cap: int | None = None) -> torch.Tensor:
-    """Top-k indices per row. Tuning (the defaults come from the H200 sweep in kernels/NOTES.md):
+    """Top-k indices per row. Tuning (the defaults come from the H200 sweeps in docs/kernels.md):
     block: rows wider than this are cut into chunks of `block` that each keep their top-k;
     final_block: the survivors are selected by one program once they fit in it;
     num_warps / final_warps: warps of the chunk rounds / of the last launch;
@@ -69,10 +69,10 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
 
     k = _check_args(logits, k, lengths)
     rows, width = logits.shape
-    # H200 sweep (NOTES.md, run 6): many rows (prefill) -> 8192-wide chunks, search and
+    # H200 sweep (docs/kernels.md): many rows (prefill) -> 8192-wide chunks, search and
     # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
     many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
-    # 2026-11-30 run 3: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
+    # H200: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
     method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search")
     if method not in ("search", "sample"):
         raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")

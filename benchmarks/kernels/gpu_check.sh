@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call: the kernel tests on CUDA, then the full-size benchmark.
+# Usage (repo root, on the GPU machine): bash benchmarks/kernels/gpu_check.sh [OUTDIR]
+#   OUTDIR defaults to $OUT (set by the device tool), else bench-output/kernels (git-ignored).
+# Env: TESTS (test files), TEST_TIMEOUT, SKIP_BENCH, BENCH_TIMEOUT, BENCH_ARGS (e.g. "--only topk,ragged"),
+#      HOST_BENCH=1 (also benchmarks/kernels/host.py: eager host cost at B=1, DeepGEMM if importable),
+#      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
+# Works without installing the package: niah.kernels is mapped by a symlink if needed.
+set -u
+OUT_DIR=${1:-${OUT:-bench-output/kernels}}
+mkdir -p "$OUT_DIR"
+B=benchmarks/kernels
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"  # tests/: the helpers the kernel tests import (--noconftest)
+if ! python3 -c "import niah.kernels" 2>/dev/null; then ln -sfn ../kernels niah/kernels; fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT_DIR/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT_DIR/gpu.txt"
+TESTS=${TESTS:-tests/kernels}
+timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 $TESTS \
+  2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
+[ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 $B/bench.py --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
+  | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
+[ -z "${HOST_BENCH:-}" ] || timeout "${HOST_BENCH_TIMEOUT:-240}" python3 $B/host.py \
+  --out "$OUT_DIR/bench_host.json" 2>&1 | tee "$OUT_DIR/bench_host.log" | tail -45
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
+profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) of the kernel, under ncu
+  local name=$1 regex=$2; shift 2
+  timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS --print-details all python3 $B/ncu_call.py "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1 \
+  || timeout "${NCU_TIMEOUT:-120}" "$NCU" --clock-control none --kernel-name "regex:$regex" --launch-skip 1 --launch-count 1 \
+    $NCU_SECTIONS python3 $B/ncu_call.py "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Executed Ipc A|Compute \(SM\)|Memory Throughput|DRAM Throughput|Waves|Tail|Warp Cycles Per Issued" "$OUT_DIR/ncu_$name.txt" | head -40
+}
+# PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16 (the ragged B=64 batch)
+[ -z "${PROFILE_TOPK:-}" ] || profile topk "topk" topk $PROFILE_TOPK
+[ -z "${PROFILE_PAGED:-}" ] || profile paged "paged_mqa_logits" paged-ragged "$PROFILE_PAGED"

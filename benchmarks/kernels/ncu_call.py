@@ -1,0 +1,45 @@
+"""One call of a kernel, for a profiler (ncu) to capture:
+
+    python benchmarks/kernels/ncu_call.py topk ROWS WIDTH K [METHOD]
+    python benchmarks/kernels/ncu_call.py paged-ragged fp8|bf16      # B=64, lengths uniform in 1..65,536
+
+The inputs are the benchmark's (bench.py, decode.py); a warm-up call compiles first, so a
+profiler filtering on the kernel name with --launch-skip 1 sees a warm launch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+def main(argv=None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ("topk", "paged-ragged"):
+        raise SystemExit("usage: ncu_call.py topk ROWS WIDTH K [METHOD] | paged-ragged fp8|bf16")
+    if args[0] == "topk":
+        from niah.kernels import topk_indices
+
+        rows, width, k = map(int, args[1:4])
+        method = args[4] if len(args) > 4 else None
+        x = torch.randn(rows, width, device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))
+        lens = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+        call = lambda: topk_indices(x, k, lens, method=method)  # noqa: E731
+    else:
+        from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+        from decode import make_decode_inputs
+
+        kind = args[1]
+        q, kv, w, ctx, bt = make_decode_inputs("cuda", kind, 64, 65536, 64, 128, 1, True)
+        fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
+        meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
+        call = lambda: fn(q, kv, w, ctx, bt, meta, 65536, clean_logits=True)  # noqa: E731
+    call()
+    torch.cuda.synchronize()
+    call()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

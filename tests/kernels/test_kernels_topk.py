@@ -1,0 +1,175 @@
+"""Top-k over logits rows: checked by value (every selected score >= every unselected one),
+with -1 padding and 0..L-1 for short rows. TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py)."""
+
+import pytest
+import torch
+
+from niah.kernels import topk_indices
+from niah.kernels.topk.reference import check_topk, ref_topk_indices
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def logits(rows, width, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g) * 3
+    x[0] = torch.round(x[0])  # many ties around the threshold
+    x[1] = -x[1].abs()  # all negative: sign handling of the keys
+    return x
+
+
+METHODS = ["search", "sample"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("k", [512, 1024, 2048])
+def test_topk_with_lengths(k, method):
+    width = 2 * k + 300
+    x = logits(5, width).to(DEV)
+    lens = torch.tensor([width, width - 7, k, k - 1, 3], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens, method=method)
+    assert idx.shape == (5, k) and idx.dtype == torch.int32
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+    assert torch.equal(idx[3, : k - 1].cpu(), torch.arange(k - 1, dtype=torch.int32))
+    assert (idx[3, k - 1 :] == -1).all() and (idx[4, 3:] == -1).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("k", [512, 2048])
+def test_topk_with_neg_inf_masks(k, method):
+    width = k + 777
+    x = logits(3, width, seed=1)
+    x[2, 100:] = float("-inf")  # 100 candidates: 0..99 then -1
+    x[1, ::3] = float("-inf")
+    x = x.to(DEV)
+    idx = topk_indices(x, k, method=method)
+    problem = check_topk(x.cpu(), idx.cpu(), k)
+    assert problem is None, problem
+    assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "search-then-select"])
+@pytest.mark.parametrize("rows_per_program", [1, 2], ids=["1seg", "2seg"])
+@pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
+def test_long_rows_in_rounds(k, block, rows_per_program, split):
+    """Rows longer than one block: chunk-wise top-k, then top-k of the survivors."""
+    width = 5 * block + 123
+    x = logits(2, width, seed=2).to(DEV)
+    lens = torch.tensor([width, 3 * block + 5], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens, block=block, final_block=block, rows_per_program=rows_per_program, split=split)
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+
+
+SPECIAL_VARIANTS = {
+    "fused-one-program": {"split": False},
+    "fused-rounds": {"split": False, "block": 256, "final_block": 256},
+    "split-one-program": {"split": True},
+    "split-rounds": {"split": True, "block": 256, "final_block": 256},
+    "sample": {"method": "sample", "sample_stride": 8},  # the random rows take the bracketed path
+    "sample-fallback": {"method": "sample", "sample_stride": 8, "cap": 16},  # every row falls back
+}
+
+
+@pytest.mark.parametrize("variant", list(SPECIAL_VARIANTS))
+def test_special_rows_match_torch_topk(variant):
+    """-inf rows, all-equal rows, rows shorter than k (lengths 0, 1, k-1, k, k+1), with and
+    without lengths, one program per row and in rounds: exact agreement with the reference
+    (torch.topk by value; candidates in index order for short rows; lowest-index ties)."""
+    k, width = 64, 600
+    x = logits(8, width, seed=4)
+    x[2] = float("-inf")  # no candidate without lengths; all candidates with them
+    x[3] = 1.5  # one value everywhere: the first k positions
+    x[4, : width // 2] = float("-inf")
+    x[5] = torch.where(torch.arange(width) % 7 == 0, 2.0, -2.0)  # 86 ties at the top, k = 64 of them
+    x[6, 40:] = float("-inf")  # 40 candidates < k
+    x = x.to(DEV)
+    lens = torch.tensor([0, 1, width, width, k, k + 1, width, k - 1], dtype=torch.int32, device=DEV)
+    for ln in (None, lens):
+        idx = topk_indices(x, k, ln, **SPECIAL_VARIANTS[variant])
+        lc = None if ln is None else ln.cpu()
+        problem = check_topk(x.cpu(), idx.cpu(), k, lc)
+        assert problem is None, problem
+        ref = ref_topk_indices(x.cpu(), k, lc)
+        short = (ref == -1).any(1)
+        assert torch.equal(idx.cpu()[short], ref[short]), "short rows: candidates in index order, then -1"
+        for r in (3, 5):  # exact ties: the lowest indices (a stable descending sort keeps index order)
+            cand = torch.arange(width) < (width if ln is None else int(lens[r]))
+            order = torch.sort(x[r].cpu().masked_fill(~cand, float("-inf")), descending=True, stable=True).indices
+            want = order[: min(k, int(cand.sum()))].int().sort().values
+            got = idx[r].cpu()
+            assert torch.equal(got[got >= 0].sort().values, want)
+
+
+def test_large_k_grows_the_chunk():
+    """k > 2048: the default chunk grows to 2 * next_pow2(k) keys; rows shorter than k pad with -1."""
+    k = 3000
+    x = logits(2, 9000, seed=6).to(DEV)
+    lens = torch.tensor([9000, 2500], dtype=torch.int32, device=DEV)
+    idx = topk_indices(x, k, lens)
+    problem = check_topk(x.cpu(), idx.cpu(), k, lens.cpu())
+    assert problem is None, problem
+
+
+def test_bad_arguments_raise_clear_errors():
+    x = logits(2, 100).to(DEV)
+    with pytest.raises(ValueError, match="logits must be float32"):
+        topk_indices(x.double(), 4)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        topk_indices(x, 0)
+    with pytest.raises(ValueError, match="k must be <= 16384"):
+        topk_indices(x, 16385)
+    with pytest.raises(ValueError, match="lengths must be int32"):
+        topk_indices(x, 4, torch.tensor([1, 2], device=DEV))
+
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_heavy_ties_keep_lowest_indices(method):
+    """Thousands of exact ties at the threshold: the lowest indices among them are kept
+    (for the sample select: more candidates than its scratch holds, so the rows fall back)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 4, (3, 3000), generator=g).float()
+    idx = topk_indices(x.to(DEV), 512, method=method).cpu()
+    problem = check_topk(x, idx, 512)
+    assert problem is None, problem
+    for r in range(3):
+        thr = x[r, idx[r].long()].min()
+        above = int((x[r] > thr).sum())
+        want = torch.cat([(x[r] > thr).nonzero().flatten(), (x[r] == thr).nonzero().flatten()[: 512 - above]])
+        assert torch.equal(idx[r].sort().values.long(), want.sort().values)
+
+
+@pytest.mark.parametrize("cap", [None, 16], ids=["bracketed", "forced-fallback"])
+def test_sample_select_adversarial_rows(cap):
+    """The sample select against the exact rule (lowest-index ties) on rows built to defeat a
+    sample: ascending and descending rows, the top values all off the sample's stride, the
+    candidates every 8th position (-inf elsewhere), a run of ties straddling the bracket."""
+    k, width, stride = 100, 1000, 8
+    pos = torch.arange(width).float()
+    x = torch.stack([
+        pos,  # ascending: the top k at the end
+        -pos,  # descending: the top k at the start
+        torch.where(pos % stride == 3, 10.0 + pos, -pos),  # the largest values never sampled
+        torch.where(pos % stride == 0, pos, float("-inf")),  # 125 candidates, all sampled
+        torch.where(pos < 300, 1.0, torch.where(pos < 900, 0.5, 0.25)),  # 300 ties at the top
+        torch.randn(width, generator=torch.Generator().manual_seed(7)),
+    ])
+    idx = topk_indices(x.to(DEV), k, method="sample", sample_stride=stride, cap=cap).cpu()
+    problem = check_topk(x, idx, k)
+    assert problem is None, problem
+    for r in range(x.shape[0]):  # exact: a stable descending sort keeps the lowest-index ties
+        cand = ~torch.isneginf(x[r])
+        order = torch.sort(x[r].masked_fill(~cand, float("-inf")), descending=True, stable=True).indices
+        want = order[: min(k, int(cand.sum()))].int().sort().values
+        got = idx[r]
+        assert torch.equal(got[got >= 0].sort().values, want), f"row {r}"
+
+
+def test_sample_select_rejects_bad_tile():
+    x = logits(2, 100).to(DEV)
+    with pytest.raises(ValueError, match="tile must be a power of two"):
+        topk_indices(x, 4, method="sample", tile=1000)
+    with pytest.raises(ValueError, match="method must be"):
+        topk_indices(x, 4, method="radix")
