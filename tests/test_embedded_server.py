@@ -397,14 +397,15 @@ def test_a_client_that_leaves_mid_prefill_frees_the_model_within_a_layer(server)
     before = _requests(base)
     s = _raw_post(base, "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "word " * 7000}],
                                                  "max_tokens": 64})
-    _wait_for(base, "the prefill running", lambda r: (r["running"] or {}).get("stage") == "prefill")
+    _wait_for(base, "the prefill's first layer running",
+              lambda r: (r["running"] or {}).get("stage") == "prefill" and r["running"]["prefill_layers"] >= 1)
     s.close()
     assert _chat(server["client"], "Say hello in French.", max_tokens=6).choices[0].message.content == ref
     after = _requests(base)
     assert after["cancelled"] == before["cancelled"] + 1 and after["running"] is None
     gone = after["last_cancelled"]
     assert gone["cancelled_at"] == "prefill" and gone["completion_tokens"] == 0 and gone["prompt_tokens"] > 7000
-    assert 1 <= gone["prefill_layers"] < n_layers                    # stopped inside the prompt's forward pass
+    assert 1 <= gone["prefill_layers"] < n_layers, gone              # stopped inside the prompt's forward pass
 
 
 def test_a_stream_closed_early_cancels_its_generation(server):
