@@ -3,6 +3,9 @@
 One server for the module: DSA with fp8 index keys, top-k 64 and a 512-token window, so
 short prompts run the full indexer path while a ~500-token needle stays visible; one
 ~800-token request checks that selection recall sees a needle the indexer dropped.
+The same server takes malformed bodies and fields (each a 400, never a 500) and clients
+that leave mid-decode, mid-prefill and mid-stream (each cancelled, counted in
+/server_info, and the next request served with clean caches).
 """
 
 from __future__ import annotations
@@ -268,3 +271,158 @@ def test_server_info_attests_what_the_indexer_ran(server):
     assert ok[0] == VALID and ok[1].startswith("fp8/torch, 204 B/token; during the sweep: store +")
     assert judged(index_dtype="bf16") == (INVALID, "labelled index_dtype bf16 but the server ran fp8")
     assert judged(attention="dense") == (INVALID, "labelled attention dense but the server ran dsa")
+
+
+# -- malformed requests: every one a 400, never a 500, and the server keeps serving ---------
+ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/tokenize"]
+CHAT = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("raw", [
+    b"[" * 100_000,                                            # the parser's recursion limit
+    b'{"a":' * 100_000,
+    b'{"messages": "\xff\xfe caf\xe9"}',                       # not UTF-8
+    b'{"prompt": "\\ud800"}',                                  # a lone surrogate
+    b"[1, 2]", b'"text"', b"null", b"42",                      # JSON, not an object
+    b'{"prompt": "hi", "temperature": NaN}', b'{"prompt": "hi", "max_tokens": Infinity}',
+    b'{"prompt": "hi", "temperature": 1e999}',                 # overflows a float
+    b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}",   # past int parsing's digit limit
+    b"", b"{not json",
+], ids=["deep-list", "deep-object", "bad-utf8", "surrogate", "list", "string", "null", "number",
+        "nan", "infinity", "float-overflow", "5000-digits", "empty", "garbage"])
+def test_malformed_bodies_are_400s(server, raw):
+    for path in ENDPOINTS:
+        r = httpx.post(server["base"] + path, content=raw, headers={"content-type": "application/json"}, timeout=60)
+        assert r.status_code == 400, (path, r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["code"] == 400 and err["message"]
+        assert "JSON" in err["message"]
+    assert _chat(server["client"], "Hi", max_tokens=2).usage.completion_tokens >= 1
+
+
+@pytest.mark.parametrize("path, extra, param", [
+    ("/v1/chat/completions", {"model": 5}, "model"),
+    ("/v1/chat/completions", {"stream": "yes"}, "stream"),
+    ("/v1/chat/completions", {"stream": True, "stream_options": [True]}, "stream_options"),
+    ("/v1/chat/completions", {"stream": True, "stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+    ("/v1/chat/completions", {"messages": {"role": "user", "content": "hi"}}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": ["user"], "content": "hi"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": {}, "content": "hi"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+    ("/v1/chat/completions", {"max_tokens": 1.5}, "max_tokens"),
+    ("/v1/chat/completions", {"max_tokens": "10"}, "max_tokens"),
+    ("/v1/chat/completions", {"max_tokens": 10 ** 30}, "max_tokens"),
+    ("/v1/chat/completions", {"max_completion_tokens": True}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"stop": {"a": 1}}, "stop"),
+    ("/v1/chat/completions", {"stop": [1]}, "stop"),
+    ("/v1/chat/completions", {"n": True}, "n"),
+    ("/v1/chat/completions", {"n": "1"}, "n"),
+    ("/v1/chat/completions", {"temperature": "hot"}, "temperature"),
+    ("/v1/chat/completions", {"temperature": True}, "temperature"),
+    ("/v1/chat/completions", {"top_p": 2}, "top_p"),
+    ("/v1/chat/completions", {"niah_needle_span": [0.0, 1]}, "niah_needle_span"),
+    ("/v1/chat/completions", {"niah_value_span": "ab"}, "niah_value_span"),
+    ("/v1/chat/completions", {"niah_value_span": [0, 10 ** 30]}, "niah_value_span"),
+    ("/v1/completions", {"prompt": [1, 2, 3]}, "prompt"),
+    ("/v1/completions", {"prompt": None}, "prompt"),
+    ("/tokenize", {"messages": "hi"}, "messages"),
+    ("/tokenize", {"prompt": 5}, "prompt"),
+])
+def test_wrong_field_types_are_400s(server, path, extra, param):
+    body = {**CHAT, **extra} if path != "/v1/completions" else {"model": "x", **extra}
+    if path == "/tokenize":
+        body = {k: v for k, v in body.items() if k != "model"} if "messages" in extra else extra
+    r = httpx.post(server["base"] + path, json=body, timeout=60)
+    assert r.status_code == 400, (r.status_code, r.text[:300])
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+
+
+# -- a client that goes away cancels its generation ----------------------------------------
+COUNTING = "1, 2, 3, 4, 5, 6,"            # greedy SmolLM2 keeps counting: never an early end token
+
+
+def _requests(base: str) -> dict:
+    r = httpx.get(base + "/server_info", timeout=60)
+    assert r.status_code == 200
+    return r.json()["requests"]
+
+
+def _wait_for(base: str, what: str, pred) -> dict:
+    """Poll /server_info until pred(requests) holds (a guard against hanging, not a timing claim)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        req = _requests(base)
+        if pred(req):
+            return req
+        time.sleep(0.05)
+    pytest.fail(f"the server never reported {what}: {req}")
+
+
+def _raw_post(base: str, path: str, body: dict) -> socket.socket:
+    """A request on a plain socket, left unread; closing the socket is the client going away."""
+    host, port = base.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=60)
+    data = json.dumps(body).encode()
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def _completion(server, prompt: str, n: int) -> str:
+    return server["client"].completions.create(model="x", prompt=prompt, max_tokens=n, temperature=0).choices[0].text
+
+
+def test_a_client_that_leaves_mid_decode_cancels_its_generation(server):
+    base, max_tokens = server["base"], 4000            # uncancelled: minutes of decoding here
+    ref = _completion(server, "The capital of France is", 10)
+    before = _requests(base)
+    s = _raw_post(base, "/v1/completions", {"model": "x", "prompt": COUNTING, "max_tokens": max_tokens})
+    _wait_for(base, "the request decoding", lambda r: (r["running"] or {}).get("completion_tokens", 0) >= 2)
+    s.close()
+    assert _completion(server, "The capital of France is", 10) == ref   # served; the caches are clean
+    after = _requests(base)
+    assert after["cancelled"] == before["cancelled"] + 1 and after["running"] is None and after["waiting"] == 0
+    gone = after["last_cancelled"]
+    assert (gone["cancelled_at"], gone["stream"], gone["max_tokens"]) == ("decode", False, max_tokens)
+    assert 2 <= gone["completion_tokens"] < max_tokens
+    assert after["completed"] == before["completed"] + 1          # the abandoned one is not counted as served
+
+
+def test_a_client_that_leaves_mid_prefill_frees_the_model_within_a_layer(server):
+    base = server["base"]
+    ref = _chat(server["client"], "Say hello in French.", max_tokens=6).choices[0].message.content
+    n_layers = httpx.get(base + "/server_info", timeout=60).json()["n_layers"]
+    before = _requests(base)
+    s = _raw_post(base, "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "word " * 7000}],
+                                                 "max_tokens": 64})
+    _wait_for(base, "the prefill's first layer running",
+              lambda r: (r["running"] or {}).get("stage") == "prefill" and r["running"]["prefill_layers"] >= 1)
+    s.close()
+    assert _chat(server["client"], "Say hello in French.", max_tokens=6).choices[0].message.content == ref
+    after = _requests(base)
+    assert after["cancelled"] == before["cancelled"] + 1 and after["running"] is None
+    gone = after["last_cancelled"]
+    assert gone["cancelled_at"] == "prefill" and gone["completion_tokens"] == 0 and gone["prompt_tokens"] > 7000
+    assert 1 <= gone["prefill_layers"] < n_layers, gone              # stopped inside the prompt's forward pass
+
+
+def test_a_stream_closed_early_cancels_its_generation(server):
+    base, max_tokens = server["base"], 4000
+    before = _requests(base)
+    with httpx.stream("POST", base + "/v1/completions", timeout=300, json={
+            "model": "x", "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}) as r:
+        assert r.status_code == 200
+        got = 0
+        for line in r.iter_lines():
+            got += line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"] != ""
+            if got >= 3:
+                break
+    ok = _chat(server["client"], "Hi", max_tokens=3)
+    assert ok.usage.completion_tokens >= 1
+    after = _requests(base)
+    assert after["cancelled"] == before["cancelled"] + 1 and after["running"] is None
+    gone = after["last_cancelled"]
+    assert (gone["cancelled_at"], gone["stream"]) == ("decode", True)
+    assert 3 <= gone["completion_tokens"] < max_tokens

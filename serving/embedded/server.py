@@ -11,7 +11,10 @@ indexer probe (probe.py) at the last prompt token and each decode step until the
 holds the value; null under dense attention.
 
 One worker thread owns the model; an asyncio lock serialises requests (queued in
-arrival order), so concurrent clients never share caches mid-request.
+arrival order), so concurrent clients never share caches mid-request. Requests are
+parsed by api.py (any malformed body or field: a 400, never a 500). A client that goes
+away, streaming or not, cancels its generation (lifecycle.py): the model is handed back
+within one layer's work and /server_info counts it under `requests`.
 """
 
 
@@ -26,19 +29,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-MAX_STOPS = 16
+from niah.serving.embedded.api import (  # noqa: F401 - _token_span: re-exported for benchmarks
+    ApiError, Prepared, _token_span, parse_body, prepare, tokenize_text)
+
 EXTENSIONS = ["needle_span", "indexer_probe"]
-
-
-class ApiError(Exception):
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 type_: str = "invalid_request_error"):
-        super().__init__(message)
-        self.message, self.status, self.param, self.type = message, status, param, type_
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.status}}
 
 
 @dataclass
@@ -116,129 +110,6 @@ def _compile_template(src: str):
     return env.from_string(src)
 
 
-# -- request parsing -----------------------------------------------------------------------
-def _content_text(content, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):                       # OpenAI content parts
-        parts = []
-        for p in content:
-            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                raise ApiError(f"{where}: only text content parts are supported", param="messages")
-            parts.append(p["text"])
-        return "".join(parts)
-    if content is None:
-        return ""
-    raise ApiError(f"{where}: content must be a string or a list of text parts", param="messages")
-
-
-def parse_messages(raw) -> list[dict]:
-    if not isinstance(raw, list) or not raw:
-        raise ApiError("`messages` must be a non-empty list", param="messages")
-    out = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool", "developer"):
-            raise ApiError(f"messages[{i}]: needs a role of system/user/assistant", param="messages")
-        out.append({"role": m["role"], "content": _content_text(m.get("content"), f"messages[{i}]")})
-    return out
-
-
-def _int_field(body: dict, name: str, default, lo: int | None = None):
-    v = body.get(name, default)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
-        raise ApiError(f"`{name}` must be an integer >= {lo}", param=name)
-    return v
-
-
-def _stops(body: dict) -> list[str]:
-    s = body.get("stop")
-    if s is None:
-        return []
-    if isinstance(s, str):
-        s = [s]
-    if not isinstance(s, list) or len(s) > MAX_STOPS or not all(isinstance(x, str) for x in s):
-        raise ApiError(f"`stop` must be a string or a list of at most {MAX_STOPS} strings", param="stop")
-    return s
-
-
-def _needle_span(body: dict, text_len: int, field: str = "niah_needle_span") -> tuple[int, int] | None:
-    span = body.get(field)
-    if span is None:
-        return None
-    if (not isinstance(span, (list, tuple)) or len(span) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
-            or not 0 <= span[0] <= span[1] <= text_len):
-        raise ApiError(f"`{field}` must be [start, end] with 0 <= start <= end <= {text_len} "
-                       "(characters of the last user message / the prompt)", param=field)
-    return span[0], span[1]
-
-
-def _token_span(offsets: list[tuple[int, int]], a: int, b: int) -> tuple[int, int]:
-    """Token positions [i, j) whose character spans overlap [a, b)."""
-    idx = [i for i, (s, e) in enumerate(offsets) if s < b and e > a]
-    return (idx[0], idx[-1] + 1) if idx else (0, 0)
-
-
-@dataclass
-class Prepared:
-    ids: list[int]
-    needle: tuple[int, int] | None
-    max_tokens: int
-    stops: list[str]
-    value: tuple[tuple[int, int], str] | None = None    # the needle value's token span and text
-
-
-def prepare(engine: Engine, body: dict, chat: bool) -> Prepared:
-    """Validate a completion request and tokenize its prompt."""
-    if chat:
-        messages = parse_messages(body.get("messages"))
-        text = engine.render_chat(messages)
-        users = [m for m in messages if m["role"] == "user"]
-        last_user = users[-1]["content"] if users else ""
-        span = _needle_span(body, len(last_user))
-        vspan = _needle_span(body, len(last_user), "niah_value_span")
-        base = text.rfind(last_user) if span is not None or vspan is not None else 0
-    else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise ApiError("`prompt` must be a string", param="prompt")
-        text = prompt
-        span = _needle_span(body, len(text))
-        vspan = _needle_span(body, len(text), "niah_value_span")
-        base = 0
-    n = body.get("n", 1)
-    if n not in (1, None):
-        raise ApiError("only n=1 is supported", param="n")
-    enc = engine.encode(text)
-    ids = list(enc.ids)
-    if not ids:
-        raise ApiError("the prompt is empty", param="prompt")
-    needle = _token_span(enc.offsets, base + span[0], base + span[1]) if span is not None else None
-    value = None
-    if vspan is not None:
-        value = (_token_span(enc.offsets, base + vspan[0], base + vspan[1]), text[base + vspan[0]:base + vspan[1]])
-    room = engine.max_len - len(ids)
-    max_tokens = _int_field(body, "max_completion_tokens", None, 1)
-    max_tokens = _int_field(body, "max_tokens", max_tokens, 1)
-    if max_tokens is None:
-        if room < 1:
-            raise ApiError(f"the prompt has {len(ids)} tokens; this model's context is {engine.max_len} "
-                           "tokens, and at least one must be left to generate", param="messages" if chat else "prompt")
-        max_tokens = room
-    elif len(ids) + max_tokens > engine.max_len:
-        raise ApiError(f"this model's maximum context length is {engine.max_len} tokens; the request has "
-                       f"{len(ids)} prompt tokens + {max_tokens} max_tokens = {len(ids) + max_tokens}",
-                       param="max_tokens")
-    temp = body.get("temperature")
-    if temp is not None and (not isinstance(temp, (int, float)) or temp < 0):
-        raise ApiError("`temperature` must be a number >= 0 (decoding is always greedy)", param="temperature")
-    return Prepared(ids, needle, max_tokens, _stops(body), value)
-
-
 def _extensions(p: Prepared, g) -> dict:
     """The reply's niah fields: selection_recall (with a needle span), niah_indexer (with a value span)."""
     out = {}
@@ -258,8 +129,11 @@ def create_app(engine: Engine):
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
+    from niah.serving.embedded.lifecycle import Job, Jobs
+
     app = FastAPI(title="niah embedded server")
     lock = asyncio.Lock()
+    jobs = Jobs(engine.model)
     created = int(time.time())
 
     @app.exception_handler(ApiError)
@@ -282,19 +156,14 @@ def create_app(engine: Engine):
                             status_code=500)
 
     async def json_body(request: Request) -> dict:
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError):
-            raise ApiError("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError("the request body must be a JSON object")
-        return body
+        return parse_body(await request.body())
 
     def server_info() -> dict:
         return {"model": engine.model_id, "max_model_len": engine.max_len, **engine.cfg.describe(),
                 "niah_extensions": EXTENSIONS, "threads": engine.cfg.threads,
                 "load_s": round(engine.load_s, 3), "weights_from_cache": engine.from_cache,
-                "n_layers": engine.model.args.n_layer, "niah_attestation": dsa_attestation()}
+                "n_layers": engine.model.args.n_layer, "niah_attestation": dsa_attestation(),
+                "requests": jobs.describe()}
 
     @app.get("/health")
     async def health():
@@ -312,44 +181,62 @@ def create_app(engine: Engine):
             "niah_extensions": EXTENSIONS, **engine.cfg.describe()}]}
 
     async def tokenize(request: Request):
-        body = await json_body(request)
-        if "messages" in body:
-            text = engine.render_chat(parse_messages(body["messages"]))
-        elif isinstance(body.get("prompt"), str):
-            text = body["prompt"]
-        else:
-            raise ApiError("send {\"prompt\": str} or {\"messages\": [...]}", param="prompt")
-        ids = list(engine.encode(text).ids)
+        ids = list(engine.encode(tokenize_text(engine, await json_body(request))).ids)
         return {"count": len(ids), "tokens": ids, "max_model_len": engine.max_len}
 
     app.post("/tokenize")(tokenize)
     app.post("/v1/tokenize")(tokenize)
 
-    async def run_model(p: Prepared, on_text=None, cancelled=None):
+    async def run_model(p: Prepared, job: Job, on_text=None):
+        """Generate for the job once the model is free; None when it was cancelled first.
+        The lock is held until the worker thread is done with the model, never less."""
         from niah.serving.embedded.generate import generate
 
+        def work(cancelled):
+            return generate(engine.model, engine.decode, p.ids, p.max_tokens, engine.eos_ids, p.stops,
+                            p.needle, p.value, on_text, cancelled)
+
         loop = asyncio.get_running_loop()
-        async with lock:
-            return await loop.run_in_executor(engine.pool, lambda: generate(
-                engine.model, engine.decode, p.ids, p.max_tokens, engine.eos_ids, p.stops,
-                p.needle, p.value, on_text, cancelled))
+        queued = True
+        jobs.waiting += 1
+        try:
+            async with lock:
+                jobs.waiting, queued = jobs.waiting - 1, False
+                g = None if job.cancelled else await loop.run_in_executor(engine.pool, jobs.run, job, work)
+        except asyncio.CancelledError:      # the one-thread pool still keeps the model to one job
+            job.cancel()
+            raise
+        finally:
+            if queued:
+                jobs.waiting -= 1
+        return None if jobs.finish(job, g) else g
+
+    async def watch_disconnect(request: Request, job: Job) -> None:
+        """Cancel the job when the client goes away (the body has been read by now)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.cancel()
 
     def usage(p: Prepared, g) -> dict:
         return {"prompt_tokens": len(p.ids), "completion_tokens": g.completion_tokens,
                 "total_tokens": len(p.ids) + g.completion_tokens}
 
     async def completions(request: Request, chat: bool):
-        body = await json_body(request)
-        p = prepare(engine, body, chat)
+        p = prepare(engine, await json_body(request), chat)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         obj = "chat.completion" if chat else "text_completion"
-        model_name = body.get("model") or engine.model_id
-        if body.get("stream"):
-            opts = body.get("stream_options") or {}
-            return StreamingResponse(stream(p, rid, obj + (".chunk" if chat else ""), model_name, chat,
-                                            bool(isinstance(opts, dict) and opts.get("include_usage"))),
-                                     media_type="text/event-stream")
-        g = await run_model(p)
+        model_name = p.model or engine.model_id
+        job = Job(len(p.ids), p.max_tokens, p.stream)
+        if p.stream:       # Starlette ends the stream when the client goes away: stream() cancels
+            return StreamingResponse(stream(p, job, rid, obj + (".chunk" if chat else ""), model_name, chat,
+                                            p.include_usage), media_type="text/event-stream")
+        watcher = asyncio.ensure_future(watch_disconnect(request, job))
+        try:
+            g = await run_model(p, job)
+        finally:
+            watcher.cancel()
+        if g is None:      # nobody reads this: the client is gone
+            raise ApiError(f"the client went away; generation stopped after {job.completion_tokens} tokens", 499)
         choice = ({"index": 0, "message": {"role": "assistant", "content": g.text}, "logprobs": None,
                    "finish_reason": g.finish_reason} if chat else
                   {"index": 0, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason})
@@ -357,10 +244,9 @@ def create_app(engine: Engine):
                "choices": [choice], "usage": usage(p, g)}
         return {**out, **_extensions(p, g)}
 
-    async def stream(p: Prepared, rid: str, obj: str, model_name: str, chat: bool, include_usage: bool):
+    async def stream(p: Prepared, job: Job, rid: str, obj: str, model_name: str, chat: bool, include_usage: bool):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        stop_flag = threading.Event()
         now = int(time.time())
 
         def chunk(delta_or_text, finish=None, **extra) -> str:
@@ -372,7 +258,7 @@ def create_app(engine: Engine):
         def on_text(piece: str):
             loop.call_soon_threadsafe(queue.put_nowait, piece)
 
-        task = asyncio.ensure_future(run_model(p, on_text, stop_flag.is_set))
+        task = asyncio.ensure_future(run_model(p, job, on_text))
         task.add_done_callback(lambda _t: queue.put_nowait(None))
         try:
             if chat:
@@ -384,6 +270,8 @@ def create_app(engine: Engine):
                 yield chunk({"content": piece} if chat else piece)
             try:
                 g = task.result()
+                if g is None:
+                    return
             except ApiError as e:
                 yield "data: " + json.dumps(e.body()) + "\n\n"
                 return
@@ -397,7 +285,7 @@ def create_app(engine: Engine):
                                              "choices": [], "usage": usage(p, g), **extra}) + "\n\n"
             yield "data: [DONE]\n\n"
         finally:
-            stop_flag.set()                     # client gone or done: stop generating early
+            job.cancel()                        # client gone (or done): stop generating
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
