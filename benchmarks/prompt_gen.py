@@ -24,13 +24,13 @@ def main() -> None:
     ap.add_argument("--mode", default="chat")
     a = ap.parse_args()
 
-    from niah.needles import trial_seed
-    from niah.prompts import build_prompt
-    from niah.specs import parse_lengths
-    from niah.tokenize import load_tokenizer
+    from niah.prompts.builder import CHAT_PROBE, build_prompt
+    from niah.prompts.needles import trial_seed
+    from niah.sweep.spec import parse_lengths
+    from niah.tokens import load_tokenizer
 
     t0 = time.perf_counter()
-    tok = load_tokenizer(a.tokenizer, a.endpoint)
+    tok = load_tokenizer(a.tokenizer, a.endpoint, chat_probe=CHAT_PROBE)
     t_load = time.perf_counter() - t0
     print(f"tokenizer {tok.spec}: loaded in {t_load * 1000:.0f} ms")
     print(f"{'length':>8} {'cold ms':>8} {'median ms':>10} {'max ms':>8} {'counts':>7} {'max |err|':>9}")

@@ -3,7 +3,8 @@
 Greedy (temperature 0). Retries with exponential backoff on 429, 5xx and connection
 errors (refused, reset, dropped mid-stream), at most `retries` times; a timeout is not
 retried (it would multiply the wait). Never raises for a failed request: the returned
-`Reply` carries `error` instead, so a sweep records it and goes on.
+`Reply` carries `error` instead, so a sweep records it and goes on. `root_url` and
+`api_url` turn a server's base URL into the two roots niah talks to.
 """
 
 from __future__ import annotations
@@ -14,7 +15,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+def root_url(endpoint: str) -> str:
+    """`http://h:p/v1` -> `http://h:p` (where /tokenize, /server_info live)."""
+    e = endpoint.rstrip("/")
+    return e[: -len("/v1")] if e.endswith("/v1") else e
+
+
+def api_url(endpoint: str) -> str:
+    """`http://h:p` or `http://h:p/v1` -> `http://h:p/v1`."""
+    return root_url(endpoint) + "/v1"
 
 
 @dataclass
@@ -56,8 +70,6 @@ class _Retryable(Exception):
 
 def make_client(cfg: RequestConfig, concurrency: int = 1):
     """An httpx.AsyncClient sized for the sweep (the caller closes it)."""
-    import httpx
-
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     limits = httpx.Limits(max_connections=max(1, concurrency) + 2, max_keepalive_connections=max(1, concurrency))
     timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 30.0))
@@ -81,8 +93,6 @@ def request_body(cfg: RequestConfig, prompt_fields: dict) -> dict:
 
 async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict | None = None) -> Reply:
     """Send one request (with retries); never raises for request failures."""
-    import httpx
-
     path = "/chat/completions" if cfg.mode == "chat" else "/completions"
     url = cfg.endpoint.rstrip("/") + path
     body = request_body(cfg, prompt_fields)

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=1)
     args = p.parse_args(argv)
 
-    from niah.indexer import length_warnings, matrix_topks
+    from niah.sweep.indexer import length_warnings
+    from niah.serving.matrix import matrix_topks
 
     spec = SweepSpec(
         lengths=QUICK_LENGTHS if args.quick else DEMO_LENGTHS,
@@ -89,7 +90,7 @@ def print_findings(out: Path) -> None:
     to see fp8 worse than bf16 (bootstrap)."""
     import pandas as pd
 
-    from niah.indexer import config_topk
+    from niah.sweep.indexer import config_topk
     from niah.report import indexer_pairs
     from niah.report.data import config_infos, load_frame
     from niah.report.ranks import rank_pairs, trials_needed_bootstrap

@@ -7,7 +7,8 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from niah.store import RunStore, write_manifest
+from niah.runs.store import RunStore
+from niah.runs.manifest import write_manifest
 
 Outcome = Callable[[str, int, float, int, random.Random], str]
 

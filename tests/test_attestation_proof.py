@@ -18,7 +18,7 @@ import httpx
 from lifecycle_helpers import ROOT, tiny_command, toml_list
 
 from niah.serving.launch import ServerProcess
-from niah.store import read_manifest, write_manifest
+from niah.runs.manifest import read_manifest, write_manifest
 
 # niah.attestation is imported inside the tests, after the CLI checks, so that on a niah
 # without it (the parent commit) the tests fail on behaviour, not on an import.

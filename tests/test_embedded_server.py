@@ -249,7 +249,7 @@ def test_indexer_probe_follows_the_decode_steps(server):
 
 
 def test_server_info_attests_what_the_indexer_ran(server):
-    """The same attestation record SGLang's plugin reports (niah/attestation.py reads both),
+    """The same attestation record SGLang's plugin reports (niah/attestation/ reads both),
     read before and after a request longer than top-k, judged against labels."""
     from niah.attestation import INVALID, VALID, read_server, status
 

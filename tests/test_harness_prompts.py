@@ -5,11 +5,11 @@ import re
 import pytest
 
 from niah.errors import BadInput
-from niah.needles import trial_seed
-from niah.prompts import INSTRUCTION, build_prompt, load_corpus
-from niah.scoring import score
-from niah.specs import parse_depths, parse_lengths
-from niah.tokenize import FALLBACK, load_tokenizer
+from niah.prompts.needles import trial_seed
+from niah.prompts.builder import INSTRUCTION, build_prompt, load_corpus
+from niah.sweep.scoring import score
+from niah.sweep.spec import parse_depths, parse_lengths
+from niah.tokens import FALLBACK, load_tokenizer
 
 
 @pytest.fixture(scope="module")

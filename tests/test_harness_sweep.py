@@ -8,8 +8,9 @@ import sys
 import pandas as pd
 import pytest
 
-from niah.store import OUTCOMES, RunStore, load_run
-from niah.sweep import SweepSpec, Target, length_tolerance, prepare_target, run_sweep, run_target
+from niah.runs.store import OUTCOMES, RunStore, load_run
+from niah.sweep import SweepSpec, Target, prepare_target, run_sweep, run_target
+from niah.tokens import length_tolerance
 
 DONE_WHEN_LENGTHS = [300, 943, 1850, 4509, 10498, 22597]
 
@@ -200,7 +201,7 @@ def test_dead_server_records_the_rest_as_errors(oracle_factory, tmp_path):
 
     with RunStore(tmp_path / "run").open(resume=False) as store:
         asyncio.run(run_target(prepared, spec, store, dead=dead))
-    from niah.store import read_trials
+    from niah.runs.store import read_trials
 
     recs = read_trials(tmp_path / "run").records
     assert len(recs) == 6

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from niah.store import load_run, read_trials
+from niah.runs.store import load_run, read_trials
 from niah.sweep import SweepSpec, Target, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_a_sweep_that_drifts_stops_after_the_first_such_trial(oracle_factory, tm
     assert r.returncode == 0, r.stderr
     text = set_file.read_text().replace("\\nAnswer:", "\\nAnswer: " + "word " * 30)  # what another template adds
     lines = []
-    from niah.prompts import prompt_sha256
+    from niah.prompts.builder import prompt_sha256
 
     for ln in text.splitlines():
         e = json.loads(ln)
@@ -135,7 +135,7 @@ def test_two_sweeps_on_one_run_folder_the_second_refuses_naming_the_holder(oracl
 
 def _run_with_late_first_config(tmp_path: Path) -> Path:
     """A run whose matrix order is [fast-a, slow-b] but whose trials finished b first."""
-    from niah.store import write_manifest
+    from niah.runs.manifest import write_manifest
 
     run = tmp_path / "run"
     run.mkdir()
@@ -169,7 +169,7 @@ def test_gate_unwritable_step_summary_is_exit_2_not_a_regression(tmp_path):
 
 
 def test_depth_ranges_say_count_and_accept_steps():
-    from niah.specs import parse_depths
+    from niah.sweep.spec import parse_depths
 
     assert parse_depths("0:100/10") == [float(x) for x in range(0, 101, 10)]
     assert len(parse_depths("0:100:10")) == 10

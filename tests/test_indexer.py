@@ -33,7 +33,7 @@ def test_row_stats_ranks_margin_and_fidelity():
 
 
 def test_summary_medians_and_inactive_rows():
-    from niah.indexer import summarise
+    from niah.sweep.indexer import summarise
 
     step = {"position": 99, "context": 100, "active": True, "kept": [1.0, 0.0, 0.5],
             "rank_best": [0.1, 2.0, 0.5], "rank_worst": [0.2, 3.0, 1.5], "margin": [0.4, None, 0.0],
@@ -51,7 +51,7 @@ def test_summary_medians_and_inactive_rows():
 
 # -- lengths relative to k -----------------------------------------------------------------
 def test_auto_lengths_and_warnings():
-    from niah.indexer import auto_lengths, length_warnings
+    from niah.sweep.indexer import auto_lengths, length_warnings
 
     assert auto_lengths([512], 8192, 24) == [256, 512, 1024, 2048, 4096]
     assert auto_lengths([64, 2048], 8192, 24) == [128, 256, 512, 1024, 2048, 4096]
@@ -62,7 +62,7 @@ def test_auto_lengths_and_warnings():
 
 
 def test_config_topk_reads_axes_settings_and_server():
-    from niah.indexer import config_topk
+    from niah.sweep.indexer import config_topk
 
     assert config_topk({"axes": {"index_topk": 64}}) == 64
     assert config_topk({"server": {"models": {"data": [{"attention": "dsa", "index_topk": 512}]}}}) == 512
@@ -71,7 +71,7 @@ def test_config_topk_reads_axes_settings_and_server():
 
 # -- the no-needle control -------------------------------------------------------------------
 def test_control_outcomes():
-    from niah.control import classify
+    from niah.sweep.control import classify
 
     prompt = "filler text; The special magic number for Oslo is 1112223. more filler"
     known = {"4829163", "7000001"}
@@ -160,7 +160,8 @@ def test_plan_bootstrap_needs_fewer_rank_pairs(tmp_path):
 
 def test_matrix_topks_feed_lengths_auto():
     from niah.demo import demo_matrix
-    from niah.indexer import auto_lengths, matrix_topks
+    from niah.sweep.indexer import auto_lengths
+    from niah.serving.matrix import matrix_topks
 
     topks, context = matrix_topks(demo_matrix(), context_too=True)
     assert topks == {"dense": None, "fp8-k64": 64, "fp8-k512": 512, "bf16-k64": 64, "bf16-k512": 512,

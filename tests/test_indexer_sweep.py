@@ -95,7 +95,7 @@ def _niah(*args):
 def test_report_compare_and_gate_read_the_rank(run):
     out, _ = run
     from niah.attestation import status
-    from niah.store import read_manifest
+    from niah.runs.manifest import read_manifest
 
     # every embedded server proved what it ran (read before and after its sweep)
     states = {n: status(c) for n, c in read_manifest(out)["configs"].items()}

@@ -294,14 +294,14 @@ def test_cli_bad_matrix_is_one_line_exit_2(tmp_path):
 
 def test_the_manifest_records_each_arm_and_the_counted_differences(tmp_path, monkeypatch):
     from niah.serving.matrix import axis_differences
-    from niah.serving.matrix_run import _manifest_matrix
-    from niah.store import read_manifest, write_manifest
+    from niah.serving.matrix.run import manifest_matrix
+    from niah.runs.manifest import read_manifest, write_manifest
 
     for k in [k for k in os.environ if k.startswith("NIAH_")]:
         monkeypatch.delenv(k)
     matrix = load_matrix(EXAMPLES / "sglang.toml")
     write_manifest(tmp_path, {})
-    _manifest_matrix(tmp_path, matrix)
+    manifest_matrix(tmp_path, matrix)
     m = read_manifest(tmp_path)["matrix"]
     assert m["differences"] == axis_differences(matrix)
     assert {d["count"] for d in m["differences"] if d["axis"] == "index_dtype"} == {5}

@@ -161,7 +161,7 @@ def test_real_run_page_renders_and_filters(browser, real_run, tmp_path):
 # -- hostile answers and every attestation state ----------------------------------------------
 def test_hostile_answers_are_text_and_attestation_states(browser, tmp_path):
     from niah.report.render import render_report
-    from niah.store import read_manifest, write_manifest
+    from niah.runs.manifest import read_manifest, write_manifest
 
     configs = {"a": {"index_dtype": "fp8"}, "b": {"index_dtype": "bf16"}, "c": {"index_dtype": "fp8"}}
     run = make_run(tmp_path / "run", configs, lengths=(1024, 2048), depths=(0.0, 100.0), trials=3)

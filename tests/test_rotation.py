@@ -230,7 +230,7 @@ def test_matrix_names_the_axis_and_changes_one_flag():
 def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path, capsys):
     from report_runs import make_run
 
-    from niah.indexer import config_topk
+    from niah.sweep.indexer import config_topk
     from niah.report import indexer_pairs
     from niah.report.data import config_infos, load_frame, one_axis_pairs
     from niah.report.render import render_report
@@ -281,7 +281,7 @@ def test_rotation_reaches_server_info_manifest_and_attestation(tmp_path):
     pytest.importorskip("fastapi")
     from niah.attestation import INVALID, VALID, status
     from niah.serving.matrix import run_matrix
-    from niah.store import read_manifest
+    from niah.runs.manifest import read_manifest
     from niah.sweep import SweepSpec
 
     (tmp_path / "m.toml").write_text('engine = "embedded"\nattention = "dsa"\n[[config]]\nname = "rot"\n'
@@ -310,7 +310,7 @@ def test_label_contradicting_the_servers_rotation_is_invalid(tmp_path):
 
     from niah.attestation import INVALID, UNATTESTED, VALID, status
     from niah.serving.matrix import run_matrix
-    from niah.store import read_manifest
+    from niah.runs.manifest import read_manifest
     from niah.sweep import SweepSpec
 
     calls = {"store": {"fp8": {"niah.store_roundtrip": {"eager": 4, "captured": 0, "replayed": 0}}}}

@@ -1,6 +1,6 @@
 """Scoring edge cases found in review: distractors and separators between numbers."""
 
-from niah.scoring import score
+from niah.sweep.scoring import score
 
 
 def test_listing_every_value_is_not_recall():

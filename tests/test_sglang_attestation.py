@@ -1,6 +1,6 @@
 """Attestation: the counter the plugin and the embedded server keep (eager, CUDA-graph
 captured and replayed calls), and the rules that judge a configuration from its server's
-readings at the start and end of its sweep (niah/attestation_rules.py). The refusals end
+readings at the start and end of its sweep (niah/attestation/rules.py). The refusals end
 to end, against real loopback servers, are in test_attestation_proof.py."""
 
 from __future__ import annotations

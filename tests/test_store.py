@@ -5,7 +5,8 @@ import json
 import pytest
 
 from niah.errors import BadInput
-from niah.store import ERRORS, SCHEMA_VERSION, TRIALS, RunStore, load_run, read_trials, write_manifest
+from niah.runs.store import ERRORS, SCHEMA_VERSION, TRIALS, RunStore, load_run, read_trials
+from niah.runs.manifest import write_manifest
 
 
 def _trial(trial, outcome="correct", config="c"):

@@ -33,7 +33,7 @@ def build_cmd(
     messages or prompt text, every inserted fact, the asked keys, the expected values,
     the counter and its count, and a schema version.
     """
-    from niah.promptset import build_set, write_set
+    from niah.prompts.sets import build_set, write_set
     from niah.sweep import Target, prepare_target
 
     spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths, **kinds)
@@ -51,7 +51,7 @@ def rescore_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would change."),
 ) -> None:
     """Score a run's stored answers again with the current scorer (rewrites trials.jsonl)."""
-    from niah.rescore import rescore_run
+    from niah.sweep.rescore import rescore_run
 
     res = rescore_run(run, write=not dry_run)
     typer.echo(f"{res.total} trials re-scored: {len(res.changed)} outcome(s) changed"

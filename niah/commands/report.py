@@ -33,7 +33,7 @@ def report_cmd(
     typer.echo(f"summary: {rep.summary}")
     typer.echo(f"page: {rep.page}")
     from niah.attestation import INVALID, UNATTESTED, counts
-    from niah.store import read_manifest
+    from niah.runs.manifest import read_manifest
 
     manifest = read_manifest(run)
     by_state = counts(manifest, list(manifest.get("configs") or {}))

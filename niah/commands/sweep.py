@@ -52,7 +52,7 @@ def needle_options(f):
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
               queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None):
-    from niah.specs import parse_depths, parse_lengths
+    from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
     spec = SweepSpec(
@@ -95,13 +95,13 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     from niah.errors import BadInput
 
     if matrix is not None:
-        from niah.indexer import matrix_topks
+        from niah.serving.matrix import matrix_topks
 
         return matrix_topks(matrix, context_too=auto)
     import httpx
 
-    from niah.indexer import config_topk
-    from niah.tokenize import api_url
+    from niah.sweep.indexer import config_topk
+    from niah.client import api_url
 
     try:
         models = httpx.get(api_url(endpoint) + "/models", timeout=30.0,
@@ -115,7 +115,7 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
 
 def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
     from niah.errors import BadInput
-    from niah.indexer import auto_lengths
+    from niah.sweep.indexer import auto_lengths
 
     ks = [k for k in topks.values() if k]
     if not ks:
@@ -164,13 +164,13 @@ def sweep(
     """
     from rich.console import Console
 
-    from niah.progress import SweepProgress
+    from niah.sweep.progress import SweepProgress
     from niah.sweep import Target, run_sweep
 
     _refuse_ignored(ctx, matrix, prompts)
     if dry_run:
         from niah.errors import BadInput
-        from niah.serving.matrix_commands import print_matrix_commands
+        from niah.serving.matrix.commands import print_matrix_commands
 
         if matrix is None:
             raise BadInput("--dry-run needs --matrix")
@@ -186,8 +186,8 @@ def sweep(
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:
-        from niah.indexer import length_warnings
-        from niah.promptset import read_set
+        from niah.sweep.indexer import length_warnings
+        from niah.prompts.sets import read_set
 
         # a frozen set brings its own lengths (spec.lengths is a placeholder then)
         lengths = spec.lengths if prompts is None else sorted({e.length for e in read_set(prompts)})
@@ -216,8 +216,8 @@ def sweep(
 def print_outcome(out: Path) -> None:
     from rich.console import Console
 
-    from niah.progress import length_check, outcome_counts, recall_tables
-    from niah.store import load_run
+    from niah.sweep.progress import length_check, outcome_counts, recall_tables
+    from niah.runs.store import load_run
 
     _, records = load_run(out, warn=False)
     stdout = Console()
@@ -256,10 +256,10 @@ def prompt(
     from dataclasses import asdict
 
     from niah.errors import BadInput
-    from niah.needles import trial_seed
-    from niah.prompts import build_prompt
-    from niah.promptset import entry_from_prompt
-    from niah.specs import parse_count
+    from niah.prompts.needles import trial_seed
+    from niah.prompts.builder import build_prompt
+    from niah.prompts.sets import entry_from_prompt
+    from niah.sweep.spec import parse_count
     from niah.sweep import Target, prepare_target
 
     n = parse_count(length)
@@ -291,7 +291,7 @@ def export(
     out: Optional[Path] = typer.Option(None, help="Output file (default: RUN/trials.<format>)."),
 ) -> None:
     """Write a run's trials as one table (CSV or parquet, through pandas)."""
-    from niah.export import export_run
+    from niah.runs.export import export_run
 
     path = export_run(run, format, out)
     print(path)

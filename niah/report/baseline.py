@@ -3,7 +3,7 @@
     {"kind": "niah-baseline", "schema_version": 2, "exported": ..., "source": {run, created,
      git_sha, niah_version, args},
      "configs": {NAME: {"model", "axes", "engine", "settings": its label keys,
-                        "attestation": the run's record (niah/attestation.py),
+                        "attestation": the run's record (niah/attestation/),
                         "attestation_status": {"state", "reason"} when exported,
                         "summary": {"<length>" | "all": {n, answered, correct, errors, recall, lo, hi}},
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
@@ -52,7 +52,7 @@ def _row(r) -> dict[str, Any]:
 def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None = None) -> dict[str, Any]:
     """Write RUN (all configurations, or the named ones) as a baseline file; returns it."""
     from niah.attestation import status
-    from niah.attestation_rules import LABEL_KEYS
+    from niah.axes import LABEL_KEYS
     from niah.report.data import config_infos, load_frame
 
     run = Path(run)
@@ -139,7 +139,7 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
 def load_side(path: Path | str):
     """(manifest, trial frame, description) of a run folder or a baseline file."""
     from niah.report.data import trials_frame
-    from niah.store import load_run
+    from niah.runs.store import load_run
 
     path = Path(path)
     if path.is_dir():

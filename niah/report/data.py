@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from niah.errors import BadInput
-from niah.store import OUTCOMES
+from niah.runs.store import OUTCOMES
 
 # Columns every trial frame has after `trials_frame` (missing ones filled with None).
 COLUMNS = (
@@ -20,7 +20,7 @@ COLUMNS = (
     "depth_achieved", "trial", "seed", "prompt_sha256", "outcome", "latency_s", "ttft_s",
     "error", "selection_recall", "indexer", "finished_at",
 )
-# From each trial's `indexer` summary (niah/indexer.py): NaN where not recorded or where no
+# From each trial's `indexer` summary (niah/sweep/indexer.py): NaN where not recorded or where no
 # selection happened (prompt not longer than k).
 INDEXER_COLUMNS = ("rank_worst", "rank_best", "kept", "margin", "fidelity")
 
@@ -148,7 +148,7 @@ def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
     control is always A. The label says what changes ("index_dtype: fp8 -> bf16 @ index_topk=1024").
     An axis key only one side sets is completed on the other from its settings or the
     axis default (niah.serving.matrix.comparable_axes: index_rotation "none")."""
-    from niah.serving.matrix import comparable_axes
+    from niah.axes import comparable_axes
 
     names = list(infos)
     pairs: list[tuple[str, str, str]] = []
@@ -214,7 +214,7 @@ def pair_trials(a, b):
 
 def load_frame(run: Path | str):
     """(manifest, frame) of a run folder."""
-    from niah.store import load_run
+    from niah.runs.store import load_run
 
     manifest, records = load_run(run)
     return manifest, trials_frame(records)

@@ -19,7 +19,7 @@ Per configuration, per length present on both sides, and over all of them:
   "rank" alone keeps the answer metric's outage checks.
 - lengths at or below a configuration's index_topk are named in a note: every key is
   kept there, so those lengths do not exercise the indexer.
-- a configuration is gated only when its attestation holds (niah/attestation.py): an
+- a configuration is gated only when its attestation holds (niah/attestation/): an
   INVALID one is bad input (exit 2), an unattested one too unless `accept_unattested`
   (then a note says so).
 
@@ -132,7 +132,7 @@ def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
 
 
 def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int]) -> str | None:
-    from niah.indexer import at_or_below_k, config_topk
+    from niah.sweep.indexer import at_or_below_k, config_topk
 
     k = config_topk((manifest.get("configs") or {}).get(name))
     if k is None:

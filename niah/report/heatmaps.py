@@ -65,7 +65,7 @@ def uniform_n(cells) -> int | None:
 
 
 def _topk(manifest: dict[str, Any], name: str) -> int | None:
-    from niah.indexer import config_topk
+    from niah.sweep.indexer import config_topk
 
     return config_topk((manifest.get("configs") or {}).get(name))
 

@@ -31,7 +31,7 @@ def layer_table(details: list[dict], names: list[str]) -> dict[str, list[float]]
     """config -> per-layer median (over trials) of the layer's median worst rank / k."""
     import statistics
 
-    from niah.indexer import layer_rows
+    from niah.sweep.indexer import layer_rows
 
     per: dict[str, list[list[float]]] = {}
     for d in details:

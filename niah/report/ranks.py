@@ -2,7 +2,7 @@
 scores than A's (closer to, or further past, the top-k cut)?
 
 Per trial the metric is `indexer.rank_worst`: the geometric mean over (layer, probed step) of the
-worst needle-value token's rank / k (niah/indexer.py). Trials pair by prompt hash (else
+worst needle-value token's rank / k (niah/sweep/indexer.py). Trials pair by prompt hash (else
 (length, depth, trial, seed)); a pair counts only when selection happened on both sides.
 Per pair d = log2(rank_B / rank_A) (> 0: B's needle is deeper). Tests, two-sided:
 Wilcoxon's signed-rank test on d (decides) and the exact sign test (shown). Effect size:

@@ -6,7 +6,7 @@ from typing import Any
 
 from niah.report import style
 from niah.report.compare import rows_markdown
-from niah.store import OUTCOMES
+from niah.runs.store import OUTCOMES
 
 
 
@@ -100,10 +100,10 @@ def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str 
 
 
 def control_section(controls: list[dict], infos) -> str | None:
-    """Outcomes of the no-needle control trials per configuration (niah/control.py)."""
+    """Outcomes of the no-needle control trials per configuration (niah/sweep/control.py)."""
     if not controls:
         return None
-    from niah.store import CONTROL_OUTCOMES
+    from niah.runs.store import CONTROL_OUTCOMES
 
     rows = []
     for n in infos:
@@ -163,7 +163,7 @@ def timing_by_length_table(df, infos, lengths) -> str:
 def length_check(df, infos, lengths) -> tuple[str, int]:
     """Table of server-reported prompt_tokens against the requested length; returns the
     table and how many trials drift beyond the sweep's own tolerance (max(4 tokens, 0.5%))."""
-    from niah.sweep import length_tolerance
+    from niah.tokens import length_tolerance
 
     rows, flagged_total = [], 0
     for n in infos:

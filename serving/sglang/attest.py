@@ -11,7 +11,8 @@ Every patched path calls `record(path, dtype, kernel)`:
 asked to run, `set_facts(**facts)` adds facts of the arm (e.g. the query's precision, a
 rotation); `snapshot()` is the record a server reports (SGLang: in `/server_info` ->
 `internal_states[i]["niah_attestation"]`; the embedded server: `/server_info` ->
-`niah_attestation`). niah's harness (niah/attestation.py) decides validity.
+`niah_attestation`). niah's harness (niah/attestation/) owns the record's format and
+decides validity.
 
 CUDA graphs: a Python-level counter sees a captured call once, when the graph is
 captured, and never again however often the graph is replayed. So a call made while the
@@ -30,11 +31,9 @@ import sys
 import threading
 from collections import Counter
 
-PATHS = ("store", "prefill_logits", "decode_logits", "topk")
-KERNEL_OWNERS = ("niah", "sglang", "deep_gemm", "torch", "flashinfer")
-FIELD = "niah_attestation"  # the key under which servers report snapshot()
-FP8_PATHS = ("store", "prefill_logits", "decode_logits")
-KINDS = ("eager", "captured", "replayed")  # how a call was seen (module doc)
+# The record's format (paths, owners, the field servers report it under, `derive`) is the
+# harness's: niah.attestation.format.
+from niah.attestation.format import FIELD, FP8_PATHS, KERNEL_OWNERS, KINDS, PATHS, derive  # noqa: F401
 
 _lock = threading.Lock()
 _eager: Counter = Counter()     # (path, dtype, kernel) -> calls run eagerly
@@ -157,26 +156,6 @@ def _replayed(slots: dict, counters: list) -> Counter:
         for key, slot in slots.items():
             out[key] += int(values[slot])
     return out
-
-
-def derive(calls: dict, index_dtype: str | None) -> dict:
-    """What `calls` ({path: {dtype: {kernel: {eager, captured, replayed}}}}) says ran:
-    counts by "path.dtype" and kernel_calls by path then kernel (eager + replayed), and
-    fp8_reads_while_bf16 (fp8 key-path calls of any kind while bf16 is configured)."""
-    counts: Counter = Counter()
-    kernel_calls: dict[str, Counter] = {}
-    fp8 = 0
-    for path, by_dtype in calls.items():
-        for dtype, by_kernel in by_dtype.items():
-            for kernel, n in by_kernel.items():
-                ran = int(n.get("eager", 0)) + int(n.get("replayed", 0))
-                counts[f"{path}.{dtype}"] += ran
-                kernel_calls.setdefault(path, Counter())[kernel] += ran
-                if index_dtype == "bf16" and dtype == "fp8" and path in FP8_PATHS:
-                    fp8 += ran + int(n.get("captured", 0))
-    return {"counts": dict(sorted(counts.items())),
-            "kernel_calls": {p: dict(sorted(k.items())) for p, k in sorted(kernel_calls.items())},
-            "fp8_reads_while_bf16": fp8}
 
 
 def snapshot() -> dict:

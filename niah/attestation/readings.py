@@ -1,0 +1,106 @@
+"""Readings of a server's attestation, and the manifest changes they make. Pure of writes.
+
+niah reads `/server_info` when a configuration's sweep starts (its server ready and
+probed) and when it ends (before teardown); both readings go in the manifest:
+
+    configs.<name>.attestation = {"segments": [{"start": READING, "end": READING}, ...]}
+    READING = {"error": None | why it could not be read, "version", "internal_states":
+               SGLang schedulers (None: not SGLang-shaped), "attested_states": how many of
+               them carry niah_attestation, "attestation": from_server_info(...) | None}
+
+One segment per invocation that ran trials (`--resume` adds one). `begin_segment(entry,
+reading)` and `end_segment(entry, reading)` return the changes to a manifest
+`configs.<name>` entry (the segments and the new `attestation_verdict`); the run folder
+(niah.runs.manifest.update_config) writes them. `read_server` asks a server (HTTP GET,
+never raises).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from niah.attestation.format import FIELD, from_server_info
+from niah.attestation.rules import status
+from niah.client import root_url
+
+
+def reading_of(info: Any) -> dict:
+    """A READING of a /server_info body (module doc)."""
+    if not isinstance(info, dict):
+        return {"error": "/server_info did not answer a JSON object"}
+    states = info.get("internal_states")
+    states = [s for s in states if isinstance(s, dict)] if isinstance(states, list) else None
+    return {"error": None, "version": info.get("version"),
+            "internal_states": None if states is None else len(states),
+            "attested_states": sum(isinstance(s.get(FIELD), dict) for s in states or []),
+            "attestation": from_server_info(info)}
+
+
+def read_server(endpoint: str, api_key: str | None = None) -> dict:
+    """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
+    import httpx
+
+    from niah.client import root_url
+
+    base = root_url(endpoint)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with httpx.Client(timeout=10.0, headers=headers) as client:
+            r = client.get(base + "/server_info")
+            if r.status_code == 404:
+                r = client.get(base + "/get_server_info")
+    except httpx.HTTPError as e:
+        return {"error": f"{base}/server_info could not be read ({type(e).__name__})"}
+    if r.status_code != 200:
+        return {"error": f"{base}/server_info answered HTTP {r.status_code}"}
+    try:
+        return reading_of(r.json())
+    except ValueError:
+        return {"error": f"{base}/server_info did not answer JSON"}
+
+
+def read_server(endpoint: str, api_key: str | None = None) -> dict:
+    """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
+    base = root_url(endpoint)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with httpx.Client(timeout=10.0, headers=headers) as client:
+            r = client.get(base + "/server_info")
+            if r.status_code == 404:
+                r = client.get(base + "/get_server_info")
+    except httpx.HTTPError as e:
+        return {"error": f"{base}/server_info could not be read ({type(e).__name__})"}
+    if r.status_code != 200:
+        return {"error": f"{base}/server_info answered HTTP {r.status_code}"}
+    try:
+        return reading_of(r.json())
+    except ValueError:
+        return {"error": f"{base}/server_info did not answer JSON"}
+
+
+def _changes(entry: dict, change) -> dict:
+    """`change(segments)` applied to a configs entry's attestation: the new segments and verdict."""
+    rec = entry.get("attestation")
+    segments = list(rec["segments"]) if isinstance(rec, dict) and isinstance(rec.get("segments"), list) else []
+    change(segments)
+    state, reason = status({**entry, "attestation": {"segments": segments}})
+    return {"attestation": {"segments": segments}, "attestation_verdict": {"state": state, "reason": reason}}
+
+
+def begin_segment(entry: dict, reading: dict) -> dict:
+    """The changes when a configuration's sweep starts: a new segment opened by `reading`."""
+    return _changes(entry, lambda segs: segs.append({"start": reading, "end": None}))
+
+
+def end_segment(entry: dict, reading: dict) -> dict:
+    """The changes when it ends (`reading` may be {"error": why} when the server cannot be
+    asked): the last segment closed; the verdict is under "attestation_verdict"."""
+
+    def close(segs: list) -> None:
+        if not segs or segs[-1].get("end") is not None:
+            segs.append({"start": None, "end": None})
+        segs[-1] = {**segs[-1], "end": reading}
+
+    return _changes(entry, close)

@@ -1,0 +1,76 @@
+"""Verdicts on a run's configurations, for the commands: refuse, summarise, say.
+
+`check_configs` is what compare and gate call first (BadInput for an INVALID or, without
+--accept-unattested, an unattested configuration); `report_section` is the table of
+`niah report`; `counts` and `say_state` are one-line summaries. The judging itself is
+niah.attestation.rules.status. Pure functions (say_state prints through the caller's `say`).
+"""
+
+from __future__ import annotations
+
+from niah.attestation.rules import INVALID, LAUNCHED, UNATTESTED, VALID, labels, last_attestation, status
+from niah.errors import BadInput
+
+ACCEPT_FLAG = "--accept-unattested"
+
+
+def say_state(name: str, state: str, reason: str, say) -> None:
+    """One line about a configuration that is not valid (`say`: the caller's printer)."""
+    if state == INVALID:
+        say(f"{name}: INVALID configuration: {reason}")
+    elif state == UNATTESTED:
+        say(f"{name}: unattested: {reason} (compare/gate need {ACCEPT_FLAG})")
+
+
+def check_configs(manifest: dict, names, where: str, accept_unattested: bool = False) -> list[str]:
+    """BadInput (exit 2, one line) for the first named configuration that is INVALID, or
+    unattested without `accept_unattested`; returns notes on the unattested ones accepted
+    (compare and gate call this first)."""
+    configs = manifest.get("configs") or {}
+    notes = []
+    for name in names:
+        state, reason = status(configs.get(name))
+        if state == INVALID:
+            raise BadInput(f"{where}: configuration {name!r} is INVALID: {reason}")
+        if state == UNATTESTED:
+            if not accept_unattested:
+                raise BadInput(f"{where}: configuration {name!r} is unattested: {reason}; "
+                               f"pass {ACCEPT_FLAG} to compare it on its labels' word")
+            notes.append(f"`{name}` ({where}) is unattested, accepted with {ACCEPT_FLAG}: {reason}")
+    return notes
+
+
+def _shown(entry: dict) -> bool:
+    return bool(entry.get("engine") in LAUNCHED or labels(entry) or last_attestation(entry))
+
+
+def report_section(manifest: dict, names) -> str | None:
+    """Markdown for `niah report`: each configuration's state (valid, **INVALID**,
+    unattested) and why. None when no configuration is launched, labelled or attested."""
+    configs = manifest.get("configs") or {}
+    entries = {n: configs.get(n) or {} for n in names}
+    if not any(_shown(e) for e in entries.values()):
+        return None
+    rows = []
+    for name, entry in entries.items():
+        state, reason = status(entry)
+        end = last_attestation(entry) or {}
+        arm = "/".join(str(end.get(k)) for k in ("index_dtype", "kernels")) if end else "—"
+        mark = {INVALID: "**INVALID**", UNATTESTED: "*unattested*"}.get(state, state)
+        rows.append(f"| `{name}` | {entry.get('engine') or '?'} | {mark} | {arm} | "
+                    f"{end.get('pool_bytes_per_token') or '—'} | {reason.replace('|', '/')} |")
+    head = ("## Attestation: what each server proved it ran\n\n"
+            "INVALID: a launched server's attestation is missing, unreadable or contradicts its label; "
+            f"unattested: labels its server does not report. `compare` and `gate` refuse both "
+            f"(unattested ones are accepted with `{ACCEPT_FLAG}`).\n\n"
+            "| config | engine | state | ran (index dtype/kernels) | pool bytes/token | why |\n"
+            "|---|---|---|---|---|---|\n")
+    return head + "\n".join(rows) + "\n"
+
+
+def counts(manifest: dict, names) -> dict[str, list[str]]:
+    """{state: [names]} (for a one-line summary)."""
+    out: dict[str, list[str]] = {VALID: [], INVALID: [], UNATTESTED: []}
+    for n in names:
+        out[status((manifest.get("configs") or {}).get(n))[0]].append(n)
+    return out

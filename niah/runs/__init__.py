@@ -1,0 +1,10 @@
+"""The run folder: everything that reads or writes RUN/.
+
+    RUN/manifest.json   what was asked and who answered: niah.runs.manifest, its only writer
+    RUN/trials.jsonl    one line per finished trial (niah.runs.record): niah.runs.store
+    RUN/.niah.lock      one sweep at a time: niah.runs.lock
+    RUN/prompts.jsonl   the prompts a sweep built (niah.prompts.sets.RunPrompts)
+
+niah.runs.folder starts a sweep's folder (lock, manifest args, resume checks) and
+niah.runs.export writes the trials as one table. docs/run-format.md has the layout.
+"""

@@ -1,0 +1,37 @@
+"""Export a run's trials as one table (CSV or parquet) through pandas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from niah.errors import BadInput
+from niah.runs.store import load_run
+
+FORMATS = ("csv", "parquet")
+
+
+def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None) -> Path:
+    """RUN/trials.jsonl -> RUN/trials.<fmt> (or `out`); list fields become JSON strings in CSV."""
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown export format {fmt!r}: use csv or parquet")
+    run = Path(run)
+    _, records = load_run(run)
+    import pandas as pd
+
+    df = pd.DataFrame(records)  # the records as stored (niah.report.data.trials_frame adds columns)
+    out = Path(out) if out else run / f"trials.{fmt}"
+    try:
+        if fmt == "csv":
+            for col in df.columns:  # lists and objects (selection_recall, expected, indexer, ...) as JSON
+                if df[col].map(lambda v: isinstance(v, (list, dict))).any():
+                    df[col] = df[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+            df.to_csv(out, index=False)
+        else:
+            try:
+                df.to_parquet(out, index=False)
+            except ImportError:
+                raise BadInput("parquet export needs pyarrow: pip install pyarrow") from None
+    except OSError as e:
+        raise BadInput(f"cannot write {out}: {e.strerror or e}") from None
+    return out

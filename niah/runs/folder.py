@@ -1,0 +1,132 @@
+"""The run folder as the sweep writes it: lock it, start its manifest, check a resume.
+
+`start_run` takes the folder's lock (niah.runs.lock), checks that a resume keeps the
+arguments that change prompts or answers, writes the manifest's args (through
+niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.store);
+configurations are added with niah.runs.manifest.record_config. `check_same_tokenizers`
+refuses a resume that would mix two servers or two counters under one configuration name.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import asdict, fields
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from niah.errors import BadInput
+from niah.prompts.builder import corpus_info
+from niah.prompts.haystacks import haystack_info
+from niah.prompts.needles import NEEDLE, QUESTION
+from niah.prompts.sets import RunPrompts
+from niah.runs.lock import RunLock
+from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
+from niah.runs.record import now
+from niah.runs.store import RunStore
+
+# Arguments that change the prompts or answers: a resumed run must keep them.
+_FIXED_ON_RESUME = ("seed", "mode", "max_tokens", "needles", "needle_key", "needle_value", "values",
+                    "queries", "haystack", "prompts")
+
+
+def _git_sha() -> str | None:
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def _version() -> str | None:
+    try:
+        return version("niah")
+    except PackageNotFoundError:
+        return None
+
+
+def start_run(out: Path | str, spec, resume: bool) -> RunStore:
+    """Lock and open the run folder (BadInput if in use, unwritable, or if resume changes
+    fixed args) and write the manifest's args; `spec` is a niah.sweep.SweepSpec."""
+    out = Path(out)
+    lock = RunLock(out).acquire()
+    try:
+        store = _open_run(out, spec, resume)
+    except BaseException:
+        lock.release()
+        raise
+    store.lock = lock
+    return store
+
+
+def _check_resume(out: Path, spec, args: dict) -> None:
+    """A resume keeps every argument that changes prompts or answers (BadInput)."""
+    defaults = {f.name: f.default for f in fields(spec)}
+    old = read_manifest(out).get("args", {})
+    for k in _FIXED_ON_RESUME:
+        if old.get(k, defaults[k]) != args[k]:
+            raise BadInput(f"--resume with a different {k} ({args[k]!r}, the run has {old.get(k)!r}): use another --out")
+
+
+def _open_run(out: Path, spec, resume: bool) -> RunStore:
+    args = asdict(spec)
+    again = resume and (out / MANIFEST).exists()
+    if again:
+        _check_resume(out, spec, args)  # before opening the store: a refused resume changes nothing
+    store = RunStore(out).open(resume)
+    kind = spec.kind
+    args["needle"] = {"sentence": NEEDLE, "question": QUESTION, "key": "city", "value": "7 digits"} if kind.default \
+        else {"sentence": kind.sentence("{key}", "{value}"), "question": kind.question(["{key}"])}
+    args["needle_kind"] = kind.as_dict()
+    args["corpus"] = corpus_info() if spec.haystack == "prose" else haystack_info(spec.haystack, kind.value)
+
+    def start(manifest: dict) -> None:
+        if again:
+            manifest.setdefault("resumed", []).append(now())
+        manifest.update(niah_version=_version(), git_sha=_git_sha(), command=list(sys.argv), args=args)
+        manifest.setdefault("created", now())
+        manifest.setdefault("configs", {})
+
+    change_manifest(out, start, fresh=not again)
+    store.prompts = RunPrompts(out)  # what was sent, built here or taken from --prompts
+    if store.skipped_lines:
+        print(
+            f"niah: {out / 'trials.jsonl'}: skipped unreadable line(s) {store.skipped_lines} "
+            "(a write cut short); those trials run again",
+            file=sys.stderr,
+        )
+    if store.retried:
+        print(
+            f"niah: {store.retried} trial(s) recorded as error run again "
+            f"(the old records are kept in {out / 'trials.errors.jsonl'})",
+            file=sys.stderr,
+        )
+    return store
+
+
+def check_same_tokenizers(manifest: dict, prepared: list, force: bool = False) -> None:
+    """A resumed configuration must be the same server (endpoint, model) counting tokens as
+    before, or two servers' trials would merge under one name (`force`: allow another
+    endpoint or model; the counter must still match, or the prompts would differ).
+    `prepared`: niah.sweep.targets.PreparedTarget."""
+    old = manifest.get("configs", {})
+    for p in prepared:
+        before = old.get(p.target.name, {})
+        was = before.get("tokenizer")
+        now_ = p.info["tokenizer"]
+        if was and was != now_:
+            raise BadInput(
+                f"--resume: configuration {p.target.name!r} was measured with tokenizer {was}, "
+                f"now {now_}; prompts would differ: pass --tokenizer {was}"
+            )
+        if force or p.target.engine != "external":
+            continue  # a launched server gets a new port each time; its settings are checked instead
+        for key, new in (("endpoint", p.endpoint), ("model", p.model)):
+            if before.get(key) and before[key] != new:
+                raise BadInput(
+                    f"--resume: configuration {p.target.name!r} was measured at {key} {before[key]}, "
+                    f"now {new}; its trials would mix two servers: use another --out, or pass --force-config"
+                )

@@ -1,0 +1,110 @@
+"""The trial record: one definition, written by the sweep, the matrix's error paths and rescore.
+
+`TrialRecord` is the only place the layout of a line of RUN/trials.jsonl is written down;
+docs/run-format.md lists the same fields (a test checks it against `record_fields()`).
+Schema history: 1 = the first release; 2 adds the needle kinds (`expected`,
+`asked_keys`, `distractors`, `hits`, `recall_share`, `needle_kind`, `haystack`).
+Readers accept every version up to `TRIAL_SCHEMA`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from niah.errors import BadInput
+
+TRIAL_SCHEMA = 2
+
+
+def check_schema(version: Any, where: str) -> None:
+    if version is None:
+        raise BadInput(f"{where}: record has no schema_version; not a niah run file")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BadInput(f"{where}: schema_version {version!r} is not an integer; not a niah run file")
+    if version > TRIAL_SCHEMA:
+        raise BadInput(
+            f"{where}: schema_version {version} is newer than this niah understands "
+            f"({TRIAL_SCHEMA}); upgrade niah"
+        )
+
+
+def now() -> str:
+    """ISO-8601 UTC, seconds: every timestamp a run writes."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial (a measurement, or an `error` that is a gap to fill)."""
+
+    config: str
+    model: str | None
+    length: int
+    depth: float
+    trial: int
+    seed: int
+    prompt_tokens: int | None = None
+    prompt_tokens_local: int | None = None
+    depth_achieved: float | None = None
+    prompt_sha256: str | None = None
+    needle: str | None = None
+    needle_key: str | None = None
+    expected: list[str] | None = None
+    asked_keys: list[str] | None = None
+    distractors: list[str] | None = None
+    hits: list[bool] | None = None
+    recall_share: float | None = None
+    needle_kind: dict[str, Any] | None = None
+    haystack: str | None = None
+    answer: str | None = None
+    reasoning: str | None = None
+    correct: bool = False
+    outcome: str = "error"
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    error: str | None = None
+    attempts: int = 0
+    selection_recall: list[float | None] | None = field(default=None)
+    indexer: dict[str, Any] | None = None  # summary of the server's indexer probe (niah.sweep.indexer)
+    control: bool = False  # a no-needle control trial (niah.sweep.control)
+    finished_at: str | None = None
+
+    def set_prompt(self, entry) -> None:
+        """Copy what the prompt set entry (niah.prompts.sets.SetEntry) says about this trial."""
+        self.prompt_tokens_local = entry.tokens
+        self.depth_achieved = entry.depth_achieved
+        self.prompt_sha256 = entry.prompt_sha256
+        self.expected = list(entry.expected)
+        self.needle = entry.expected[0] if entry.expected else None
+        self.asked_keys = list(entry.asked_keys)
+        self.needle_key = entry.asked_keys[0] if entry.asked_keys else None
+        self.distractors = list(entry.distractors)
+        self.needle_kind = dict(entry.needle_kind)
+        self.haystack = entry.haystack
+
+    def finish(self) -> dict[str, Any]:
+        """Stamp it and return the line to store."""
+        self.finished_at = self.finished_at or now()
+        self.correct = self.outcome == "correct" and not self.control
+        return to_dict(self)
+
+
+def to_dict(rec: TrialRecord) -> dict[str, Any]:
+    return {"schema_version": TRIAL_SCHEMA, **asdict(rec)}
+
+
+def record_fields() -> list[str]:
+    """Every key of a stored trial line, in order."""
+    return ["schema_version", *(f.name for f in fields(TrialRecord))]
+
+
+def error_record(config: str, model: str | None, length: int, depth: float, trial: int, seed: int,
+                 error: str) -> dict[str, Any]:
+    """A trial that was never asked (its server never came up, or had died)."""
+    rec = TrialRecord(config=config, model=model, length=int(length), depth=float(depth),
+                      trial=int(trial), seed=int(seed), error=error)
+    return rec.finish()

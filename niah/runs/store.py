@@ -1,0 +1,196 @@
+"""The run folder: `manifest.json` + `trials.jsonl`, crash-safe and resumable.
+
+A run folder holds one sweep (one or many configurations):
+
+    RUN/manifest.json   what was asked and who answered (schema_version, args, configs, ...)
+    RUN/trials.jsonl    one JSON object per *finished* trial, appended, flushed and fsynced
+    RUN/logs/           server logs of launched engines (serving/)
+    RUN/report/         figures and summary.md (niah report)
+
+A trial is identified by (config, length, depth, trial): `trial_key()`. Resume reads the
+keys already present and runs only the rest; a truncated last line (kill -9 mid-write) is
+reported and skipped. Records carry `schema_version`; readers refuse a newer major one.
+The full record layout is documented in docs/run-format.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from niah.errors import BadInput
+from niah.runs.manifest import read_manifest
+from niah.runs.record import TRIAL_SCHEMA as SCHEMA_VERSION  # one definition: niah.runs.record
+from niah.runs.record import check_schema
+
+TRIALS = "trials.jsonl"
+ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retries them
+
+# Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
+# outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
+OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
+# Outcomes of a no-needle control trial (`control: true`; niah/sweep/control.py defines them).
+CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
+
+
+KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
+
+
+def trial_key(config: str, length: int, depth: float, trial: int, control: bool = False) -> str:
+    """Stable identity of one trial inside a run (a no-needle control trial is its own)."""
+    return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}" + ("|control" if control else "")
+
+
+def record_key(rec: dict[str, Any]) -> str:
+    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"], bool(rec.get("control")))
+
+
+@dataclass
+class LoadResult:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped_lines: list[int] = field(default_factory=list)  # 1-based line numbers
+
+
+def read_trials(path: Path | str) -> LoadResult:
+    """Read trials.jsonl, skipping (and listing) lines that do not parse.
+
+    Only a truncated *last* line is expected (a kill mid-write); any other bad line is
+    skipped too and listed, so one corrupt record never costs the rest of the run.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / TRIALS
+    out = LoadResult()
+    if not path.exists():
+        return out
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                out.skipped_lines.append(lineno)
+                continue
+            if not isinstance(rec, dict):
+                out.skipped_lines.append(lineno)
+                continue
+            check_schema(rec.get("schema_version"), f"{path}:{lineno}")
+            missing = [k for k in KEY_FIELDS if k not in rec]
+            if missing:
+                raise BadInput(f"{path}:{lineno}: trial record lacks {', '.join(missing)}")
+            out.records.append(rec)
+    return out
+
+
+class RunStore:
+    """Appends finished trials to RUN/trials.jsonl; knows which trials are done."""
+
+    def __init__(self, run_dir: Path | str):
+        self.dir = Path(run_dir)
+        self._fh = None
+        self.done: set[str] = set()
+        self.skipped_lines: list[int] = []
+        self.retried = 0  # error records moved aside on resume, to run again
+        self.lock = None  # niah.runs.lock.RunLock held while a sweep writes here
+        self.prompts = None  # niah.prompts.sets.RunPrompts: the prompts this sweep built
+
+    # -- opening -----------------------------------------------------------------------
+    def open(self, resume: bool, retry_errors: bool = True) -> "RunStore":
+        """Create (or, with resume, reopen) the folder. Refuses to mix runs silently.
+
+        On resume, trials recorded as `error` (an outage, not a measurement) are gaps to
+        fill: with `retry_errors` they move to trials.errors.jsonl (kept for the record)
+        and run again, so trials.jsonl still holds exactly one record per trial.
+        """
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".niah-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise BadInput(f"cannot write to run folder {self.dir}: {e.strerror or e}") from None
+        trials = self.dir / TRIALS
+        if trials.exists() and trials.stat().st_size > 0 and not resume:
+            raise BadInput(
+                f"{self.dir} already holds trials; pass --resume to fill its gaps, "
+                "or choose another --out"
+            )
+        if resume:
+            loaded = read_trials(trials)
+            self.skipped_lines = loaded.skipped_lines
+            errors = [r for r in loaded.records if r.get("outcome") == "error"] if retry_errors else []
+            if errors:
+                self._archive(errors)
+                loaded.records = [r for r in loaded.records if r.get("outcome") != "error"]
+            self.retried = len(errors)
+            self.done = {record_key(r) for r in loaded.records}
+            if loaded.skipped_lines or errors:
+                self._rewrite(trials, loaded.records)
+        self._fh = open(trials, "a", encoding="utf-8")
+        return self
+
+    def _archive(self, records: list[dict[str, Any]]) -> None:
+        """Append records to trials.errors.jsonl before they leave trials.jsonl."""
+        with open(self.dir / ERRORS, "a", encoding="utf-8") as f:
+            for rec in records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _rewrite(self, trials: Path, records: list[dict[str, Any]]) -> None:
+        """Rewrite trials.jsonl with `records` (atomically): drops unparsable lines, so
+        appends after a resume never glue onto a half-written line."""
+        tmp = trials.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, trials)
+
+    # -- writing -----------------------------------------------------------------------
+    def append(self, rec: dict[str, Any]) -> None:
+        """Write one finished trial durably (flush + fsync). Never writes a key twice."""
+        assert self._fh is not None, "RunStore.open() first"
+        key = record_key(rec)
+        if key in self.done:
+            return
+        rec = {"schema_version": SCHEMA_VERSION, **rec}
+        self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done.add(key)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_run(run_dir: Path | str, warn: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(manifest, records) of a run folder; warns about skipped lines."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"no run folder at {run_dir}")
+    manifest = read_manifest(run_dir)
+    loaded = read_trials(run_dir / TRIALS)
+    if warn and loaded.skipped_lines:
+        warnings.warn(
+            f"{run_dir / TRIALS}: skipped unreadable line(s) {loaded.skipped_lines}",
+            stacklevel=2,
+        )
+    return manifest, loaded.records

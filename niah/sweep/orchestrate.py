@@ -1,0 +1,129 @@
+"""One way to run targets into a run folder: `orchestrate`, used by the plain sweep and the matrix.
+
+    spec = SweepSpec(lengths=[300, 4000], depths=[0, 50, 100], trials=3)
+    run_sweep([Target("http://127.0.0.1:30000/v1")], spec, Path("results/run"))
+
+`orchestrate(prepared, spec, store)` is the loop every configuration goes through: for
+each prepared target with trials left, read its server's attestation (begin segment),
+run its trials (niah.sweep.run), record its counter's cost, read the attestation again
+(end segment) and say when the configuration is not valid. The readings are judged by
+niah.attestation (pure) and written by niah.runs.manifest. `run_sweep` is the plain
+sweep over endpoints someone else runs; niah.serving.matrix starts a server per
+configuration (a Target with a lifecycle) and calls `orchestrate` for it.
+
+Every trial's prompt depends only on (seed, length, depth, trial) and the tokenizer, so
+every configuration answers identical prompts (`prompt_sha256` pairs them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+from niah.attestation import begin_segment, end_segment, read_server, say_state
+from niah.errors import BadInput
+from niah.prompts.sets import SetIndex, read_set
+from niah.runs.folder import check_same_tokenizers, start_run
+from niah.runs.manifest import MANIFEST, read_manifest, record_config, update_config
+from niah.sweep.indexer import length_warnings
+from niah.sweep.run import pending_trials, run_target
+from niah.sweep.spec import SweepSpec, check_spec
+from niah.sweep.targets import PreparedTarget, Target, prepare_target
+
+
+def say(msg: str) -> None:
+    """A line for the person running the sweep (stderr, `niah: ` first)."""
+    print(f"niah: {msg}", file=sys.stderr, flush=True)
+
+
+def read_target(prepared: PreparedTarget) -> dict:
+    """A READING (niah.attestation.readings) of a prepared target's server; a launched one
+    that died is not asked."""
+    life = prepared.target.lifecycle
+    cause = life.dead() if life is not None else None
+    if cause:
+        return {"error": f"the server died before it was asked: {cause}"}
+    return read_server(prepared.endpoint, prepared.target.api_key)
+
+
+def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress=None, concurrent: bool = False,
+                live: bool = False, tell: Callable[[str], None] = say) -> None:
+    """Begin segment -> run -> record -> end segment for every prepared target (module doc).
+
+    Targets run one after another, or all at once with `concurrent`. `progress` (a
+    niah.sweep.progress.SweepProgress) is shown while they run when `live` (else the
+    caller shows it). The end segment is read however the run ends (an error, Ctrl-C)."""
+    out = store.dir
+    began = [p for p in prepared if pending_trials(p.target.name, spec, store.done)]
+    for p in began:
+        reading = read_target(p)
+        update_config(out, p.target.name, lambda entry: begin_segment(entry, reading))
+
+    async def main() -> None:
+        if concurrent:
+            await asyncio.gather(*(run_target(p, spec, store, progress) for p in prepared))
+        else:
+            for p in prepared:
+                await run_target(p, spec, store, progress)
+
+    try:
+        with progress if live and progress is not None else contextlib.nullcontext():
+            asyncio.run(main())
+    finally:
+        for p in prepared:
+            if hasattr(p.tokenizer, "cost"):
+                record_config(out, p.target.name, {"tokenizer_cost": p.tokenizer.cost})
+        for p in began:
+            reading = read_target(p)
+            entry = update_config(out, p.target.name, lambda entry: end_segment(entry, reading))
+            verdict = entry["attestation_verdict"]
+            say_state(p.target.name, verdict["state"], verdict["reason"], tell)
+
+
+def run_sweep(
+    targets: list[Target],
+    spec: SweepSpec,
+    out: Path,
+    resume: bool = False,
+    concurrent: bool = False,
+    progress=None,
+    force_config: bool = False,
+) -> Path:
+    """Run a whole sweep into one run folder; returns the folder.
+
+    Every target is probed first (so bad input fails before any trial); then targets run
+    one after another, or all at once with `concurrent=True`. With spec.prompts the
+    frozen set is run instead of building prompts.
+    """
+    check_spec(spec)
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise BadInput(f"configuration names must be unique: {names}")
+    out = Path(out)
+    prompt_set = load_prompt_set(spec)
+    # Probe every target before touching the run folder: bad input changes nothing.
+    prepared = [prepare_target(t, spec, prompt_set) for t in targets]
+    if resume and (out / MANIFEST).exists():
+        check_same_tokenizers(read_manifest(out), prepared, force_config)
+    for line in length_warnings(spec.lengths, {p.target.name: p.index_topk for p in prepared}):
+        print(f"niah: {line}", file=sys.stderr)
+    store = start_run(out, spec, resume)
+    try:
+        for p in prepared:
+            record_config(out, p.target.name, p.info)
+        orchestrate(prepared, spec, store, progress, concurrent, live=True)
+    finally:
+        store.close()
+    return out
+
+
+def load_prompt_set(spec: SweepSpec) -> SetIndex | None:
+    """The frozen set of spec.prompts (its grid becomes the spec's), or None."""
+    if spec.prompts is None:
+        return None
+    index = SetIndex(read_set(spec.prompts), spec.prompts)
+    spec.lengths, spec.depths, spec.trials, spec.mode = index.lengths, index.depths, index.trials, index.mode
+    return index

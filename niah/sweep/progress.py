@@ -1,0 +1,124 @@
+"""What a sweep shows: a rich progress bar (ETA, running recall) and the final tables."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+from niah.runs.store import OUTCOMES
+from niah.tokens import length_tolerance
+
+
+class SweepProgress:
+    """A live bar per configuration; pass to `run_sweep(..., progress=SweepProgress())`."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = console or Console(stderr=True)
+        self.bar = Progress(
+            TextColumn("[bold]{task.fields[name]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("recall {task.fields[recall]}"),
+            TextColumn("{task.fields[errors]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.hits: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # correct, scored, errors
+
+    def __enter__(self) -> "SweepProgress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def start_target(self, name: str, total: int) -> None:
+        self.tasks[name] = self.bar.add_task(name, total=total, name=name, recall="-", errors="")
+
+    def advance(self, name: str, rec: dict) -> None:
+        h = self.hits[name]
+        if rec.get("control"):      # no-needle controls are not recall (summarised apart)
+            pass
+        elif rec["outcome"] == "error":
+            h[2] += 1
+        else:
+            h[1] += 1
+            h[0] += rec["outcome"] == "correct"
+        recall = f"{h[0] / h[1]:.0%} ({h[0]}/{h[1]})" if h[1] else "-"
+        errors = f"[red]{h[2]} errors" if h[2] else ""
+        self.bar.update(self.tasks[name], advance=1, recall=recall, errors=errors)
+
+
+def recall_tables(records: Iterable[dict]) -> list:
+    """One rich Table per configuration: recall by length (rows) x depth (columns)."""
+    from rich.table import Table
+
+    by_cfg: dict[str, dict[tuple[int, float], list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if not r.get("control"):
+            by_cfg[r["config"]][(int(r["length"]), float(r["depth"]))].append(r)
+    tables = []
+    for cfg, cells in by_cfg.items():
+        depths = sorted({d for _, d in cells})
+        lengths = sorted({n for n, _ in cells})
+        t = Table(title=f"recall: {cfg} (correct/scored; errors apart)")
+        t.add_column("length", justify="right")
+        for d in depths:
+            t.add_column(f"{d:g}%", justify="right")
+        t.add_column("all", justify="right")
+        for n in lengths:
+            row = [str(n)]
+            allc = alls = 0
+            for d in depths:
+                rs = cells.get((n, d), [])
+                c, s, e = _counts(rs)
+                allc, alls = allc + c, alls + s
+                row.append(_cell(c, s, e))
+            row.append(_cell(allc, alls, 0))
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
+def _counts(rs: list[dict]) -> tuple[int, int, int]:
+    errors = sum(r["outcome"] == "error" for r in rs)
+    scored = len(rs) - errors
+    return sum(r["outcome"] == "correct" for r in rs), scored, errors
+
+
+def _cell(c: int, s: int, e: int) -> str:
+    if not s and not e:
+        return ""
+    text = f"{c / s:.0%} {c}/{s}" if s else "-"
+    return text + (f" [red]+{e}err" if e else "")
+
+
+def length_check(records: Iterable[dict]) -> dict:
+    """Drift of server-reported prompt_tokens from the requested length."""
+    devs = [
+        (abs(r["prompt_tokens"] - r["length"]), r)
+        for r in records
+        if r.get("prompt_tokens") is not None
+    ]
+    out_of = [r for d, r in devs if d > length_tolerance(r["length"])]
+    return {
+        "checked": len(devs),
+        "max_dev": max((d for d, _ in devs), default=None),
+        "max_rel": max((d / r["length"] for d, r in devs), default=None),
+        "out_of_tolerance": len(out_of),
+    }
+
+
+def outcome_counts(records: Iterable[dict]) -> dict[str, int]:
+    counts = {o: 0 for o in OUTCOMES}
+    for r in records:
+        key = f"control {r['outcome']}" if r.get("control") else r["outcome"]
+        counts[key] = counts.get(key, 0) + 1
+    return counts

@@ -1,0 +1,85 @@
+"""The evaluate stage again: re-score a run's stored answers with the current scorer.
+
+Scoring is a pure function of a stored record (answer, reasoning, finish_reason, error,
+expected values, distractor values), so `rescore_run` is a loop over RUN/trials.jsonl.
+Records of schema 1 carry only `needle`; their distractors come from RUN/prompts.jsonl
+when it holds the prompt, else none are known (and the result says so).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from niah.errors import BadInput
+from niah.prompts.sets import RUN_PROMPTS
+from niah.runs.lock import RunLock
+from niah.runs.store import TRIALS, RunStore, read_trials, record_key
+from niah.sweep.scoring import score_values
+
+
+@dataclass
+class Rescored:
+    total: int = 0
+    changed: list[tuple[str, str, str]] = field(default_factory=list)  # (trial key, old, new)
+    no_distractors: int = 0  # schema-1 records whose distractors are unknown
+    written: bool = False
+
+
+def _known_prompts(run: Path) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    path = run / RUN_PROMPTS
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                e = json.loads(line)
+                out[e["prompt_sha256"]] = e
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def rescore_record(rec: dict, prompts: dict[str, dict]) -> tuple[dict, bool]:
+    """The record re-scored, and whether its distractors were known."""
+    if rec.get("control"):  # a no-needle control is classified against the whole sweep: kept as is
+        return dict(rec), True
+    expected, distractors = rec.get("expected"), rec.get("distractors")
+    known = distractors is not None
+    if expected is None:
+        entry = prompts.get(rec.get("prompt_sha256") or "")
+        expected = entry["expected"] if entry else ([rec["needle"]] if rec.get("needle") else [])
+        distractors = entry["distractors"] if entry else []
+        known = entry is not None
+    if not expected:  # never asked (an outage before the prompt existed)
+        return dict(rec), True
+    sc = score_values(expected, rec.get("answer"), rec.get("reasoning"), rec.get("finish_reason"),
+                      rec.get("error"), distractors=distractors or [])
+    new = {**rec, "outcome": sc.outcome, "correct": sc.outcome == "correct"}
+    if "hits" in rec or len(expected) > 1:
+        new["hits"], new["recall_share"] = sc.hits, sc.recall_share
+    return new, known
+
+
+def rescore_run(run: Path | str, write: bool = True) -> Rescored:
+    """Re-score every trial of RUN; rewrite trials.jsonl (atomically, under the run lock)
+    when `write` and anything changed."""
+    run = Path(run)
+    if not (run / "manifest.json").exists():
+        raise BadInput(f"{run} is not a niah run folder (no manifest.json)")
+    res = Rescored()
+    with RunLock(run):
+        loaded = read_trials(run / TRIALS)
+        prompts = _known_prompts(run)
+        out = []
+        for rec in loaded.records:
+            new, known = rescore_record(rec, prompts)
+            res.total += 1
+            res.no_distractors += not known
+            if new["outcome"] != rec.get("outcome"):
+                res.changed.append((record_key(rec), rec.get("outcome"), new["outcome"]))
+            out.append(new)
+        if write and (res.changed or out != loaded.records):
+            RunStore(run)._rewrite(run / TRIALS, out)
+            res.written = True
+    return res

@@ -1,0 +1,200 @@
+"""The call stage: ask one prepared target every pending trial, score it, store it.
+
+`run_target(prepared, spec, store, progress, dead)` takes each trial's prompt from the
+frozen set (`prepared.prompts`, from `niah sweep --prompts`) or builds it (and logs it to
+RUN/prompts.jsonl), sends it with bounded retries, scores it with niah.sweep.scoring and appends
+one niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Callable
+
+import httpx
+
+from niah.client import RequestConfig, complete, make_client
+from niah.errors import BadInput, LengthDrift, ServerError
+from niah.prompts.builder import build_prompt
+from niah.prompts.needles import trial_seed
+from niah.prompts.sets import entry_from_prompt
+from niah.runs.record import TrialRecord
+from niah.runs.store import trial_key
+from niah.sweep.control import classify, pending_controls, sweep_values
+from niah.sweep.indexer import append_detail, request_fields, summarise
+from niah.sweep.scoring import score_values, scored_text
+from niah.tokens import length_tolerance
+
+DeadFn = Callable[[], "str | None"]
+
+
+def pending_trials(name: str, spec, done: set[str]) -> list[tuple[int, float, int]]:
+    """(length, depth, trial) of this configuration not yet in the store."""
+    return [
+        (int(n), float(d), t)
+        for n in spec.lengths
+        for d in spec.depths
+        for t in range(spec.trials)
+        if trial_key(name, n, d, t) not in done
+    ]
+
+
+class _TargetRun:
+    """One target's trials: the state the workers share."""
+
+    def __init__(self, prepared, spec, store, progress, dead: DeadFn | None):
+        self.p, self.spec, self.store, self.progress, self.dead = prepared, spec, store, progress, dead
+        self.name = prepared.target.name
+        self.cfg = RequestConfig(
+            endpoint=prepared.endpoint, model=prepared.model, mode=spec.mode,
+            max_tokens=spec.max_tokens, stream=spec.stream, timeout_s=spec.timeout_s,
+            retries=spec.retries, api_key=prepared.target.api_key,
+        )
+        self.died: list[str] = []
+        self.gone: list[str] = []  # the external server stopped answering (no dead() given)
+        self.drift: list[str] = []  # a trial's length was not what was asked
+        self.known: set[str] = set()  # every needle value of the sweep (for --control)
+        if spec.control:
+            self.known = sweep_values(spec)
+
+    def check_dead(self) -> str | None:
+        if not self.died and self.dead is not None:
+            cause = self.dead()
+            if cause:
+                self.died.append(str(cause))
+        return self.died[0] if self.died else None
+
+    async def unreachable(self, client) -> str | None:
+        try:
+            r = await client.get(self.p.endpoint + "/models", timeout=10.0)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}".rstrip(": ")
+        return f"HTTP {r.status_code}" if r.status_code >= 500 else None
+
+    def finish(self, rec: TrialRecord) -> None:
+        line = rec.finish()
+        self.store.append(line)
+        if self.progress is not None:
+            self.progress.advance(self.name, line)
+
+    async def prompt(self, length: int, depth: float, trial: int, seed: int, control: bool):
+        """The trial's set entry: from the frozen set, or built now (and logged)."""
+        if self.p.prompts is not None:
+            entry = self.p.prompts.get(length, depth, trial)
+        else:
+            s = self.spec
+            built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
+                                            s.needles, s.kind, s.haystack, control)
+            entry = entry_from_prompt(built, trial, control)
+        log = getattr(self.store, "prompts", None)
+        if log is not None:
+            log.add(entry)
+        return entry
+
+    async def one(self, client, length: int, depth: float, trial: int, control: bool) -> None:
+        seed = trial_seed(self.spec.seed, length, depth, trial)
+        rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial,
+                          seed=seed, control=control)
+        cause = self.check_dead()
+        if cause:
+            rec.error = f"server died: {cause}"
+            return self.finish(rec)
+        try:
+            entry = await self.prompt(length, depth, trial, seed, control)
+        except Exception as e:  # ServerError or httpx errors from the counter
+            cause = self.check_dead()
+            if cause is None and self.dead is None and (lost := await self.unreachable(client)):
+                self.gone.append(lost)
+                return None
+            msg = str(e) if isinstance(e, (ServerError, BadInput)) else f"{type(e).__name__}: {e}"
+            rec.error = f"server died: {cause}" if cause else f"prompt building failed: {msg}"
+            return self.finish(rec)
+        rec.set_prompt(entry)
+        reply = await complete(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry))
+        if reply.error and reply.connection_error:
+            cause = self.check_dead()
+            if cause:
+                reply.error = f"server died: {cause}"
+            elif self.dead is None and (lost := await self.unreachable(client)):
+                self.gone.append(lost)
+                return None
+        self.score(rec, reply, entry)
+        if reply.indexer is not None and not reply.error:
+            append_detail(self.store.dir, asdict(rec), reply.indexer)
+        self.finish(rec)
+        self.check_length(rec)
+
+    def score(self, rec: TrialRecord, reply, entry) -> None:
+        rec.prompt_tokens, rec.answer, rec.reasoning = reply.prompt_tokens, reply.answer, reply.reasoning
+        rec.finish_reason, rec.completion_tokens = reply.finish_reason, reply.completion_tokens
+        rec.latency_s, rec.ttft_s, rec.error = reply.latency_s, reply.ttft_s, reply.error
+        rec.attempts, rec.selection_recall = reply.attempts, reply.selection_recall
+        rec.indexer = summarise(reply.indexer)
+        if rec.control:  # no needle: the asked values are not in the prompt
+            rec.needle, rec.expected = None, None
+            rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
+            return
+        sc = score_values(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
+                          distractors=entry.distractors)
+        rec.outcome, rec.hits, rec.recall_share = sc.outcome, sc.hits, sc.recall_share
+
+    def check_length(self, rec: TrialRecord) -> None:
+        """Stop early when the server saw another length than was asked (not with
+        --approximate-lengths: then every trial records both and the report flags it)."""
+        if rec.prompt_tokens is None or self.spec.approximate_lengths:
+            return
+        dev = abs(rec.prompt_tokens - rec.length)
+        if dev > length_tolerance(rec.length) and not self.drift:
+            self.drift.append(
+                f"{self.name}: length {rec.length}, depth {rec.depth:g}, trial {rec.trial} was "
+                f"{rec.prompt_tokens} tokens as the server counts it (off by {dev}, tolerance "
+                f"{length_tolerance(rec.length):g}) with counter {self.p.info.get('tokenizer')}; stopped after "
+                "that trial (it is saved). Use another --tokenizer, or pass --approximate-lengths"
+            )
+
+    async def worker(self, client, queue: asyncio.Queue) -> None:
+        while not self.gone and not self.drift:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await self.one(client, *item)
+
+
+async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None = None) -> None:
+    """Run this target's trials that are not yet in `store.done`.
+
+    `dead()` (by default the target's lifecycle's) is polled before each trial and after
+    each connection error; once it
+    returns a cause, no request is sent any more and every remaining trial of this target
+    is recorded as `error` with "server died: <cause>".
+
+    Without `dead` (a server niah did not launch), a trial that fails to connect after
+    its retries makes niah probe GET /v1/models; if the server is gone, that trial and
+    every one after it are left unwritten (for --resume once the server is back) and
+    ServerError is raised after the trials in flight finish. A trial whose server-counted
+    length drifts beyond max(4, 0.5%) stops the target (LengthDrift) unless
+    spec.approximate_lengths.
+    """
+    lifecycle = prepared.target.lifecycle
+    run = _TargetRun(prepared, spec, store, progress, dead or (lifecycle.dead if lifecycle else None))
+    todo = [(*t, False) for t in pending_trials(run.name, spec, store.done)]
+    todo += [(n, d, 0, True) for n, d in pending_controls(run.name, spec, store.done)]
+    if progress is not None:
+        progress.start_target(run.name, total=len(todo))
+    if not todo:
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    for item in todo:
+        queue.put_nowait(item)
+    async with make_client(run.cfg, spec.concurrency) as client:
+        await asyncio.gather(*(run.worker(client, queue) for _ in range(min(spec.concurrency, len(todo)))))
+    if run.drift:
+        raise LengthDrift(run.drift[0])
+    if run.gone:
+        left = len(pending_trials(run.name, spec, store.done))
+        raise ServerError(
+            f"{prepared.endpoint} stopped answering ({run.gone[0]}); finished trials are saved, "
+            f"{left} of {run.name!r} are left: rerun with --resume once it is back"
+        )

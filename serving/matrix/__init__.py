@@ -1,0 +1,18 @@
+"""The configuration matrix: a TOML file naming the servers to compare, and its run.
+
+    from niah.serving.matrix import load_matrix, run_matrix
+    run_matrix("serving/examples/sglang.toml", spec, out)
+
+serving/matrix/parse.py reads and checks the file (`load_matrix`, `parse_matrix`,
+`matrix_topks`; serving/matrix/lines.py finds each key's line for error messages),
+serving/matrix/commands.py builds each configuration's command and the dry run, and
+serving/matrix/run.py runs the matrix through niah.sweep's one orchestrator.
+"""
+
+from niah.serving.matrix.commands import (axis_differences, format_command, matrix_commands, print_matrix_commands,
+                                          server_command)
+from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix, matrix_topks, parse_matrix
+from niah.serving.matrix.run import run_matrix, sweep_matrix
+
+__all__ = ["Matrix", "MatrixConfig", "axis_differences", "format_command", "load_matrix", "matrix_commands",
+           "matrix_topks", "parse_matrix", "print_matrix_commands", "run_matrix", "server_command", "sweep_matrix"]
