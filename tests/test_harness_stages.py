@@ -15,7 +15,7 @@ from niah.prompts.builder import build_prompt
 from niah.prompts.sets import read_set
 from niah.runs.record import record_fields
 from niah.sweep.scoring import score_values
-from niah.runs.store import load_run
+from niah.runs.trials import load_run
 from niah.sweep import SweepSpec, Target, run_sweep
 from niah.tokens import length_tolerance
 from niah.tokens import FALLBACK, load_tokenizer
