@@ -17,7 +17,8 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
-from niah.serving.matrix.keys import HOST, PORT_PLACEHOLDER
+from niah.serving.launch import HOST
+from niah.serving.matrix.keys import PORT_PLACEHOLDER
 from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
 from niah.serving.sglang import refusals
 from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command

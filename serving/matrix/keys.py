@@ -14,7 +14,6 @@ from typing import Any, Callable
 from niah.kernels.rotation import ROTATIONS
 
 ENGINES = ("embedded", "sglang", "external", "command")
-HOST = "127.0.0.1"  # launched servers listen on loopback only
 PORT_PLACEHOLDER = "$PORT"  # what the dry run prints: the real port is chosen at launch
 
 
