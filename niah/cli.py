@@ -12,6 +12,8 @@ import sys
 
 import typer
 
+from niah.errors import NiahError
+
 app = typer.Typer(
     help="niah: long-context recall for sparse-attention serving.",
     no_args_is_help=True,
@@ -39,8 +41,6 @@ def _register() -> None:
 
 
 def main() -> None:
-    from niah.errors import NiahError
-
     _register()
     try:
         app()

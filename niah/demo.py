@@ -21,6 +21,14 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from niah.errors import NiahError
+from niah.report import build_report, indexer_pairs
+from niah.report.data import config_infos, load_frame
+from niah.report.ranks import rank_pairs, trials_needed_bootstrap
+from niah.serving.matrix import matrix_topks, run_matrix
+from niah.sweep import SweepSpec
+from niah.sweep.indexer import config_topk, length_warnings
+
 # Lengths 1K, 2K and 4K tokens (all longer than top-k 512: every cell exercises the
 # indexer), three depths, one trial per cell: 9 prompts, ~21K prompt tokens per
 # configuration; 6 configurations (dense, fp8/bf16 x top-k 64/512, fp8 + rotation at 64).
@@ -38,19 +46,11 @@ def demo_matrix() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from niah.errors import NiahError
-    from niah.report import build_report
-    from niah.serving.matrix import run_matrix
-    from niah.sweep import SweepSpec
-
     p = argparse.ArgumentParser(prog="niah-demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="results/demo", help="run folder (resumed if it exists)")
     p.add_argument("--quick", action="store_true", help="two short lengths, one depth")
     p.add_argument("--trials", type=int, default=1)
     args = p.parse_args(argv)
-
-    from niah.sweep.indexer import length_warnings
-    from niah.serving.matrix import matrix_topks
 
     spec = SweepSpec(
         lengths=QUICK_LENGTHS if args.quick else DEMO_LENGTHS,
@@ -89,11 +89,6 @@ def print_findings(out: Path) -> None:
     table as the report's summary.md); then how many paired trials each metric would need
     to see fp8 worse than bf16 (bootstrap)."""
     import pandas as pd
-
-    from niah.sweep.indexer import config_topk
-    from niah.report import indexer_pairs
-    from niah.report.data import config_infos, load_frame
-    from niah.report.ranks import rank_pairs, trials_needed_bootstrap
 
     manifest, df = load_frame(out)
     infos = config_infos(manifest, df)

@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
+import httpx
+
 from niah.errors import ServerError
 
 HOST = "127.0.0.1"
@@ -267,8 +269,6 @@ class ServerProcess:
 
     def wait_ready(self) -> None:
         """Poll the health paths until one answers 200; fail at once if the process exits."""
-        import httpx
-
         t0 = time.monotonic()
         deadline = t0 + self.ready_timeout_s
         paths = list(self.health_paths)

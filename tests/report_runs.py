@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from niah.runs.store import RunStore
+from niah.runs.trials import RunStore
 from niah.runs.manifest import write_manifest
 
 Outcome = Callable[[str, int, float, int, random.Random], str]

@@ -168,6 +168,7 @@ def _sglang_run(tmp_path, arms: dict) -> tuple:
     from report_runs import make_run
 
     from niah.attestation import begin_segment, end_segment, read_server
+    from niah.runs.manifest import update_config
 
     run = make_run(tmp_path / "run", {n: {} for n in arms}, lengths=(1024,), depths=(50.0,), trials=2)
     manifest = read_manifest(run)
@@ -178,11 +179,13 @@ def _sglang_run(tmp_path, arms: dict) -> tuple:
     for name, (_, flags) in arms.items():
         with _tiny(tmp_path, name, *flags) as srv:
             ports[name] = srv.port
-            begin_segment(run, name, read_server(srv.endpoint))
+            start = read_server(srv.endpoint)
+            update_config(run, name, lambda entry: begin_segment(entry, start))
             for _ in range(2):  # its sweep
                 httpx.post(srv.endpoint + "/v1/chat/completions", json={"messages": [
                     {"role": "user", "content": "The number is 4829163. What is it?"}]}, timeout=30).raise_for_status()
-            end_segment(run, name, read_server(srv.endpoint))
+            end = read_server(srv.endpoint)
+            update_config(run, name, lambda entry: end_segment(entry, end))
     return run, read_manifest(run)["configs"], ports
 
 

@@ -177,7 +177,7 @@ def test_bad_input_exits_2(base, tmp_path):
     assert r.returncode == 2 and "schema_version" in r.stderr
     newer = make_run(tmp_path / "newer", lengths=(1024,), depths=(0.0,), trials=1)
     line = json.loads((newer / "trials.jsonl").read_text().splitlines()[0])
-    from niah.runs.store import SCHEMA_VERSION
+    from niah.runs.trials import SCHEMA_VERSION
 
     (newer / "trials.jsonl").write_text(json.dumps({**line, "schema_version": SCHEMA_VERSION + 1}) + "\n")
     r = _niah("gate", "--baseline", base, "--candidate", newer)

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from niah.runs.store import load_run, read_trials, record_key
+from niah.runs.trials import load_run, read_trials, record_key
 from niah.sweep import SweepSpec, Target, run_sweep
 
 

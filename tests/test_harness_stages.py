@@ -15,7 +15,7 @@ from niah.prompts.builder import build_prompt
 from niah.prompts.sets import read_set
 from niah.runs.record import record_fields
 from niah.sweep.scoring import score_values
-from niah.runs.store import load_run
+from niah.runs.trials import load_run
 from niah.sweep import SweepSpec, Target, run_sweep
 from niah.tokens import length_tolerance
 from niah.tokens import FALLBACK, load_tokenizer
@@ -202,3 +202,69 @@ def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
     assert "orchestrate(" in src
     for internal in ("run_target", "begin_segment", "end_segment", "read_server", "write_manifest"):
         assert internal not in src, internal
+
+
+# The harness's layers, lowest first; a module imports only from its own package or a lower layer.
+LAYERS = (("niah.errors", "niah.axes", "niah.client"), ("niah.kernels",), ("niah.tokens",), ("niah.prompts",),
+          ("niah.runs", "niah.attestation"), ("niah.sweep",), ("niah.report",))
+
+
+def _harness_imports():
+    """{module: {imported niah module, function-level imports too}} of the harness (niah/ but
+    the command line)."""
+    import ast
+
+    out: dict[str, set[str]] = {}
+    for f in ROOT.glob("niah/**/*.py"):
+        rel = f.relative_to(ROOT / "niah").with_suffix("")
+        if rel.parts[0] in ("commands", "corpus", "serving", "kernels") or str(rel) in ("cli", "demo", "__main__", "__init__"):
+            continue
+        mod = ".".join(("niah", *rel.parts)).removesuffix(".__init__")
+        names = out.setdefault(mod, set())
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names if a.name.startswith("niah"))
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("niah"):
+                names.add(node.module)
+    return out
+
+
+def test_the_harness_imports_only_downward_and_never_serving():
+    def layer(mod: str) -> tuple[int, str] | None:
+        for i, group in enumerate(LAYERS):
+            for pkg in group:
+                if mod == pkg or mod.startswith(pkg + "."):
+                    return i, pkg
+        return None
+
+    for mod, names in _harness_imports().items():
+        own = layer(mod)
+        assert own is not None, mod
+        for name in names:
+            assert not name.startswith("niah.serving"), (mod, name)
+            other = layer(name)
+            assert other is None or other[1] == own[1] or other[0] < own[0], (mod, name)
+
+
+def test_no_import_circles_in_the_harness():
+    graph = _harness_imports()
+
+    def resolve(name: str) -> str | None:  # the longest harness module the name lies in
+        parts = name.split(".")
+        return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in graph), None)
+
+    edges = {m: {t for n in names if (t := resolve(n)) and t != m and not m.startswith(t + ".")}
+             for m, names in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in edges[m]:
+            assert state.get(t) != 1, " -> ".join([*path, m, t])
+            if t not in state:
+                visit(t, [*path, m])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [])

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from niah.runs.store import OUTCOMES, RunStore, load_run
+from niah.runs.trials import OUTCOMES, RunStore, load_run
 from niah.sweep import SweepSpec, Target, prepare_target, run_sweep, run_target
 from niah.tokens import length_tolerance
 
@@ -201,7 +201,7 @@ def test_dead_server_records_the_rest_as_errors(oracle_factory, tmp_path):
 
     with RunStore(tmp_path / "run").open(resume=False) as store:
         asyncio.run(run_target(prepared, spec, store, dead=dead))
-    from niah.runs.store import read_trials
+    from niah.runs.trials import read_trials
 
     recs = read_trials(tmp_path / "run").records
     assert len(recs) == 6

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from niah.runs.store import load_run, read_trials
+from niah.runs.trials import load_run, read_trials
 from niah.sweep import SweepSpec, Target, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from niah.errors import BadInput
-from niah.runs.store import ERRORS, SCHEMA_VERSION, TRIALS, RunStore, load_run, read_trials
+from niah.runs.trials import ERRORS, SCHEMA_VERSION, TRIALS, RunStore, load_run, read_trials
 from niah.runs.manifest import write_manifest
 
 

@@ -40,29 +40,6 @@ def reading_of(info: Any) -> dict:
 
 def read_server(endpoint: str, api_key: str | None = None) -> dict:
     """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
-    import httpx
-
-    from niah.client import root_url
-
-    base = root_url(endpoint)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        with httpx.Client(timeout=10.0, headers=headers) as client:
-            r = client.get(base + "/server_info")
-            if r.status_code == 404:
-                r = client.get(base + "/get_server_info")
-    except httpx.HTTPError as e:
-        return {"error": f"{base}/server_info could not be read ({type(e).__name__})"}
-    if r.status_code != 200:
-        return {"error": f"{base}/server_info answered HTTP {r.status_code}"}
-    try:
-        return reading_of(r.json())
-    except ValueError:
-        return {"error": f"{base}/server_info did not answer JSON"}
-
-
-def read_server(endpoint: str, api_key: str | None = None) -> dict:
-    """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
     base = root_url(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:

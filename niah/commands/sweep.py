@@ -217,7 +217,7 @@ def print_outcome(out: Path) -> None:
     from rich.console import Console
 
     from niah.sweep.progress import length_check, outcome_counts, recall_tables
-    from niah.runs.store import load_run
+    from niah.runs.trials import load_run
 
     _, records = load_run(out, warn=False)
     stdout = Console()

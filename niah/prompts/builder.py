@@ -7,6 +7,8 @@ HF tokenizer). The haystack is cut from the bundled corpus (niah/corpus/haystack
 at a seeded sentence and trimmed word by word until the count hits the target; the
 needle goes at the sentence boundary nearest the requested depth and the achieved depth
 (needle token offset / haystack tokens) is recorded. Same arguments, same bytes.
+`CHAT_PROBE` is the message, shaped like these prompts, that a server counter measures
+its chat template on (handed to niah.tokens, which knows nothing of prompts).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from niah.report.render import render_report
+
 
 def build_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Path:
     """Render RUN's report (figures + summary.md); returns the report folder."""
-    from niah.report.render import render_report
-
     return render_report(run, out, svg=svg, alpha=alpha).out

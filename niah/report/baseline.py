@@ -23,7 +23,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from niah.attestation import status
+from niah.axes import LABEL_KEYS
 from niah.errors import BadInput
+from niah.report.data import aggregate, config_infos, load_frame, trials_frame
+from niah.runs.trials import load_run
 
 KIND = "niah-baseline"
 BASELINE_SCHEMA = 2
@@ -31,8 +35,6 @@ _TRIAL_FIELDS = ("length", "depth", "trial", "seed", "prompt_sha256", "outcome")
 
 
 def _summary(df) -> dict[str, Any]:
-    from niah.report.data import aggregate
-
     out: dict[str, Any] = {}
     for r in aggregate(df, ["length"]).itertuples(index=False):
         out[str(int(r.length))] = _row(r)
@@ -51,10 +53,6 @@ def _row(r) -> dict[str, Any]:
 
 def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None = None) -> dict[str, Any]:
     """Write RUN (all configurations, or the named ones) as a baseline file; returns it."""
-    from niah.attestation import status
-    from niah.axes import LABEL_KEYS
-    from niah.report.data import config_infos, load_frame
-
     run = Path(run)
     manifest, df = load_frame(run)
     if df.empty:
@@ -138,9 +136,6 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
 
 def load_side(path: Path | str):
     """(manifest, trial frame, description) of a run folder or a baseline file."""
-    from niah.report.data import trials_frame
-    from niah.runs.store import load_run
-
     path = Path(path)
     if path.is_dir():
         manifest, records = load_run(path)

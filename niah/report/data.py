@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from niah.axes import comparable_axes
 from niah.errors import BadInput
-from niah.runs.store import OUTCOMES
+from niah.report.stats import wilson
+from niah.runs.trials import OUTCOMES, load_run
 
 # Columns every trial frame has after `trials_frame` (missing ones filled with None).
 COLUMNS = (
@@ -83,8 +85,6 @@ def aggregate(df, keys: list[str], confidence: float = 0.95):
     import numpy as np
     import pandas as pd
 
-    from niah.report.stats import wilson
-
     if df.empty:
         return pd.DataFrame(columns=[*keys, "n", "answered", "correct", "errors", "recall", "lo", "hi",
                                      "sel", "sel_min", "sel_max", "sel_n"])
@@ -147,9 +147,7 @@ def one_axis_pairs(infos: dict[str, ConfigInfo]) -> list[tuple[str, str, str]]:
     dense control. A is the smaller numeric value, else the one listed first; the dense
     control is always A. The label says what changes ("index_dtype: fp8 -> bf16 @ index_topk=1024").
     An axis key only one side sets is completed on the other from its settings or the
-    axis default (niah.serving.matrix.comparable_axes: index_rotation "none")."""
-    from niah.axes import comparable_axes
-
+    axis default (niah.axes.comparable_axes: index_rotation "none")."""
     names = list(infos)
     pairs: list[tuple[str, str, str]] = []
     for i, a in enumerate(names):
@@ -214,7 +212,5 @@ def pair_trials(a, b):
 
 def load_frame(run: Path | str):
     """(manifest, frame) of a run folder."""
-    from niah.runs.store import load_run
-
     manifest, records = load_run(run)
     return manifest, trials_frame(records)

@@ -37,7 +37,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 from niah.attestation import check_configs
 from niah.errors import BadInput
+from niah.report.baseline import load_side
 from niah.report.compare import ALL, Row, compare
+from niah.report.ranks import rank_compare, rank_is_regression
+from niah.sweep.indexer import at_or_below_k, config_topk
 
 PASS, REGRESSION, OUTAGE, SKIPPED = "pass", "regression", "outage", "skipped"
 
@@ -116,8 +119,6 @@ def _message(row: Row, tolerance: float, alpha: float) -> str:
 
 def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
     """The needle-rank cases of one configuration (baseline b = A, candidate c = B)."""
-    from niah.report.ranks import rank_compare, rank_is_regression
-
     cases = []
     for r in rank_compare(b, c, alpha):
         if r.n == 0:
@@ -132,8 +133,6 @@ def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
 
 
 def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int]) -> str | None:
-    from niah.sweep.indexer import at_or_below_k, config_topk
-
     k = config_topk((manifest.get("configs") or {}).get(name))
     if k is None:
         ks = [v.get("k") for v in df["indexer"] if isinstance(v, dict) and v.get("k")]
@@ -150,8 +149,6 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
              rank_tolerance: float = 0.10, accept_unattested: bool = False) -> GateResult:
     """Gate CANDIDATE (run folder or baseline file) against BASELINE (either). BadInput
     when a gated configuration is INVALID, or unattested without `accept_unattested`."""
-    from niah.report.baseline import load_side
-
     if metric not in ("answer", "rank", "both"):
         raise BadInput(f"--metric must be answer, rank or both, not {metric!r}")
     if not rank_tolerance >= 0:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from niah.report import style
+from niah.sweep.indexer import config_topk
 
 
 @dataclass
@@ -65,8 +66,6 @@ def uniform_n(cells) -> int | None:
 
 
 def _topk(manifest: dict[str, Any], name: str) -> int | None:
-    from niah.sweep.indexer import config_topk
-
     return config_topk((manifest.get("configs") or {}).get(name))
 
 

@@ -22,6 +22,11 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from niah import __version__
+from niah.attestation import last_attestation, status
+from niah.report.compare import rows_markdown
+from niah.report.ranks import rank_markdown
+
 MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 ANSWER_CHARS = 2000  # longer answers are cut in the table (the full text stays in trials.jsonl)
 
@@ -29,8 +34,6 @@ ANSWER_CHARS = 2000  # longer answers are cut in the table (the full text stays 
 # -- the attestation state: the one call into niah.attestation ---------------------------
 def attestation_state(entry: dict) -> tuple[str, str]:
     """("valid" | "INVALID" | "unattested", reason) of one manifest `configs.<name>` entry."""
-    from niah.attestation import status
-
     return status(entry)
 
 
@@ -98,8 +101,6 @@ def _section(sid: str, title: str, body: str) -> tuple[str, str, str]:
 
 # -- sections -----------------------------------------------------------------------------
 def attestation_section(manifest: dict, names: list[str]) -> str:
-    from niah.attestation import last_attestation
-
     configs = manifest.get("configs") or {}
     rows = []
     for n in names:
@@ -117,9 +118,6 @@ def attestation_section(manifest: dict, names: list[str]) -> str:
 
 
 def comparison_section(diffs: list[dict], figures: dict[str, Path]) -> str:
-    from niah.report.compare import rows_markdown
-    from niah.report.ranks import rank_markdown
-
     out = ['<p class="note">Every pair of configurations that differ in one axis, and every sparse one '
            "against a dense control. <strong>Answers</strong>: McNemar's exact test on the discordant pairs of "
            "trials that saw the same prompt (losses: A right and B wrong). <strong>Needle rank</strong> (where the "
@@ -195,8 +193,6 @@ def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
     """The page's HTML. figures: key -> file ("recall_vs_length", "grid", "heatmap:<config>",
     "diff:<A>:<B>", "indexer"); blocks: Markdown from summary.py ("meta", "recall", "indexer",
     "taxonomy", "control")."""
-    from niah import __version__
-
     names = list(infos)
     records = [{**r, "config": str(r.get("config") or "default")} for r in records]  # as trials_frame names them
     secs = [_section("attestation", "Attestation: what each server ran", attestation_section(manifest, names)),

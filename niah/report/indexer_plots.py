@@ -13,7 +13,10 @@ Only trials where selection happened count (prompt longer than k); dense has non
 
 from __future__ import annotations
 
+import statistics
+
 from niah.report import style
+from niah.sweep.indexer import layer_rows
 
 
 def indexer_by_length(df):
@@ -29,10 +32,6 @@ def indexer_by_length(df):
 
 def layer_table(details: list[dict], names: list[str]) -> dict[str, list[float]]:
     """config -> per-layer median (over trials) of the layer's median worst rank / k."""
-    import statistics
-
-    from niah.sweep.indexer import layer_rows
-
     per: dict[str, list[list[float]]] = {}
     for d in details:
         rows = layer_rows(d["detail"])

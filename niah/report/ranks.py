@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from niah.report.data import PAIR_FALLBACK
-from niah.report.stats import sign_test, wilcoxon_signed_rank
+from niah.report.stats import mcnemar_exact, sign_test, wilcoxon_signed_rank
 
 ALL = "all"
 
@@ -169,8 +169,6 @@ def _rank_test(draw: list[tuple]) -> float:
 
 
 def _answer_test(draw: list[tuple]) -> float:
-    from niah.report.stats import mcnemar_exact
-
     losses = sum(ca and not cb for _, _, ca, cb in draw)
     wins = sum(cb and not ca for _, _, ca, cb in draw)
     return mcnemar_exact(losses, wins) if losses > wins else 1.0

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from niah.errors import BadInput
+from niah.report import curves, heatmaps, html, indexer_pairs, indexer_plots, summary
+from niah.report.compare import ALL, compare
+from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
+from niah.report.ranks import rank_compare
+from niah.report.style import save
+from niah.runs.trials import load_run
+from niah.sweep.indexer import config_topk, read_details
 
 
 @dataclass
@@ -26,14 +33,6 @@ def _slug(name: str) -> str:
 def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
     """Render RUN's heatmaps, grid, difference heatmaps, recall curves, summary.md and
     index.html (all of it in one self-contained page)."""
-    from niah.sweep.indexer import config_topk, read_details
-    from niah.report import curves, heatmaps, html, indexer_pairs, indexer_plots, summary
-    from niah.report.compare import ALL, compare
-    from niah.report.ranks import rank_compare
-    from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
-    from niah.report.style import save
-    from niah.runs.store import load_run
-
     run = Path(run)
     manifest, records = load_run(run)
     df = trials_frame(records)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from niah.attestation import report_section
 from niah.report import style
 from niah.report.compare import rows_markdown
-from niah.runs.store import OUTCOMES
+from niah.report.ranks import rank_markdown
+from niah.runs.trials import CONTROL_OUTCOMES, OUTCOMES
+from niah.tokens import length_tolerance
 
 
 
@@ -103,7 +106,6 @@ def control_section(controls: list[dict], infos) -> str | None:
     """Outcomes of the no-needle control trials per configuration (niah/sweep/control.py)."""
     if not controls:
         return None
-    from niah.runs.store import CONTROL_OUTCOMES
 
     rows = []
     for n in infos:
@@ -163,8 +165,6 @@ def timing_by_length_table(df, infos, lengths) -> str:
 def length_check(df, infos, lengths) -> tuple[str, int]:
     """Table of server-reported prompt_tokens against the requested length; returns the
     table and how many trials drift beyond the sweep's own tolerance (max(4 tokens, 0.5%))."""
-    from niah.tokens import length_tolerance
-
     rows, flagged_total = [], 0
     for n in infos:
         for L in lengths:
@@ -208,7 +208,6 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
     out: list[str] = []
     out.append(f"# niah report: {run_name}\n")
     out.append("\n".join(f"- **{k}**: {v}" for k, v in meta_rows(manifest, df, infos, lengths, depths)) + "\n")
-    from niah.attestation import report_section
 
     attested = report_section(manifest, infos)
     if attested:
@@ -251,8 +250,6 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
                        if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, z-test p).\n")
             out.append(rows_markdown(d["rows"], d["a"], d["b"]))
             if any(r.n for r in d.get("ranks") or []):
-                from niah.report.ranks import rank_markdown
-
                 out.append("\nNeedle rank / k on the same pairs (Wilcoxon signed-rank on log2(rank_B / rank_A); "
                            "r > 0: B deeper):\n\n" + rank_markdown(d["ranks"], d["a"], d["b"]))
             sig = [r for r in d["cells"] if r.significant]

@@ -1,7 +1,7 @@
 """The run folder: everything that reads or writes RUN/.
 
     RUN/manifest.json   what was asked and who answered: niah.runs.manifest, its only writer
-    RUN/trials.jsonl    one line per finished trial (niah.runs.record): niah.runs.store
+    RUN/trials.jsonl    one line per finished trial (niah.runs.record): niah.runs.trials
     RUN/.niah.lock      one sweep at a time: niah.runs.lock
     RUN/prompts.jsonl   the prompts a sweep built (niah.prompts.sets.RunPrompts)
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from niah.errors import BadInput
-from niah.runs.store import load_run
+from niah.runs.trials import load_run
 
 FORMATS = ("csv", "parquet")
 

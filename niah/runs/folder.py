@@ -2,7 +2,7 @@
 
 `start_run` takes the folder's lock (niah.runs.lock), checks that a resume keeps the
 arguments that change prompts or answers, writes the manifest's args (through
-niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.store);
+niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.trials);
 configurations are added with niah.runs.manifest.record_config. `check_same_tokenizers`
 refuses a resume that would mix two servers or two counters under one configuration name.
 """
@@ -23,7 +23,7 @@ from niah.prompts.sets import RunPrompts
 from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
 from niah.runs.record import now
-from niah.runs.store import RunStore
+from niah.runs.trials import RunStore
 
 # Arguments that change the prompts or answers: a resumed run must keep them.
 _FIXED_ON_RESUME = ("seed", "mode", "max_tokens", "needles", "needle_key", "needle_value", "values",

@@ -4,7 +4,8 @@
 docs/run-format.md lists the same fields (a test checks it against `record_fields()`).
 Schema history: 1 = the first release; 2 adds the needle kinds (`expected`,
 `asked_keys`, `distractors`, `hits`, `recall_share`, `needle_kind`, `haystack`).
-Readers accept every version up to `TRIAL_SCHEMA`.
+Readers accept every version up to `TRIAL_SCHEMA` (`check_schema`, for trials and the
+manifest alike).
 """
 
 from __future__ import annotations

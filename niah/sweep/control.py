@@ -1,5 +1,5 @@
 """The no-needle control (`niah sweep --control`): one trial per cell whose haystack holds
-no needle, asked the same question. Outcomes (niah.runs.store.CONTROL_OUTCOMES):
+no needle, asked the same question. Outcomes (niah.runs.trials.CONTROL_OUTCOMES):
 
 - `leak`: the answer holds a value of the needle's form (a number with as many digits as
   a needle value) that is NOT in this prompt but IS the value of another trial's needle
@@ -19,7 +19,7 @@ import random
 import re
 
 from niah.prompts.needles import make_needle, trial_seed
-from niah.runs.store import trial_key
+from niah.runs.trials import trial_key
 from niah.sweep.scoring import normalise
 
 _NUMBER = re.compile(r"(?<![0-9])[0-9]+(?![0-9])")

@@ -15,7 +15,7 @@ from pathlib import Path
 from niah.errors import BadInput
 from niah.prompts.sets import RUN_PROMPTS
 from niah.runs.lock import RunLock
-from niah.runs.store import TRIALS, RunStore, read_trials, record_key
+from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
 from niah.sweep.scoring import score_values
 
 

@@ -20,7 +20,7 @@ from niah.prompts.builder import build_prompt
 from niah.prompts.needles import trial_seed
 from niah.prompts.sets import entry_from_prompt
 from niah.runs.record import TrialRecord
-from niah.runs.store import trial_key
+from niah.runs.trials import trial_key
 from niah.sweep.control import classify, pending_controls, sweep_values
 from niah.sweep.indexer import append_detail, request_fields, summarise
 from niah.sweep.scoring import score_values, scored_text

@@ -1,6 +1,6 @@
 """Deterministic scoring: one outcome per trial, by matching the needle's value.
 
-Outcomes (niah.runs.store.OUTCOMES), decided in this order:
+Outcomes (niah.runs.trials.OUTCOMES), decided in this order:
 - `error`: the request failed (HTTP error after retries, timeout, dead server).
 - `correct`: the needle's value appears in the answer, after normalisation (case, and
   separators inside numbers: "4,829,163" and "4 829 163" both hold 4829163; a longer

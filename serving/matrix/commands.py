@@ -8,20 +8,26 @@ dry run; `axis_differences` says what tells configurations apart on the command 
 
 from __future__ import annotations
 
+import difflib
+import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
-from niah.serving.matrix.parse import HOST, PLACEHOLDER_RE, PORT_PLACEHOLDER, Matrix, MatrixConfig, load_matrix
+from niah.serving.launch import HOST
+from niah.serving.matrix.keys import PORT_PLACEHOLDER
+from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
+from niah.serving.sglang import refusals
+from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
+from niah.serving.sglang.refusals import parser_status
 
 
 # -- commands -----------------------------------------------------------------------------
 def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
     """argv and environment overrides for the embedded CPU server (`niah serve`)."""
-    import sys
-
     s = cfg.settings
     argv = [s.get("python", sys.executable), "-m", "niah", "serve"]
     for key, flag in (("attention", "--attention"), ("index_dtype", "--index-dtype"),
@@ -37,11 +43,6 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
     own launch_server, niah arms go through niah's launch entry). What the arm cannot serve
     is refused here when SGLang's parser is importable, else by the launch entry
     (serving/sglang/refusals.py)."""
-    import os
-
-    from niah.serving.sglang import refusals
-    from niah.serving.sglang.command import SGLangLaunch, build_sglang_command
-
     s = cfg.settings
     launch = SGLangLaunch(
         model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
@@ -105,7 +106,6 @@ def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
     """What an SGLang configuration's arm runs, in words (command.ARMS); None for other engines."""
     if cfg.engine != "sglang":
         return None
-    from niah.serving.sglang.command import ARMS, arm_name
 
     dtype = cfg.settings.get("index_dtype", "fp8")
     kernels = cfg.settings.get("kernels") or ("niah" if dtype == "bf16" else "stock")
@@ -148,8 +148,6 @@ def _flag_groups(tokens: list[str]) -> list[str]:
 def _argv_diff(a: list[str], b: list[str]) -> list[str]:
     """What differs between two argument lists, one piece per flag: "--f x -> --f y" for a
     changed value, "+ --f y" / "- --f x" for a flag only one side has."""
-    import difflib
-
     out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op == "equal":
@@ -216,8 +214,6 @@ def describe_difference(d: dict[str, Any]) -> str:
 def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
     """The dry run: each configuration's exact command line and environment, then what
     differs between the arms of each axis."""
-    import sys
-
     file = file or sys.stdout
     matrix = load_matrix(matrix_path)
     rows = matrix_commands(matrix)
@@ -232,8 +228,6 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
                   f"top-k {arm['top_k']}; paths {arm['paths']}", file=file)
         print(line, file=file)
     if any(cfg.engine == "sglang" for cfg, _ in rows):
-        from niah.serving.sglang.refusals import parser_status
-
         why = parser_status()
         print("\n# SGLang arguments: " + ("checked with SGLang's own parser here (refusals: serving/sglang/refusals.py)"
               if why is None else f"not checked here ({why}); the launch entry checks them with "

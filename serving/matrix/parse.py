@@ -13,7 +13,7 @@
 
 Top-level keys are defaults; `[axes]` lists values to cross; each `[[config]]` is one
 more configuration (defaults + its own keys, no axes). The keys each engine accepts are
-in `ENGINE_KEYS`; the axis names are niah.axes'. docs/matrix.md and serving/examples/*.toml
+in `ENGINE_KEYS` (serving/matrix/keys.py); the axis names are niah.axes'. docs/matrix.md and serving/examples/*.toml
 document them. Every error names the file and line (`BadInput`). `matrix_topks` reads
 each configuration's index_topk. The run is serving/matrix/run.py; the command lines, the
 dry run and the per-axis differences are serving/matrix/commands.py.
@@ -26,135 +26,13 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from niah.axes import AXIS_KEYS, AXIS_NAMES
 from niah.errors import BadInput
-from niah.kernels.rotation import ROTATIONS
+from niah.serving.matrix.keys import (DEFAULT_READY_TIMEOUT_S, ENGINE_KEYS, ENGINES, HEALTH_PATHS, NAME_RE, REQUIRED,
+                                      RESERVED_FLAGS)
 from niah.serving.matrix.lines import TomlLines
-
-ENGINES = ("embedded", "sglang", "external", "command")
-HOST = "127.0.0.1"  # launched servers listen on loopback only
-PORT_PLACEHOLDER = "$PORT"  # what the dry run prints: the real port is chosen at launch
-
-
-# -- key checks ---------------------------------------------------------------------------
-def _choice(*allowed: str) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        if v not in allowed:
-            return f"must be one of {', '.join(repr(a) for a in allowed)}, not {v!r}"
-        return None
-
-    return check
-
-
-def _int_range(lo: int, hi: int | None = None) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
-            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-            return f"must be an integer {bound}, not {v!r}"
-        return None
-
-    return check
-
-
-def _positive_number(v: Any) -> str | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        return f"must be a positive number, not {v!r}"
-    return None
-
-
-def _string(v: Any) -> str | None:
-    return None if isinstance(v, str) and v else f"must be a non-empty string, not {v!r}"
-
-
-def _url(v: Any) -> str | None:
-    if not isinstance(v, str) or not re.match(r"^https?://[^/\s]+", v):
-        return f"must be an http(s):// URL, not {v!r}"
-    return None
-
-
-def _string_list(v: Any) -> str | None:
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        return f"must be a list of strings, e.g. [\"--mem-fraction-static\", \"0.8\"], not {v!r}"
-    return None
-
-
-def _env_table(v: Any) -> str | None:
-    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float, bool)) for x in v.values()):
-        return f"must be a table of NAME = \"value\", e.g. {{ SGLANG_DSA_FUSE_TOPK = \"false\" }}, not {v!r}"
-    for k in v:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-            return f"has an invalid variable name {k!r}"
-    return None
-
-
-_COMMON = {"args": _string_list, "env": _env_table, "ready_timeout_s": _positive_number}
-
-# What each engine accepts. `attention`, `index_dtype`, `index_topk` on an `external`
-# engine are labels only (recorded in the manifest so reports can group by them).
-ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
-    "embedded": {
-        **_COMMON,
-        "attention": _choice("dense", "dsa"),
-        "index_dtype": _choice("fp8", "bf16", "fp32"),
-        "index_rotation": _choice(*ROTATIONS),
-        "index_topk": _int_range(1),
-        "window": _int_range(0),
-        "python": _string,
-    },
-    "sglang": {
-        **_COMMON,
-        "model_path": _string,
-        "tp": _int_range(1),
-        "index_dtype": _choice("fp8", "bf16"),
-        "kernels": _choice("stock", "niah"),
-        "index_topk": _int_range(1, 2048),
-        "python": _string,
-        "model": _string,
-    },
-    "command": {  # any OpenAI-compatible server: argv with {port} (and {axis} keys) filled in
-        "command": _string_list,
-        "env": _env_table,
-        "ready_timeout_s": _positive_number,
-        "health_paths": _string_list,
-        "model": _string,
-        "attention": _string,
-        "index_dtype": _string,
-        "index_rotation": _choice(*ROTATIONS),
-        "index_topk": _int_range(1),
-        "window": _int_range(0),
-        "tp": _int_range(1),
-    },
-    "external": {
-        "endpoint": _url,
-        "model": _string,
-        "api_key_env": _string,
-        "attention": _choice("dense", "dsa"),
-        "index_dtype": _choice("fp8", "bf16", "fp32"),
-        "index_rotation": _choice(*ROTATIONS),
-        "index_topk": _int_range(1),
-    },
-}
-REQUIRED = {"sglang": ("model_path",), "external": ("endpoint",), "embedded": (), "command": ("command",)}
-
-# Default health checks, tried in order on each poll (404 = not served, try the next).
-HEALTH_PATHS = {
-    "sglang": ("/health_generate", "/health", "/v1/models"),
-    "embedded": ("/health", "/v1/models"),
-}
-DEFAULT_READY_TIMEOUT_S = {"sglang": 1800.0, "embedded": 300.0}
-# Flags niah sets itself; `args` may not repeat them.
-_RESERVED_FLAGS = {
-    "--port": "niah chooses a free port", "--host": "launched servers listen on 127.0.0.1",
-    "--model-path": "use model_path", "--tp-size": "use tp", "--tp": "use tp",
-    "--json-model-override-args": "use index_topk", "--niah-index-dtype": "use index_dtype",
-    "--attention": "use attention", "--index-dtype": "use index_dtype",
-    "--index-topk": "use index_topk", "--window": "use window", "--niah-kernels": "use kernels",
-    "--index-rotation": "use index_rotation",
-}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 @dataclass
 class MatrixConfig:
@@ -238,46 +116,65 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
     if "name" in defaults:
         raise fail(lines.of("", "name"), "`name` belongs in a [[config]] table, not at the top level")
 
-    configs: list[MatrixConfig] = []
-    # Axes: checked against the default engine, crossed in file order.
-    if axes:
-        engine = defaults.get("engine")
-        _check_engine(engine, lines.of("", "engine") if "engine" in defaults else lines.of("axes"), fail,
-                      hint="set `engine = ...` at the top of the file for [axes] to expand")
-        for key, values in axes.items():
-            line = lines.of("axes", key)
-            if key not in AXIS_NAMES:
-                raise fail(line, f"unknown axis {key!r} (axes: {', '.join(AXIS_NAMES)})")
-            if key not in ENGINE_KEYS[engine]:
-                raise fail(line, f"axis {key!r} does not apply to engine {engine!r}")
-            if not isinstance(values, list) or not values:
-                raise fail(line, f"axis {key!r} must be a non-empty list, e.g. {key} = [...]")
-            if len(set(map(repr, values))) != len(values):
-                raise fail(line, f"axis {key!r} lists a value twice")
-            for v in values:
-                problem = ENGINE_KEYS[engine][key](v)
-                if problem:
-                    raise fail(lines.of_value("axes", key, v), f"axis {key!r}: {problem}")
-        base = _check_settings(defaults, "", lines, fail, partial=True)
-        keys = list(axes)
-        for combo in itertools.product(*(axes[k] for k in keys)):
-            point = dict(zip(keys, combo))
-            name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
-            settings = {**base, **point}
-            if _impossible(engine, settings):
-                continue  # bf16 keys run on niah's kernels: no bf16/stock arm
-            _check_required(settings, engine, lines.of("axes"), fail)
-            if engine == "command":
-                _check_placeholders(settings, lines.of("", "command"), fail)
-            configs.append(MatrixConfig(name, engine, settings, point, lines.of("axes")))
+    configs = _crossed(axes, defaults, lines, fail) + _listed(explicit, defaults, lines, fail)
+    configs.sort(key=lambda c: c.line)  # file order: a [[config]] above [axes] runs first
+    if not configs:
+        raise fail(1, "no configurations: add an [axes] table or a [[config]] table")
+    seen: dict[str, MatrixConfig] = {}
+    for c in configs:
+        if c.name in seen:
+            raise fail(c.line, f"configuration name {c.name!r} is used twice (also line {seen[c.name].line})")
+        seen[c.name] = c
+    return Matrix(path, configs)
 
+
+def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixConfig]:
+    """The configurations of [axes]: checked against the default engine, crossed in file order."""
+    configs: list[MatrixConfig] = []
+    if not axes:
+        return configs
+    engine = defaults.get("engine")
+    _check_engine(engine, lines.of("", "engine") if "engine" in defaults else lines.of("axes"), fail,
+                  hint="set `engine = ...` at the top of the file for [axes] to expand")
+    for key, values in axes.items():
+        line = lines.of("axes", key)
+        if key not in AXIS_NAMES:
+            raise fail(line, f"unknown axis {key!r} (axes: {', '.join(AXIS_NAMES)})")
+        if key not in ENGINE_KEYS[engine]:
+            raise fail(line, f"axis {key!r} does not apply to engine {engine!r}")
+        if not isinstance(values, list) or not values:
+            raise fail(line, f"axis {key!r} must be a non-empty list, e.g. {key} = [...]")
+        if len(set(map(repr, values))) != len(values):
+            raise fail(line, f"axis {key!r} lists a value twice")
+        for v in values:
+            problem = ENGINE_KEYS[engine][key](v)
+            if problem:
+                raise fail(lines.of_value("axes", key, v), f"axis {key!r}: {problem}")
+    base = _check_settings(defaults, "", lines, fail, partial=True)
+    keys = list(axes)
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        point = dict(zip(keys, combo))
+        name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
+        settings = {**base, **point}
+        if _impossible(engine, settings):
+            continue  # bf16 keys run on niah's kernels: no bf16/stock arm
+        _check_required(settings, engine, lines.of("axes"), fail)
+        if engine == "command":
+            _check_placeholders(settings, lines.of("", "command"), fail)
+        configs.append(MatrixConfig(name, engine, settings, point, lines.of("axes")))
+    return configs
+
+
+def _listed(explicit: list, defaults: dict, lines: TomlLines, fail) -> list[MatrixConfig]:
+    """The [[config]] tables: defaults + each one's own keys (no axes)."""
+    configs: list[MatrixConfig] = []
     for i, entry in enumerate(explicit):
         section = ("config", i)
         line = lines.of(section)
         if "name" not in entry:
             raise fail(line, "[[config]] needs a `name`")
         name = entry["name"]
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.match(name):
             raise fail(lines.of(section, "name"),
                        f"config name {name!r}: use letters, digits, '.', '_' or '-' (it names a log file)")
         merged = {**defaults, **{k: v for k, v in entry.items() if k != "name"}}
@@ -290,16 +187,7 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
             raise fail(lines.of(section, "kernels"), "sglang: bf16 index keys run on kernels = \"niah\", not stock")
         axes_of = {k: entry[k] for k in AXIS_KEYS if k in entry}
         configs.append(MatrixConfig(name, engine, settings, axes_of, line))
-
-    configs.sort(key=lambda c: c.line)  # file order: a [[config]] above [axes] runs first
-    if not configs:
-        raise fail(1, "no configurations: add an [axes] table or a [[config]] table")
-    seen: dict[str, MatrixConfig] = {}
-    for c in configs:
-        if c.name in seen:
-            raise fail(c.line, f"configuration name {c.name!r} is used twice (also line {seen[c.name].line})")
-        seen[c.name] = c
-    return Matrix(path, configs)
+    return configs
 
 
 def _impossible(engine: str, settings: dict[str, Any]) -> bool:
@@ -344,8 +232,8 @@ def _check_settings(values: dict[str, Any], section: Any, lines: TomlLines, fail
         if key == "args":
             for a in v:
                 flag = a.split("=", 1)[0]
-                if flag in _RESERVED_FLAGS:
-                    raise fail(where(key), f"args may not set {flag} ({_RESERVED_FLAGS[flag]})")
+                if flag in RESERVED_FLAGS:
+                    raise fail(where(key), f"args may not set {flag} ({RESERVED_FLAGS[flag]})")
         out[key] = v
     if not partial:
         _check_required({**out}, engine, lines.of(section), fail)

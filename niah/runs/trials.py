@@ -1,16 +1,12 @@
-"""The run folder: `manifest.json` + `trials.jsonl`, crash-safe and resumable.
+"""RUN/trials.jsonl: one line per finished trial, crash-safe and resumable.
 
-A run folder holds one sweep (one or many configurations):
-
-    RUN/manifest.json   what was asked and who answered (schema_version, args, configs, ...)
-    RUN/trials.jsonl    one JSON object per *finished* trial, appended, flushed and fsynced
-    RUN/logs/           server logs of launched engines (serving/)
-    RUN/report/         figures and summary.md (niah report)
-
-A trial is identified by (config, length, depth, trial): `trial_key()`. Resume reads the
-keys already present and runs only the rest; a truncated last line (kill -9 mid-write) is
-reported and skipped. Records carry `schema_version`; readers refuse a newer major one.
-The full record layout is documented in docs/run-format.md.
+`RunStore` appends each finished trial (flushed and fsynced) and knows which are done;
+`read_trials` reads the file back, skipping (and listing) lines a kill cut short;
+`load_run` gives a run folder's manifest (niah.runs.manifest) and trials. A trial is
+identified by (config, length, depth, trial): `trial_key()`. Resume reads the keys
+already present and runs only the rest; trials recorded as `error` are set aside in
+trials.errors.jsonl and run again. Records carry `schema_version` (niah.runs.record);
+readers refuse a newer one. The full record layout is documented in docs/run-format.md.
 """
 
 from __future__ import annotations
