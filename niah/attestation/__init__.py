@@ -8,10 +8,11 @@ writes; the run folder (niah.runs.manifest) stores what readings return.
 """
 
 from niah.attestation.format import FIELD, from_server_info
-from niah.attestation.readings import begin_segment, end_segment, read_server, reading_of
+from niah.attestation.readings import (begin_segment, end_segment, open_segment, read_server, reading_of,
+                                      start_contradiction)
 from niah.attestation.rules import INVALID, UNATTESTED, VALID, last_attestation, status
 from niah.attestation.verdict import ACCEPT_FLAG, check_configs, counts, report_section, say_state
 
 __all__ = ["ACCEPT_FLAG", "FIELD", "INVALID", "UNATTESTED", "VALID", "begin_segment", "check_configs", "counts",
-           "end_segment", "from_server_info", "last_attestation", "read_server", "reading_of", "report_section",
-           "say_state", "status"]
+           "end_segment", "from_server_info", "last_attestation", "open_segment", "read_server", "reading_of",
+           "report_section", "say_state", "start_contradiction", "status"]

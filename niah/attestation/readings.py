@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from niah.attestation.format import FIELD, from_server_info
-from niah.attestation.rules import status
+from niah.attestation.rules import came_back_different, label_contradiction, status
 from niah.client import root_url
 
 
@@ -81,3 +81,27 @@ def end_segment(entry: dict, reading: dict) -> dict:
         segs[-1] = {**segs[-1], "end": reading}
 
     return _changes(entry, close)
+
+
+def open_segment(entry: dict) -> bool:
+    """Whether a configs entry's last segment has no end reading (niah was killed)."""
+    rec = entry.get("attestation")
+    segs = rec.get("segments") if isinstance(rec, dict) else None
+    return bool(segs) and isinstance(segs[-1], dict) and segs[-1].get("end") is None
+
+
+def start_contradiction(entry: dict) -> str | None:
+    """Why the start reading of a configs entry's newest segment refuses the sweep: the
+    server came back different from the reading before it, or it contradicts a label
+    (naming the axis); None when it does not."""
+    segs = (entry.get("attestation") or {}).get("segments") or []
+    if not segs or not isinstance(segs[-1], dict):
+        return None
+    start = segs[-1].get("start") or {}
+    if len(segs) > 1:
+        changed = came_back_different(segs[-2:])
+        if changed:
+            return changed[1]
+    if start.get("error") or not start.get("attestation"):
+        return None
+    return label_contradiction(entry, start["attestation"])

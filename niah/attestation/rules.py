@@ -1,6 +1,14 @@
 """What an attestation must show for a configuration to count: `status(entry)`.
 
-Per segment (one invocation's readings at the start and end of its sweep):
+Per segment (one invocation's readings at the start and end of its sweep). A segment
+with no end reading (niah killed, SIGKILL; its server unreachable, an outage) is closed by
+the next segment's start reading (the `--resume` that followed) when the server attests
+the same thing there (same arm, same facts): then its start and that reading are judged,
+but not its counters' growth (the server may have restarted: counters reset by a restart
+between segments are not "counters went down"). A server that comes back different (at
+a bridge, or between one segment's end and the next one's start) is INVALID, naming what
+changed (`index_dtype fp8 -> bf16`). Every label is compared with EVERY reading, start
+and end, of every segment.
 
 - launched `sglang` and `embedded` configurations must prove what they ran: both readings
   answered; otherwise INVALID (a server that died, a /server_info that errors or is
@@ -17,10 +25,21 @@ Per segment (one invocation's readings at the start and end of its sweep):
       and CUDA-graph capture happen before the start reading);
     - kernels "niah" with fp8 keys: every logits call ran a niah kernel, and niah's fp8
       logits ran during the sweep; the pool is not a bf16 one.
+    The "during the sweep" proof (bf16 keys stored and read, niah's fp8 logits ran) must
+    come from a segment that has BOTH its own readings (a segment closed by the next
+    one's start proves nothing about growth); a segment with both readings in which no
+    indexer call ran at all (a resume with nothing left to ask) needs none, so long as
+    another one proves it.
+  - a label the server never reports is UNATTESTED, launched or not: SGLang's plugin
+    reports index_dtype, kernels and the facts rotation / query / store (attention dsa
+    follows from an index dtype), not index_topk or window; the embedded server reports
+    attention, index_topk, window and rotation as well.
 - `external` and `command` configurations: what their server reports is judged as above
   (a contradiction is INVALID); labels it does not report (index_dtype, kernels,
   attention, index_topk, window) are UNATTESTED. kernels "stock" is attested by an SGLang
   /server_info with no niah_attestation. No labels: valid.
+- a configuration absent from the manifest (`status(None)`: trials under a name no sweep
+  of the run recorded) is INVALID.
 
 `status(entry)` is the one place that judges a manifest `configs.<name>` entry: VALID,
 INVALID or UNATTESTED, and why; report, compare and gate all use it. Pure functions.
@@ -45,8 +64,10 @@ def labels(entry: dict) -> dict:
 
 def status(entry: dict | None) -> tuple[str, str]:
     """(state, reason) of one manifest `configs.<name>` entry (or baseline configuration):
-    state is VALID, INVALID or UNATTESTED (module doc)."""
-    return judge(entry or {})
+    state is VALID, INVALID or UNATTESTED (module doc). None (no such entry) is INVALID."""
+    if entry is None:
+        return INVALID, "absent from the manifest: its trials were not written by a sweep of this run"
+    return judge(entry)
 
 
 def last_attestation(entry: dict) -> dict | None:
@@ -82,7 +103,7 @@ def _segments(entry: dict) -> list[dict]:
 
 
 def judge(entry: dict) -> tuple[str, str]:
-    """(state, reason) of one configuration: the worst of its segments."""
+    """(state, reason) of one configuration: the worst of its segments (module doc)."""
     engine = entry.get("engine")
     segments = _segments(entry)
     if not segments:
@@ -92,11 +113,30 @@ def judge(entry: dict) -> tuple[str, str]:
         if labels(entry):
             return UNATTESTED, f"labels {_fmt(labels(entry))} are not attested: no attestation was read from its server"
         return VALID, "no labels to attest"
-    results = [_segment(s, engine, _label(entry), labels(entry)) for s in segments]
-    for state in (INVALID, UNATTESTED):
-        for i, (s, reason) in enumerate(results):
-            if s == state:
-                return s, (f"segment {i + 1} of {len(results)}: " if len(results) > 1 else "") + reason
+    n = len(segments)
+    where = (lambda i: f"segment {i + 1} of {n}: ") if n > 1 else (lambda i: "")
+    changed = came_back_different(segments)
+    if changed:
+        i, what = changed
+        return INVALID, where(i) + what
+    results, growth = [], []
+    for i, seg in enumerate(segments):
+        nxt = segments[i + 1].get("start") if i + 1 < n else None
+        state, reason, proof = _segment(seg, engine, _label(entry), labels(entry), nxt)
+        results.append((state, reason))
+        growth.append(proof)
+    for i, (s, reason) in enumerate(results):
+        if s == INVALID:
+            return s, where(i) + reason
+    judged = [(i, g) for i, g in enumerate(growth) if g is not None]
+    failed = [(i, why) for i, (kind, why) in judged if kind == "failed"]
+    if not failed and judged and not any(kind == "proved" for _, (kind, _) in judged):
+        failed = [(i, why) for i, (_, why) in judged[:1]]  # only idle segments: the first one's why
+    if failed:
+        return INVALID, where(failed[0][0]) + failed[0][1]
+    for i, (s, reason) in enumerate(results):
+        if s == UNATTESTED:
+            return s, where(i) + reason
     return VALID, results[-1][1]
 
 
@@ -108,35 +148,77 @@ def _problem(r: dict | None, when: str) -> str | None:
     return None
 
 
-def _segment(seg: dict, engine: str | None, label: dict, stated: dict) -> tuple[str, str]:
+def _identity(a: dict) -> dict:
+    """What a reading's attestation says the server is (compared across readings)."""
+    out = {"index_dtype": a.get("index_dtype"), "kernels": a.get("kernels")}
+    if a.get("pool_bytes_per_token") is not None:  # known once a key was stored
+        out["pool_bytes_per_token"] = a["pool_bytes_per_token"]
+    for k, v in (a.get("facts") or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+def _changes(a0: dict, a1: dict) -> list[str]:
+    """"key old -> new" for what two attestations state differently (keys both state)."""
+    i0, i1 = _identity(a0), _identity(a1)
+    return [f"{k} {i0[k]} -> {i1[k]}" for k in i0 if k in i1 and i0[k] != i1[k]
+            and not (k == "pool_bytes_per_token" and (i0[k] is None or i1[k] is None))]
+
+
+def _usable(r: dict | None) -> bool:
+    return bool(r) and not r.get("error")
+
+
+def came_back_different(segments: list[dict]) -> tuple[int, str] | None:
+    """(segment index, why) when a resumed segment's server attests something else than
+    the one before it did (its end reading, else its start)."""
+    for i in range(1, len(segments)):
+        prev, start = segments[i - 1], segments[i].get("start")
+        before = next((r for r in (prev.get("end"), prev.get("start")) if _usable(r) and r.get("attestation")), None)
+        if before is None or not _usable(start) or not start.get("attestation"):
+            continue
+        diff = _changes(before["attestation"], start["attestation"])
+        if diff:
+            return i, f"the server came back different when the sweep resumed: {', '.join(diff)}"
+    return None
+
+
+def _segment(seg: dict, engine: str | None, label: dict, stated: dict,
+             nxt: dict | None) -> tuple[str, str, tuple | None]:
+    """(state, reason, growth): growth is None (no proof needed, or none judged) or
+    (kind, why): kind "proved", "failed", or "idle" (no indexer call at all, a resume with
+    nothing to ask: needs none if another segment proves it)."""
     S, E = seg.get("start"), seg.get("end")
+    bridged = not _usable(E) and _usable(nxt) and S is not None
+    if bridged:
+        E = nxt  # closed by the resumed sweep's start reading (module doc)
     problem = _problem(E, "end") or _problem(S, "start")
     attested = any(r and r.get("attestation") for r in (S, E))
     if engine in LAUNCHED or attested:
         if problem:
-            return INVALID, problem
+            return INVALID, problem, None
         if engine == "sglang" and label.get("kernels") == "stock":
-            return _stock(S, E)
+            return (*_stock(S, E), None)
         for r, when in ((S, "start"), (E, "end")):
             bad = _coverage(r, when, engine)
             if bad:
-                return INVALID, bad
-        state, reason = _attested(S["attestation"], E["attestation"], label)
-        if state != VALID or engine in LAUNCHED:
-            return state, reason
-        rest = {k: v for k, v in stated.items() if not _reports(E["attestation"], k)}
+                return INVALID, bad, None
+        state, reason, growth, rest = _attested(S["attestation"], E["attestation"], label, bridged)
+        if state != VALID:
+            return state, reason, None
+        rest = {k: v for k, v in stated.items() if k in rest}
         if rest:
-            return UNATTESTED, f"labels {_fmt(rest)} are not reported by its server ({reason})"
-        return VALID, reason
+            return UNATTESTED, f"labels {_fmt(rest)} are not reported by its server ({reason})", growth
+        return VALID, reason, growth
     if stated.get("kernels") == "stock" and not problem and _absent(S) and _absent(E):
         rest = {k: v for k, v in stated.items() if k != "kernels"}
         why = f"niah's plugin absent in all {E['internal_states']} SGLang scheduler(s)"
-        return (UNATTESTED, f"labels {_fmt(rest)} are not attested ({why} attests kernels=stock only)") if rest \
-            else (VALID, why)
+        return ((UNATTESTED, f"labels {_fmt(rest)} are not attested ({why} attests kernels=stock only)", None) if rest
+                else (VALID, why, None))
     if stated:
         return UNATTESTED, (f"labels {_fmt(stated)} are not attested: its server reports no niah_attestation"
-                            + (f" ({problem})" if problem else ""))
-    return VALID, "no labels to attest" + (f" ({problem})" if problem else "")
+                            + (f" ({problem})" if problem else "")), None
+    return VALID, "no labels to attest" + (f" ({problem})" if problem else ""), None
 
 
 def _absent(r: dict) -> bool:
@@ -196,43 +278,77 @@ def _kernels(calls: dict, paths):
                 yield p, dtype, kernel, n
 
 
-def _attested(A0: dict, A1: dict, label: dict) -> tuple[str, str]:
-    for a, when in ((A0, "start"), (A1, "end")):
-        if a.get("disagree"):
-            return INVALID, f"the schedulers disagree on {', '.join(a['disagree'])} at the {when}"
-        if a.get("legacy"):
-            return INVALID, ("its attestation names no kernels and has no reading at the start of the sweep "
-                             "(written by an older niah); sweep it again")
-    arm0 = (A0.get("index_dtype"), A0.get("kernels"))
-    arm1 = (A1.get("index_dtype"), A1.get("kernels"))
-    if arm0 != arm1:
-        return INVALID, f"the server's arm changed during the sweep ({'/'.join(map(str, arm0))} -> {'/'.join(map(str, arm1))})"
+def label_contradiction(entry: dict, a: dict) -> str | None:
+    """What in attestation `a` (a start reading's) contradicts the entry's labels, or None."""
+    bad, _ = _check_label(a, _label(entry), "start")
+    return bad if bad and "but the server ran" in bad else None
+
+
+def _check_label(a: dict, label: dict, when: str) -> tuple[str | None, set]:
+    """(contradiction or None, label keys this reading does not report)."""
     dense = label.get("attention") == "dense"
+    unreported = set()
+    at = "" if when == "end" else f" at the {when} of the sweep"
     for key, want in label.items():
         if dense and key in ("index_dtype", "index_rotation", "index_topk", "window", "kernels"):
             continue
-        got = _reports(A1, key)
+        got = _reports(a, key)
         if got is None and (key in ("index_dtype", "kernels", "attention")
                             or (key == "index_rotation" and want != "none")):
-            return INVALID, f"labelled {key} {want} but its server attests none"
-        if got is not None and got != want:
-            return INVALID, f"labelled {key} {want} but the server ran {got}"
+            return f"labelled {key} {want} but its server attests none{at}", unreported
+        if got is None:
+            unreported.add(key)
+        elif got != want:
+            return f"labelled {key} {want} but the server ran {got}{at}", unreported
+    return None, unreported
+
+
+def _attested(A0: dict, A1: dict, label: dict, bridged: bool = False) -> tuple[str, str, tuple | None, set]:
+    """(state, reason, growth, unreported label keys) of a segment's two attestations
+    (A1 is the next segment's start when `bridged`)."""
+    for a, when in ((A0, "start"), (A1, "end")):
+        if a.get("disagree"):
+            return INVALID, f"the schedulers disagree on {', '.join(a['disagree'])} at the {when}", None, set()
+        if a.get("legacy"):
+            return INVALID, ("its attestation names no kernels and has no reading at the start of the sweep "
+                             "(written by an older niah); sweep it again"), None, set()
+    arm0 = (A0.get("index_dtype"), A0.get("kernels"))
+    arm1 = (A1.get("index_dtype"), A1.get("kernels"))
+    if bridged and _changes(A0, A1):
+        return INVALID, ("the sweep stopped without a reading at its end and the server came back different: "
+                         + ", ".join(_changes(A0, A1))), None, set()
+    if arm0 != arm1:
+        return INVALID, f"the server's arm changed during the sweep ({'/'.join(map(str, arm0))} -> {'/'.join(map(str, arm1))})", None, set()
+    if _changes(A0, A1):
+        return INVALID, f"the server changed during the sweep: {', '.join(_changes(A0, A1))}", None, set()
+    unreported: set = set()
+    for a, when in ((A1, "end"), (A0, "start")):
+        bad, missing = _check_label(a, label, when)
+        if bad:
+            return INVALID, bad, None, set()
+        unreported |= missing
     grown = add_calls(A1.get("calls") or {}, A0.get("calls") or {}, sign=-1)
-    if any(v < 0 for _, _, _, n in _kernels(grown, (*KEY_PATHS, "topk")) for v in n.values()):
-        return INVALID, "its counters went down during the sweep (the server restarted?)"
+    if bridged:
+        grown = {}  # the counters of a segment closed by the next start prove nothing (module doc)
+    elif any(v < 0 for _, _, _, n in _kernels(grown, (*KEY_PATHS, "topk")) for v in n.values()):
+        return INVALID, "its counters went down during the sweep (the server restarted?)", None, set()
     dtype, kernels = arm1
-    if dtype == "bf16":
-        bad = _bf16(A1, grown)
-        if bad:
-            return INVALID, bad
-    elif dtype == "fp8" and kernels == "niah":
-        bad = _fp8_niah(A1, grown)
-        if bad:
-            return INVALID, bad
-    return VALID, _ran(A1, grown)
+    growth = None
+    if dtype == "bf16" or (dtype == "fp8" and kernels == "niah"):
+        for a in (A0, A1):  # what ran up to each reading
+            bad = _bf16_paths(a) if dtype == "bf16" else _fp8_niah_paths(a)
+            if bad:
+                return INVALID, bad, None, set()
+        if not bridged:
+            idle = not any(int(n.get("eager", 0)) + int(n.get("replayed", 0))
+                           for _, _, _, n in _kernels(grown, (*KEY_PATHS, "topk")))
+            why = _bf16_grown(A1, grown) if dtype == "bf16" else _fp8_niah_grown(grown)
+            growth = ("proved", None) if why is None else ("idle" if idle else "failed", why)
+    reason = _ran(A1, grown) + (" (closed by the resumed sweep's start reading)" if bridged else "")
+    return VALID, reason, growth, unreported
 
 
-def _bf16(a: dict, grown: dict) -> str | None:
+def _bf16_paths(a: dict) -> str | None:
     if a.get("fp8_reads_while_bf16"):
         return f"{a['fp8_reads_while_bf16']} fp8 index-key path call(s) while bf16 was configured"
     for path, dtype, kernel, _ in _kernels(a.get("calls") or {}, KEY_PATHS):
@@ -241,6 +357,10 @@ def _bf16(a: dict, grown: dict) -> str | None:
     pool = a.get("pool_bytes_per_token")
     if a.get("kernels") == "niah" and pool not in BF16_POOL_BYTES:
         return f"bf16 configured but the pool holds {pool} B/token/layer, not a bf16 row (256 on V3.2, 264 on V4)"
+    return None
+
+
+def _bf16_grown(a: dict, grown: dict) -> str | None:
     if not _total(grown, ("store",), "bf16"):
         return "bf16 configured but no bf16 key was stored during the sweep"
     if not _total(grown, READ_PATHS, "bf16"):
@@ -250,12 +370,16 @@ def _bf16(a: dict, grown: dict) -> str | None:
     return None
 
 
-def _fp8_niah(a: dict, grown: dict) -> str | None:
+def _fp8_niah_paths(a: dict) -> str | None:
     for path, _, kernel, _ in _kernels(a.get("calls") or {}, READ_PATHS):
         if kernel.split(".", 1)[0] != "niah":
             return f"labelled kernels niah but {path} ran {kernel}"
     if a.get("pool_bytes_per_token") in BF16_POOL_BYTES:
         return f"fp8 configured but the pool holds a bf16 row ({a['pool_bytes_per_token']} B/token/layer)"
+    return None
+
+
+def _fp8_niah_grown(grown: dict) -> str | None:
     if not _total(grown, READ_PATHS, "fp8", owner="niah"):
         return "labelled kernels niah but niah's fp8 logits kernels did not run during the sweep"
     return None

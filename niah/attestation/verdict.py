@@ -40,20 +40,21 @@ def check_configs(manifest: dict, names, where: str, accept_unattested: bool = F
     return notes
 
 
-def _shown(entry: dict) -> bool:
-    return bool(entry.get("engine") in LAUNCHED or labels(entry) or last_attestation(entry))
+def _shown(entry: dict | None) -> bool:
+    return entry is None or bool(entry.get("engine") in LAUNCHED or labels(entry) or last_attestation(entry))
 
 
 def report_section(manifest: dict, names) -> str | None:
     """Markdown for `niah report`: each configuration's state (valid, **INVALID**,
     unattested) and why. None when no configuration is launched, labelled or attested."""
     configs = manifest.get("configs") or {}
-    entries = {n: configs.get(n) or {} for n in names}
+    entries = {n: configs.get(n) for n in names}  # None: absent from the manifest (INVALID)
     if not any(_shown(e) for e in entries.values()):
         return None
     rows = []
     for name, entry in entries.items():
         state, reason = status(entry)
+        entry = entry or {}
         end = last_attestation(entry) or {}
         arm = "/".join(str(end.get(k)) for k in ("index_dtype", "kernels")) if end else "—"
         mark = {INVALID: "**INVALID**", UNATTESTED: "*unattested*"}.get(state, state)

@@ -159,8 +159,8 @@ def sweep(
 
     Every trial's prompt is exactly LENGTH tokens as the server counts them (chat template
     included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
-    and the prompts to OUT/prompts.jsonl. Ctrl-C keeps every finished trial: rerun with
-    --resume to finish.
+    and the prompts to OUT/prompts.jsonl. Ctrl-C or SIGTERM keeps every finished trial
+    (exit 130 / 143): rerun with --resume to finish.
     """
     from rich.console import Console
 
@@ -200,17 +200,72 @@ def sweep(
     console = Console(stderr=True)
     progress = None if quiet else SweepProgress(console)
     try:
-        if matrix is not None:
-            from niah.serving.matrix import run_matrix
+        with _terminate_as_interrupt():
+            if matrix is not None:
+                from niah.serving.matrix import run_matrix
 
-            run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config)
-        else:
-            target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
-            run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
-    except KeyboardInterrupt:
-        console.print(f"interrupted: finished trials are saved in {out}; finish with --resume")
-        raise typer.Exit(130) from None
+                run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config)
+            else:
+                target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
+                run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
+    except KeyboardInterrupt as e:
+        name = str(e.args[0]) if e.args else "SIGINT"
+        print(f"niah: interrupted ({name}): finished trials are saved in {out}; resume with: "
+              f"{resume_command(sys.argv[1:], out)}", file=sys.stderr, flush=True)
+        raise typer.Exit(EXIT_ON_SIGNAL.get(name, 130)) from None
     print_outcome(out)
+
+
+EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}  # 128 + the signal's number
+
+
+def _terminate_as_interrupt():
+    """SIGTERM and SIGHUP raise KeyboardInterrupt(name) like Ctrl-C, so the same clean-up
+    runs: answered trials are kept, the end reading is taken while the server answers."""
+    import contextlib
+    import signal
+    import threading
+
+    @contextlib.contextmanager
+    def block():
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    return block()
+
+
+def resume_command(argv: list[str], out: Path) -> str:
+    """The `niah sweep ... --resume` that finishes this run (no bearer token in it: pass it
+    again through NIAH_API_KEY)."""
+    import shlex
+
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--api-key":
+            skip = True
+            continue
+        if a.startswith("--api-key="):
+            continue
+        args.append(a)
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(out)]
+    if "--resume" not in args:
+        args.append("--resume")
+    return shlex.join(["niah", *args])
 
 
 def print_outcome(out: Path) -> None:

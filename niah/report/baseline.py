@@ -135,7 +135,9 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
 
 
 def load_side(path: Path | str):
-    """(manifest, trial frame, description) of a run folder or a baseline file."""
+    """(manifest, trial frame, description) of a run folder or a baseline file (compare
+    and gate read trials here). BadInput: no trials, or trials under a configuration the
+    manifest does not list (appended from elsewhere: nothing attests them)."""
     path = Path(path)
     if path.is_dir():
         manifest, records = load_run(path)
@@ -147,4 +149,9 @@ def load_side(path: Path | str):
         raise BadInput(f"{path}: no such run folder or baseline file")
     if not records:
         raise BadInput(f"{path}: no trials")
+    known = manifest.get("configs") or {}
+    unknown = sorted({str(r.get("config")) for r in records if r.get("config") not in known})
+    if unknown:
+        raise BadInput(f"{path}: trials of configuration(s) {', '.join(map(repr, unknown))} that its manifest does "
+                       "not list (not written by a sweep of this run); refusing to compare them")
     return manifest, trials_frame(records), what

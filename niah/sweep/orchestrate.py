@@ -6,7 +6,11 @@
 `orchestrate(prepared, spec, store)` is the loop every configuration goes through: for
 each prepared target with trials left, read its server's attestation (begin segment),
 run its trials (niah.sweep.run), record its counter's cost, read the attestation again
-(end segment) and say when the configuration is not valid. The readings are judged by
+(end segment) and say when the configuration is not valid. A start reading that
+contradicts a configuration's label (or a server that came back different on --resume)
+is refused (BadInput) before any trial is asked. A configuration whose last segment has no
+end reading (niah was killed) gets a segment even with no trial left, so the new start
+reading closes the old one (niah.attestation.rules). The readings are judged by
 niah.attestation (pure) and written by niah.runs.manifest. `run_sweep` is the plain
 sweep over endpoints someone else runs; niah.serving.matrix starts a server per
 configuration (a Target with a lifecycle) and calls `orchestrate` for it.
@@ -23,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from niah.attestation import begin_segment, end_segment, read_server, say_state
+from niah.attestation import begin_segment, end_segment, open_segment, read_server, say_state, start_contradiction
 from niah.errors import BadInput
 from niah.prompts.sets import SetIndex, read_set
 from niah.runs.folder import check_same_tokenizers, start_run
@@ -57,10 +61,21 @@ def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress
     niah.sweep.progress.SweepProgress) is shown while they run when `live` (else the
     caller shows it). The end segment is read however the run ends (an error, Ctrl-C)."""
     out = store.dir
-    began = [p for p in prepared if pending_trials(p.target.name, spec, store.done)]
+    configs = read_manifest(out).get("configs") or {}
+    began = [p for p in prepared if pending_trials(p.target.name, spec, store.done)
+             or open_segment(configs.get(p.target.name) or {})]
+    refused = []
     for p in began:
         reading = read_target(p)
-        update_config(out, p.target.name, lambda entry: begin_segment(entry, reading))
+        entry = update_config(out, p.target.name, lambda entry: begin_segment(entry, reading))
+        bad = start_contradiction(entry)
+        if bad:
+            refused.append(f"{p.target.name}: {bad}")
+    if refused:  # the server is not what its label says: not one trial is asked of it
+        for p in began:
+            reading = read_target(p)
+            update_config(out, p.target.name, lambda entry: end_segment(entry, reading))
+        raise BadInput(f"refusing to sweep: {refused[0]}")
 
     async def main() -> None:
         if concurrent:

@@ -14,7 +14,8 @@ Faults: --fail-first N (first N generation requests get 503), --drop-every N (ev
 generation request's connection is closed with no response), --delay S. Faults hit the
 trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
---api-key K: every request needs `Authorization: Bearer K` (401 otherwise).
+--api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
+--attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
 GET /stats gives request counters. Prints `PORT <n>` once listening (port 0 = free).
 
     python tests/servers/oracle.py --port 0 --max-model-len 32768
@@ -174,8 +175,10 @@ def make_handler(oracle: Oracle):
                     entry["niah_extensions"] = ["needle_span"]
                 return self._json(200, {"object": "list", "data": [entry]})
             if self.path == "/server_info":
-                return self._json(200, {"engine": "oracle", "max_model_len": args.max_model_len,
-                                        "template": "chatml+bos"})
+                info = {"engine": "oracle", "max_model_len": args.max_model_len, "template": "chatml+bos"}
+                if args.attestation:
+                    info["niah_attestation"] = json.loads(args.attestation)
+                return self._json(200, info)
             if self.path == "/stats":
                 with oracle.lock:
                     return self._json(200, dict(oracle.stats))
@@ -306,6 +309,7 @@ def main(argv=None) -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
     p.add_argument("--api-key", help="require this bearer token")
+    p.add_argument("--attestation", help="a niah_attestation record (JSON) for /server_info")
     p.add_argument("--tokenize-shape", choices=("known", "odd", "zero", "off"), default="known",
                    help="odd: /tokenize answers {\"n_tokens\": ...}; zero: it counts 0 for everything; "
                         "off: its counts are 25 more than the model sees")
