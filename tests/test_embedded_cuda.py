@@ -29,7 +29,7 @@ from niah.serving.embedded.model import LayerCache, ModelArgs, Transformer  # no
 from niah.serving.sglang import attest  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-HKV, G, D = 2, 3, 16
+HKV, G, D = 2, 3, 32      # fp8 tl.dot on a GPU needs K >= 32
 H = HKV * G
 
 
@@ -215,3 +215,27 @@ def test_serve_device_cuda_without_a_gpu_is_one_line_exit_2():
     assert r.returncode == 2
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert len(lines) == 1 and "no CUDA GPU" in lines[0]
+
+
+def test_probe_tensor_stats_equal_row_stats():
+    from niah.serving.embedded.probe import STAT_KEYS, ProbeLog, row_stats, row_stats_tensor
+
+    g = torch.Generator().manual_seed(5)
+    for trial in range(20):
+        S, k = 50, 8
+        scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
+        if trial % 3 == 0:
+            scores[10:20] = 0.0                      # ties at the ReLU's 0
+        kept = torch.zeros(S, dtype=torch.bool)
+        kept[scores.topk(k).indices] = True
+        span = (12, 15) if trial % 2 else (30, 34)
+        want = row_stats(scores, kept, exact, k, span)
+        log = ProbeLog(span, 1, k)
+        log.record(0, S - 1, S, row_stats_tensor(scores, kept, exact, k, span))
+        log.next_step()
+        got = log.steps[0]
+        for key in STAT_KEYS:
+            if want[key] is None:
+                assert got[key][0] is None
+            else:
+                assert got[key][0] == pytest.approx(round(want[key], 5), abs=1e-5), key

@@ -37,7 +37,7 @@ def build_model(cfg, loaded):
     from niah.serving.embedded.model import Transformer
 
     cuda = cfg.device.startswith("cuda")
-    if cuda:
+    if cuda and ":" in cfg.device:
         torch.cuda.set_device(torch.device(cfg.device))
     model = Transformer.from_loaded(loaded, device=cfg.device, rope_scaling=cfg.rope_scaling,
                                     rope_factor=cfg.rope_factor)

@@ -38,7 +38,7 @@ from niah.kernels.quant import INDEX_DTYPES, quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.paging import IndexKeyPool
 from niah.serving.embedded.model import LayerCache, dense_attention
-from niah.serving.embedded.probe import row_stats
+from niah.serving.embedded.probe import row_stats_tensor
 from niah.serving.sglang import attest
 
 BF16_READS = ("fused", "gather")
@@ -69,6 +69,7 @@ class CudaDSA:
         self.window = 0
         self.n_kv, self.dim = n_kv, dim
         self.device = torch.device(device)
+        self._memo: dict = {}          # small per-shape tensors reused across layers (weights, lengths, slots)
         if index_dtype == "fp32":
             self.pool = None
             self.keys32 = torch.zeros(n_layer, n_kv, capacity, dim, device=self.device)
@@ -91,6 +92,8 @@ class CudaDSA:
 
         _, Hkv, T, D = k.shape
         kk = rotate(k[0], self.rotation)                                   # [Hkv, T, D] fp32
+        if cache.layer_id == 0:
+            self._memo = {}                        # a new step: its lengths and slots
         if self.pool is None:
             self.keys32[cache.layer_id, :, start:start + T] = kk
             attest.record("store", "fp32", "torch.copy_")
@@ -99,7 +102,8 @@ class CudaDSA:
             if start == 0:
                 self.pool.reset()
             self.pool.ensure(start + T)
-        store_index_keys(kk.reshape(Hkv * T, D), self.pool.layer(cache.layer_id), self.pool.slots(start, T),
+            self._memo["slots"] = self.pool.slots(start, T)       # this step's slots, for every layer
+        store_index_keys(kk.reshape(Hkv * T, D), self.pool.layer(cache.layer_id), self._memo["slots"],
                          block_kv=64)
         attest.record("store", self.index_dtype, "niah.store_index_keys")
 
@@ -107,9 +111,15 @@ class CudaDSA:
         return rotate(q, self.rotation) if self.rotation != "none" else q
 
     # -- scores -------------------------------------------------------------------------------
+    def _memoized(self, key, make):
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = make()
+        return got
+
     def _weights(self, rows: int, G: int) -> torch.Tensor:
         H = self.n_kv * G
-        return torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device)
+        return self._memoized(("w", rows, G), lambda: torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device))
 
     def _causal(self, scores: torch.Tensor, p0: int) -> torch.Tensor:
         C, S = scores.shape
@@ -125,8 +135,8 @@ class CudaDSA:
         _, H, C, D = q.shape
         G, S = H // self.n_kv, p0 + C
         qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
-        ks = torch.zeros(C, dtype=torch.int32, device=self.device)
-        ke = torch.arange(p0 + 1, S + 1, dtype=torch.int32, device=self.device)
+        ks = self._memoized(("ks", C), lambda: torch.zeros(C, dtype=torch.int32, device=self.device))
+        ke = self._memoized(("ke", p0, C), lambda: torch.arange(p0 + 1, S + 1, dtype=torch.int32, device=self.device))
         total = None
         for g in range(self.n_kv):
             if self.index_dtype == "fp8":
@@ -155,7 +165,7 @@ class CudaDSA:
         qg = q[0, :, 0].view(self.n_kv, 1, G, D)                          # [Hkv, next_n=1, G, D]
         if self.index_dtype == "fp32" or self.bf16_read == "gather":
             return self.prefill_scores(layer, q, S - 1, "decode_logits")
-        ctx = torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device)
+        ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
         if self.index_dtype == "fp8":
             q8, qs = quantize_fp8(qg)                                      # [Hkv, 1, G, D], [Hkv, 1, G]
             out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._weights(self.n_kv, G) * qs[:, 0],
@@ -228,16 +238,16 @@ class CudaDSA:
                         kept[a:b].float().mean().item() if b > a else 1.0)
                 if probe is not None:
                     Sr = kept.shape[0]
-                    probe.record(cache.layer_id, Sr - 1, Sr,
-                                 row_stats(scores[-1, :Sr].float(), kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr),
-                                           self.topk, probe.span))
+                    probe.record(cache.layer_id, Sr - 1, Sr, row_stats_tensor(
+                        scores[-1, :Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
             out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
         return out
 
     def _kept_row(self, idx_row: torch.Tensor, S: int) -> torch.Tensor:
-        kept = torch.zeros(S, dtype=torch.bool, device=idx_row.device)
-        kept[idx_row[idx_row >= 0].long()] = True
-        return kept
+        """[S] bool of the kept positions (no host sync: -1 pads add 0 at position 0)."""
+        hits = torch.zeros(S, dtype=torch.int32, device=idx_row.device)
+        hits.index_add_(0, idx_row.clamp_min(0).long(), (idx_row >= 0).int())
+        return hits > 0
 
     def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
         """The probe's reference (as the CPU server's): the unrotated query row [1, H, 1, D]
