@@ -158,6 +158,8 @@ def test_gather_formula_at_deepseek_v4_shapes():
     v4 = SHAPES["deepseek-v4-indexer"]
     # 4,096 queries x 22,016 tokens, one 128-dim bf16 key per 4 tokens: 86 pages of 64 keys
     assert gather_bytes(4096, 22016, **v4) == 4096 * 86 * 64 * 128 * 2
+    # the story's 8.25 GiB: a 6,144-query chunk over 22,528 tokens (88 pages)
+    assert gather_bytes(6144, 22528, **v4) == 8.25 * 2**30
     # uncompressed (DeepSeek-V3.2's indexer): the 23.1 GB of the spec
     assert round(gather_bytes(4096, 22016, 128) / 1e9, 1) == 23.1
 
