@@ -1,4 +1,6 @@
-"""`niah serve`: the embedded OpenAI-compatible CPU server (SmolLM2-135M, dense or DSA)."""
+"""`niah serve`: the embedded OpenAI-compatible server (SmolLM2-135M, dense or DSA), on the
+CPU (the default: DSA emulated in torch) or a CUDA GPU (`--device cuda`: DSA run by the
+bundled Triton kernels; docs/embedded-server.md, "On a GPU")."""
 
 from __future__ import annotations
 
@@ -17,13 +19,22 @@ def serve(
              "rotated by the normalised Hadamard transform before the key store quantises)."),
     index_topk: int = typer.Option(512, "--index-topk", help="Keys each query keeps (DSA)."),
     window: int = typer.Option(0, help="The last W tokens are always kept too (DSA)."),
-    query_chunk: int = typer.Option(512, "--query-chunk", help="Queries scored at once (bounds memory)."),
+    query_chunk: int = typer.Option(None, "--query-chunk",
+                                    help="Queries scored at once (bounds memory; default 512 on the CPU, 4096 on CUDA)."),
+    device: str = typer.Option("cpu", help="cpu (DSA emulated in torch) or cuda / cuda:N (DSA by niah's Triton kernels)."),
+    rope_scaling: str = typer.Option("none", "--rope-scaling",
+                                     help="none, or yarn: YaRN over the original 8,192 tokens, context x --rope-factor."),
+    rope_factor: float = typer.Option(4.0, "--rope-factor", help="YaRN factor (with --rope-scaling yarn)."),
+    bf16_read: str = typer.Option("fused", "--bf16-read",
+                                  help="CUDA with bf16 keys: fused (the kernels read pages in place) or gather "
+                                       "(the naive read: every page copied for every query)."),
+    topk_impl: str = typer.Option("niah", "--topk", help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     threads: int = typer.Option(2, help="torch CPU threads."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
-    """Serve SmolLM2-135M-Instruct on the CPU, OpenAI-compatible, with dense or DSA attention."""
+    """Serve SmolLM2-135M-Instruct, OpenAI-compatible, with dense or DSA attention (CPU or CUDA)."""
     from niah.errors import BadInput
     from niah.kernels.rotation import ROTATIONS
 
@@ -37,8 +48,28 @@ def serve(
         raise BadInput("--index-topk must be >= 1")
     if window < 0:
         raise BadInput("--window must be >= 0")
+    if query_chunk is None:
+        query_chunk = 512 if device == "cpu" else 4096
     if query_chunk < 1 or threads < 1:
         raise BadInput("--query-chunk and --threads must be >= 1")
+    if rope_scaling not in ("none", "yarn"):
+        raise BadInput(f"--rope-scaling must be none or yarn, not {rope_scaling!r}")
+    if rope_scaling == "yarn" and not 1 < rope_factor <= 64:
+        raise BadInput(f"--rope-factor must be in (1, 64], not {rope_factor}")
+    if bf16_read not in ("fused", "gather"):
+        raise BadInput(f"--bf16-read must be fused or gather, not {bf16_read!r}")
+    if topk_impl not in ("niah", "torch"):
+        raise BadInput(f"--topk must be niah or torch, not {topk_impl!r}")
+    if device != "cpu":
+        if attention == "dsa" and window:
+            raise BadInput("--window is not served with --device cuda (the GPU path keeps the top-k only)")
+        if bf16_read == "gather" and (attention != "dsa" or index_dtype != "bf16"):
+            raise BadInput("--bf16-read gather needs --attention dsa --index-dtype bf16")
+    elif bf16_read != "fused" or topk_impl != "niah":
+        raise BadInput("--bf16-read and --topk choose the CUDA path's kernels: use them with --device cuda")
+    from niah.serving.embedded.device import check_device
+
+    check_device(device)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be 0..65535, not {port}")
     try:
@@ -49,5 +80,7 @@ def serve(
     from niah.serving.embedded.weights import gguf_path
 
     gguf_path()   # a clear error before anything heavy when the weights are missing
-    run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads, index_rotation),
+    run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads, index_rotation,
+                    device=device, rope_scaling=rope_scaling, rope_factor=rope_factor, bf16_read=bf16_read,
+                    topk_impl=topk_impl),
         host=host, port=port, log_level=log_level)

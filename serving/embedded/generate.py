@@ -31,7 +31,14 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
         stats["needle_positions"] = needle_positions
     if probe is not None:
         stats["probe"] = probe
+    peaks = None
+    if model.device.type == "cuda":                            # peak GPU memory per prompt length
+        from niah.serving.embedded.cuda.memory import PEAKS as peaks
+
+        peaks.begin()
     logits = model(torch.tensor([ids]), 0, stats=stats)       # [1, 1, V]
+    if peaks is not None:
+        peaks.end(len(ids))
     return logits[0, -1], stats
 
 

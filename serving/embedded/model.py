@@ -8,9 +8,17 @@ sparse attention). Batch size is 1: the server runs one sequence at a time.
 
 Shapes: B=1, T = new tokens this call, S = tokens in the cache after this call,
 H = 9 query heads, Hkv = 3 kv heads, D = 64 head dim.
+
+Device: the model runs where its weights are (`from_loaded(..., device=...)`: the CPU by
+default, or a CUDA device); caches, RoPE tables and token ids follow it.
+RoPE scaling (`rope_scaling="yarn"`, `rope_factor`): YaRN as transformers computes it
+(beta_fast 32, beta_slow 1, attention factor 0.1 ln(factor) + 1 on cos and sin) over the
+original context `block_size`, which grows to factor x block_size tokens.
 """
 
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 
@@ -32,10 +40,22 @@ class ModelArgs:
     norm_eps: float = 1e-5
     block_size: int = 8192          # max context (prompt + generated)
     tie_embeddings: bool = True
+    rope_scaling: str = "none"      # "none" or "yarn" (then block_size = rope_factor x the original)
+    rope_factor: float = 1.0
+    original_block_size: int = 8192
 
     @classmethod
-    def from_meta(cls, meta: dict) -> "ModelArgs":
-        return cls(**{k: v for k, v in meta["config"].items() if k in cls.__dataclass_fields__})
+    def from_meta(cls, meta: dict, rope_scaling: str = "none", rope_factor: float = 4.0) -> "ModelArgs":
+        args = cls(**{k: v for k, v in meta["config"].items() if k in cls.__dataclass_fields__})
+        args.original_block_size = args.block_size
+        if rope_scaling == "yarn":
+            if rope_factor <= 1:
+                raise ValueError(f"the YaRN factor must be > 1, not {rope_factor}")
+            args.rope_scaling, args.rope_factor = "yarn", float(rope_factor)
+            args.block_size = int(args.block_size * rope_factor)
+        elif rope_scaling != "none":
+            raise ValueError(f"rope scaling must be none or yarn, not {rope_scaling!r}")
+        return args
 
 
 @dataclass
@@ -59,8 +79,8 @@ def dense_attention(q: torch.Tensor, cache: LayerCache, start: int) -> torch.Ten
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     if start == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    pos = torch.arange(start, S)
-    mask = torch.arange(S)[None, :] <= pos[:, None]       # [T, S]
+    pos = torch.arange(start, S, device=q.device)
+    mask = torch.arange(S, device=q.device)[None, :] <= pos[:, None]       # [T, S]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
@@ -74,12 +94,33 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def yarn_inv_freq(base: float, dim: int, factor: float, original: int,
+                  beta_fast: float = 32.0, beta_slow: float = 1.0) -> tuple[torch.Tensor, float]:
+    """YaRN's frequencies and attention factor, as transformers' _compute_yarn_parameters:
+    -> (inv_freq [D/2] fp32, attention factor applied to cos and sin)."""
+    def corr_dim(rot: float) -> float:
+        return dim * math.log(original / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(math.floor(corr_dim(beta_fast)), 0), min(math.ceil(corr_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    extra = 1 - ramp                                                   # 1: keep the original frequency
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extra) + (1.0 / pos_freqs) * extra
+    return inv, 0.1 * math.log(factor) + 1.0
+
+
 def rope_tables(args: ModelArgs) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: [block_size, D] for the NeoX (rotate-half) layout HF Llama uses."""
-    inv = 1.0 / (args.rope_base ** (torch.arange(0, args.head_dim, 2, dtype=torch.float32) / args.head_dim))
+    scale = 1.0
+    if args.rope_scaling == "yarn":
+        inv, scale = yarn_inv_freq(args.rope_base, args.head_dim, args.rope_factor, args.original_block_size)
+    else:
+        inv = 1.0 / (args.rope_base ** (torch.arange(0, args.head_dim, 2, dtype=torch.float32) / args.head_dim))
     ang = torch.outer(torch.arange(args.block_size, dtype=torch.float32), inv)   # [S, D/2]
     ang = torch.cat([ang, ang], dim=-1)                                            # [S, D]
-    return ang.cos(), ang.sin()
+    return ang.cos() * scale, ang.sin() * scale
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -150,23 +191,29 @@ class Transformer(nn.Module):
         self.cos, self.sin = rope_tables(args)
         self.attention_name = "dense"
 
+    @property
+    def device(self) -> torch.device:
+        return self.tok_embeddings.weight.device
+
     def setup_caches(self, index_keys: bool = False) -> None:
         a = self.args
         shape = (1, a.n_local_heads, a.block_size, a.head_dim)
+        dev = self.device
         self.caches = [
-            LayerCache(torch.zeros(shape), torch.zeros(shape),
-                       torch.zeros(shape[1:]) if index_keys else None, layer_id=i)
+            LayerCache(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev),
+                       torch.zeros(shape[1:], device=dev) if index_keys else None, layer_id=i)
             for i in range(a.n_layer)
         ]
 
     def set_attention(self, attention=None) -> None:
         """None -> dense; else an object with `__call__(q, cache, start)` and
-        `store(cache, k, start)` (see dsa.DSA)."""
+        `store(cache, k, start)` (see dsa.DSA). An attention with `owns_index_keys`
+        (the CUDA indexer keeps its own paged pool) gets no cache.idx_k."""
         for layer in self.layers:
             layer.attention.attend = attention or dense_attention
             layer.attention.store_index_key = attention.store if attention is not None else None
         self.attention_name = getattr(attention, "name", "dense")
-        self.setup_caches(index_keys=attention is not None)
+        self.setup_caches(index_keys=attention is not None and not getattr(attention, "owns_index_keys", False))
 
     @torch.inference_mode()
     def forward(self, idx: torch.Tensor, start: int, all_logits: bool = False, stats: dict | None = None):
@@ -180,7 +227,7 @@ class Transformer(nn.Module):
         if not self.caches:
             self.setup_caches()
         cos, sin = self.cos[start:start + T], self.sin[start:start + T]
-        x = self.tok_embeddings(idx)                                                # [1, T, dim]
+        x = self.tok_embeddings(idx.to(self.device))                                # [1, T, dim]
         for layer, cache in zip(self.layers, self.caches):
             cache.stats = stats if stats is not None else {}
             x = layer(x, cos, sin, cache, start)
@@ -188,13 +235,14 @@ class Transformer(nn.Module):
         return self.output(x)
 
     @classmethod
-    def from_loaded(cls, loaded) -> "Transformer":
-        args = ModelArgs.from_meta(loaded.meta)
+    def from_loaded(cls, loaded, device: str = "cpu", rope_scaling: str = "none",
+                    rope_factor: float = 4.0) -> "Transformer":
+        args = ModelArgs.from_meta(loaded.meta, rope_scaling, rope_factor)
         with torch.device("meta"):
             model = cls(args)
-        sd = dict(loaded.state_dict)
+        sd = {k: v.to(device) for k, v in loaded.state_dict.items()}
         if args.tie_embeddings:
             sd["output.weight"] = sd["tok_embeddings.weight"]
         model.load_state_dict(sd, assign=True, strict=True)
-        model.cos, model.sin = rope_tables(args)
+        model.cos, model.sin = (t.to(device) for t in rope_tables(args))
         return model.eval()

@@ -46,6 +46,30 @@ def row_stats(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: 
             "rank_worst": int(ranks.max()) / k, "margin": margin, "fidelity": overlap / kk}
 
 
+def row_stats_tensor(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: int,
+                     span: tuple[int, int]) -> "torch.Tensor | None":
+    """`row_stats` computed where the tensors are, with no host sync: -> fp64 [5] in
+    STAT_KEYS order (margin NaN when no value token is kept; all NaN for an empty span).
+    ProbeLog turns a step's tensors into numbers with one copy (GPU path: one sync a step)."""
+    a, b = span
+    if b <= a:
+        return torch.full((len(STAT_KEYS),), float("nan"), dtype=torch.float64, device=scores.device)
+    S = scores.shape[0]
+    kk = min(k, S)
+    top = scores.topk(kk)
+    vals = top.values.double()
+    kth, first = vals[-1], vals[0]
+    needle = scores[a:b]
+    ranks = (scores[None, :] >= needle[:, None]).sum(1).double()
+    kept_n = kept[a:b]
+    worst_kept = torch.where(kept_n, needle.double(), torch.inf).min()
+    spread = first - kth
+    margin = torch.where(spread > 0, (worst_kept - kth) / torch.where(spread > 0, spread, 1.0), 0.0)
+    margin = torch.where(kept_n.any(), margin, torch.nan)
+    overlap = torch.isin(top.indices, exact.topk(kk).indices).sum().double()
+    return torch.stack([kept_n.double().mean(), ranks.min() / k, ranks.max() / k, margin, overlap / kk])
+
+
 class ProbeLog:
     """One request's probe: per probed query row (the last prompt token, then each decode
     step), the per-layer stats. The DSA layers write into `current`; `next_step` closes a row."""
@@ -58,15 +82,26 @@ class ProbeLog:
         self.context = 0
         self.active = False
 
-    def record(self, layer: int, position: int, context: int, stats: dict | None) -> None:
-        """stats None: no selection at this row (every key kept: context <= k)."""
+    def record(self, layer: int, position: int, context: int, stats) -> None:
+        """stats None: no selection at this row (every key kept: context <= k); a dict of
+        STAT_KEYS, or their row_stats_tensor (resolved at next_step)."""
         self.position, self.context = position, context
         self.current[layer] = stats
         self.active = self.active or stats is not None
 
+    def _resolve(self) -> None:
+        """Stats recorded as tensors (row_stats_tensor) -> dicts, all layers in one copy."""
+        lazy = [i for i, v in self.current.items() if isinstance(v, torch.Tensor)]
+        if not lazy:
+            return
+        rows = torch.stack([self.current[i] for i in lazy]).cpu().tolist()
+        for i, r in zip(lazy, rows):
+            self.current[i] = {key: (None if x != x else x) for key, x in zip(STAT_KEYS, r)}
+
     def next_step(self) -> None:
         if not self.current:
             return
+        self._resolve()
         step: dict = {"position": self.position, "context": self.context,
                       "active": any(v is not None for v in self.current.values())}
         if step["active"]:

@@ -44,12 +44,25 @@ class ServeConfig:
     query_chunk: int = 512
     threads: int = 2
     index_rotation: str = "none"
+    device: str = "cpu"             # "cpu" or "cuda[:N]" (serving/embedded/device.py)
+    rope_scaling: str = "none"      # "none" or "yarn" (context x rope_factor)
+    rope_factor: float = 4.0
+    bf16_read: str = "fused"        # CUDA, bf16 keys: "fused" (kernels) or "gather" (the naive read)
+    topk_impl: str = "niah"         # CUDA: "niah" (bundled top-k) or "torch"
 
     def describe(self) -> dict:
         d = {"attention": self.attention}
+        if self.device != "cpu":
+            d["device"] = self.device
+        if self.rope_scaling != "none":
+            d.update(rope_scaling=self.rope_scaling, rope_factor=self.rope_factor)
         if self.attention == "dsa":
             d.update(index_dtype=self.index_dtype, index_rotation=self.index_rotation, index_topk=self.index_topk,
                      window=self.window, query_chunk=self.query_chunk)
+            if self.device != "cpu":
+                d["topk"] = self.topk_impl
+                if self.index_dtype == "bf16":
+                    d["bf16_read"] = self.bf16_read
         return d
 
 
@@ -60,19 +73,18 @@ class Engine:
         import torch
 
         from niah.serving.embedded import weights
-        from niah.serving.embedded.dsa import DSA
-        from niah.serving.embedded.model import Transformer
+        from niah.serving.embedded.device import build_model, warm_up
 
         torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()
         loaded = weights.load()
-        self.model = Transformer.from_loaded(loaded)
-        self.model.set_attention(DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk,
-                                     rotation=cfg.index_rotation) if cfg.attention == "dsa" else None)
+        self.model = build_model(cfg, loaded)
         if cfg.attention != "dsa":  # attested too: /server_info says no indexer ran
             from niah.serving.sglang import attest
 
-            attest.set_facts(attention=cfg.attention)
+            attest.set_facts(attention=cfg.attention, **({"device": cfg.device} if cfg.device != "cpu" else {}))
+        if cfg.device != "cpu":
+            warm_up(self.model, cfg.index_topk)
         self.load_s = time.perf_counter() - t0
         self.from_cache = loaded.from_cache
         self.cfg = cfg

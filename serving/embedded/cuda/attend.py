@@ -1,0 +1,59 @@
+"""Attention over the kept keys only: `sparse_attention` (the Triton kernel of
+sparse_kernel.py) and `sparse_attention_reference` (torch, the same math through a mask).
+
+q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
+idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
+Scale D^-0.5 (SDPA's default, as the CPU server's attention).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from niah.kernels._common import check_device, interpreting, next_pow2
+
+
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
+                     block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel
+
+    _, H, T, D = q.shape
+    Hkv = k.shape[1]
+    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
+        raise ValueError(f"sparse_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
+    if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
+        raise ValueError("sparse_attention: fp32 q, k, v with H a multiple of Hkv")
+    check_device(q, k, v, idx)
+    G = H // Hkv
+    qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
+    if qt.stride(2) != 1:
+        qt = qt.contiguous()
+    kk, vv = k[0], v[0]                                          # [Hkv, S_cap, D]
+    idx = idx if idx.stride(1) == 1 else idx.contiguous()
+    out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
+    if T == 0:
+        return out.transpose(0, 1)[None]
+    K = idx.shape[1]
+    block_n = block_n or (16 if interpreting() else 32)
+    sparse_attention_kernel[(T, Hkv)](
+        qt, kk, vv, idx, out, D ** -0.5,
+        qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
+        idx.stride(0), out.stride(0), out.stride(1),
+        K=K, G=G, BLOCK_G=next_pow2(G), D=D, BLOCK_N=block_n, num_warps=num_warps or 4,
+    )
+    return out.transpose(0, 1)[None]                             # [1, H, T, D]
+
+
+def sparse_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """SDPA over the whole cache prefix with everything but idx masked (what the CPU server does)."""
+    import torch.nn.functional as F
+
+    T = q.shape[2]
+    S = int(idx.max()) + 1
+    mask = torch.full((T, S), float("-inf"), device=q.device)
+    safe = idx.clamp_min(0).long()
+    mask.scatter_(1, safe, torch.where(idx >= 0, 0.0, float("-inf")).to(mask.dtype))
+    # a -1 pad scattered onto column 0 must not hide a real pick of column 0
+    picked0 = (idx == 0).any(1)
+    mask[picked0, 0] = 0.0
+    return F.scaled_dot_product_attention(q, k[:, :, :S], v[:, :, :S], attn_mask=mask[None, None], enable_gqa=True)

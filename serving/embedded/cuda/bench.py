@@ -1,0 +1,71 @@
+"""Time the GPU path on the real model, no HTTP: per arm and prompt length, one prefill and
+N greedy decode steps, with the peak GPU memory of the prefill. One JSON line each.
+
+    python -m niah.serving.embedded.cuda.bench --lengths 4096,22600 --arms dense,fp8-k512,bf16-gather-k512
+
+Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read).
+Prompts are random token ids (timing and memory only; recall is the sweep's business).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def arm_config(arm: str, device: str):
+    from niah.serving.embedded.server import ServeConfig
+
+    base = dict(device=device, rope_scaling="yarn", rope_factor=4.0, query_chunk=4096)
+    if arm == "dense":
+        return ServeConfig(attention="dense", **base)
+    parts = arm.split("-")
+    gather = "gather" in parts
+    return ServeConfig(attention="dsa", index_dtype=parts[0], index_topk=int(parts[-1].lstrip("k")),
+                       bf16_read="gather" if gather else "fused", **base)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from niah.serving.embedded import weights
+    from niah.serving.embedded.device import build_model, warm_up
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="4096,22600")
+    ap.add_argument("--arms", default="dense,fp8-k512,bf16-k512,bf16-gather-k512")
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--device", default="cuda")
+    a = ap.parse_args(argv)
+    loaded = weights.load()
+    for arm in a.arms.split(","):
+        cfg = arm_config(arm, a.device)
+        t0 = time.perf_counter()
+        model = build_model(cfg, loaded)
+        warm_up(model, cfg.index_topk)
+        ready = time.perf_counter() - t0
+        for n in (int(x) for x in a.lengths.split(",")):
+            ids = torch.randint(0, model.args.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            t1 = time.perf_counter()
+            logits = model(ids, 0)
+            tok = int(logits[0, -1].argmax())
+            t2 = time.perf_counter()
+            peak = torch.cuda.max_memory_allocated()
+            for i in range(a.decode):
+                tok = int(model(torch.tensor([[tok]]), n + i)[0, -1].argmax())
+            t3 = time.perf_counter()
+            print(json.dumps({"arm": arm, "tokens": n, "prefill_s": round(t2 - t1, 4),
+                              "decode_ms_per_token": round(1000 * (t3 - t2) / max(1, a.decode), 2),
+                              "trial_s_estimate": round(t3 - t1, 3), "peak_gpu_bytes": int(peak),
+                              "base_gpu_bytes": int(base), "peak_over_base_gib": round((peak - base) / 2**30, 3),
+                              "ready_s": round(ready, 2)}), flush=True)
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

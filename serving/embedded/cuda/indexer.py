@@ -1,0 +1,266 @@
+"""DeepSeek-style sparse attention on the GPU, run by the bundled kernels (niah.kernels).
+
+The same selection as the CPU emulation (serving/embedded/dsa.py: per layer and query t at
+position p, I[t, s] = sum_h w_h ReLU(q[t, h] . k~[s, g(h)]) over s <= p with w_h =
+(H*D)^-0.5, the top-K kept, all of them while p + 1 <= K, attention over the kept keys
+only), computed the way a DSA server computes it:
+
+- keys: written as they arrive by `niah.kernels.store_index_keys` into the paged pool
+  (paging.py: SGLang's layout, fp8 e4m3 + fp32 scale per row, or bf16 rows); fp32 (exact)
+  keeps plain fp32 keys and scores them in torch (no kernel takes fp32 keys);
+- index query: quantised like SGLang's: fp8 e4m3 with one scale per (token, head) folded
+  into the head weights (scales are positive, so they commute with the ReLU), or bf16;
+  fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
+- scores: prefill through the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`: rows
+  of `chunk` queries over the sequence's keys, one gather of its pages per layer, as
+  SGLang's prefill does), decode through the paged kernel (`fp8_paged_mqa_logits` /
+  `bf16_paged_mqa_logits`, the pages read in place through the block table). The 3 kv heads
+  are the kernels' batch: one launch (decode) or one per kv head (prefill), summed.
+- `bf16_read="gather"` (bf16 only): the seed's naive read instead, every page copied once
+  per query ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same selection up to bf16
+  rounding of the products, and the memory that killed the seed's 22K prompt.
+- top-k: `niah.kernels.topk_indices` by default ("niah"): graph-safe, ties at the cut keep
+  the lowest positions (deterministic), rows with fewer candidates padded with -1 exactly
+  as the attention kernel wants them; `topk="torch"` uses torch.topk (ties arbitrary).
+- attention: `attend.sparse_attention`, each query over its own kept keys, fp32.
+
+Attestation (serving/sglang/attest.py, as the CPU server reports it): one `record` per
+kernel launch by name, pool bytes per token and layer (3 kv heads: fp8 204, bf16 384,
+fp32 768), facts attention, index_topk, window (0: no window on this path), rotation,
+device, query precision, bf16_read, topk.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from niah.kernels.quant import INDEX_DTYPES, quantize_fp8
+from niah.kernels.rotation import ROTATIONS, rotate
+from niah.serving.embedded.cuda.paging import IndexKeyPool
+from niah.serving.embedded.model import LayerCache, dense_attention
+from niah.serving.embedded.probe import row_stats_tensor
+from niah.serving.sglang import attest
+
+BF16_READS = ("fused", "gather")
+TOPK_IMPLS = ("niah", "torch")
+QUERY = {"fp8": "fp8", "bf16": "bf16", "fp32": "fp32"}
+KERNELS = "niah-cuda"      # the arm's kernels: niah's Triton kernels in the embedded server
+
+
+class CudaDSA:
+    name = "dsa"
+    owns_index_keys = True       # Transformer.set_attention allocates no cache.idx_k
+
+    def __init__(self, n_layer: int, n_kv: int, dim: int, capacity: int, index_dtype: str = "fp8",
+                 topk: int = 512, chunk: int = 4096, rotation: str = "none", bf16_read: str = "fused",
+                 topk_impl: str = "niah", device: str | torch.device = "cuda", dense_when_short: bool = True):
+        if index_dtype not in INDEX_DTYPES:
+            raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
+        if rotation not in ROTATIONS:
+            raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
+        if bf16_read not in BF16_READS or (bf16_read == "gather" and index_dtype != "bf16"):
+            raise ValueError(f"bf16_read must be one of {BF16_READS} ('gather' needs bf16 keys), not {bf16_read!r}")
+        if topk_impl not in TOPK_IMPLS:
+            raise ValueError(f"topk must be one of {TOPK_IMPLS}, not {topk_impl!r}")
+        if topk < 1 or chunk < 1:
+            raise ValueError("topk and chunk must be >= 1")
+        self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
+        self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
+        self.window = 0
+        self.n_kv, self.dim = n_kv, dim
+        self.device = torch.device(device)
+        self._memo: dict = {}          # small per-shape tensors reused across layers (weights, lengths, slots)
+        if index_dtype == "fp32":
+            self.pool = None
+            self.keys32 = torch.zeros(n_layer, n_kv, capacity, dim, device=self.device)
+            self.bytes_per_token = n_kv * 4 * dim
+        else:
+            self.pool = IndexKeyPool(n_layer, n_kv, dim, capacity, index_dtype, self.device)
+            self.bytes_per_token = self.pool.bytes_per_token
+        attest.configure(index_dtype, KERNELS, self.bytes_per_token)
+        attest.set_facts(attention="dsa", index_topk=topk, window=0, rotation=rotation, device=str(self.device),
+                         query=QUERY[index_dtype], bf16_read=bf16_read if index_dtype == "bf16" else None,
+                         topk=self._topk_name())
+
+    def _topk_name(self) -> str:
+        return "niah.topk_indices" if self.topk_impl == "niah" else "torch.topk"
+
+    # -- the index-key store --------------------------------------------------------------
+    def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
+        """k: [1, Hkv, T, D] post-RoPE keys of positions start..start+T-1 -> the pool."""
+        from niah.kernels import store_index_keys
+
+        _, Hkv, T, D = k.shape
+        kk = rotate(k[0], self.rotation)                                   # [Hkv, T, D] fp32
+        if cache.layer_id == 0:
+            self._memo = {}                        # a new step: its lengths and slots
+        if self.pool is None:
+            self.keys32[cache.layer_id, :, start:start + T] = kk
+            attest.record("store", "fp32", "torch.copy_")
+            return
+        if cache.layer_id == 0:                    # the block table is shared by every layer
+            if start == 0:
+                self.pool.reset()
+            self.pool.ensure(start + T)
+            self._memo["slots"] = self.pool.slots(start, T)       # this step's slots, for every layer
+        store_index_keys(kk.reshape(Hkv * T, D), self.pool.layer(cache.layer_id), self._memo["slots"],
+                         block_kv=64)
+        attest.record("store", self.index_dtype, "niah.store_index_keys")
+
+    def index_query(self, q: torch.Tensor) -> torch.Tensor:
+        return rotate(q, self.rotation) if self.rotation != "none" else q
+
+    # -- scores -------------------------------------------------------------------------------
+    def _memoized(self, key, make):
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = make()
+        return got
+
+    def _weights(self, rows: int, G: int) -> torch.Tensor:
+        H = self.n_kv * G
+        return self._memoized(("w", rows, G), lambda: torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device))
+
+    def _causal(self, scores: torch.Tensor, p0: int) -> torch.Tensor:
+        C, S = scores.shape
+        cols = torch.arange(S, device=scores.device)[None, :]
+        rows = torch.arange(p0, p0 + C, device=scores.device)[:, None]
+        return scores.masked_fill_(cols > rows, float("-inf"))
+
+    def prefill_scores(self, layer: int, q: torch.Tensor, p0: int, path: str = "prefill_logits") -> torch.Tensor:
+        """q: [1, H, C, D] index query of positions p0..p0+C-1 -> I [C, p0 + C] fp32, -inf where s > p.
+        (path: what the call is attested as; decode steps of the gather and fp32 arms come here too.)"""
+        from niah.kernels import bf16_mqa_logits, fp8_mqa_logits
+
+        _, H, C, D = q.shape
+        G, S = H // self.n_kv, p0 + C
+        qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
+        ks = self._memoized(("ks", C), lambda: torch.zeros(C, dtype=torch.int32, device=self.device))
+        ke = self._memoized(("ke", p0, C), lambda: torch.arange(p0 + 1, S + 1, dtype=torch.int32, device=self.device))
+        total = None
+        for g in range(self.n_kv):
+            if self.index_dtype == "fp8":
+                q8, qs = quantize_fp8(qg[g])                               # [C, G, D], [C, G]
+                lg = fp8_mqa_logits(q8, self.pool.contiguous(layer, g, S), self._weights(C, G) * qs, ks, ke)
+                attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
+            elif self.index_dtype == "bf16" and self.bf16_read == "fused":
+                lg = bf16_mqa_logits(qg[g].to(torch.bfloat16).contiguous(), self.pool.contiguous(layer, g, S),
+                                     self._weights(C, G), ks, ke)
+                attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
+            elif self.index_dtype == "bf16":
+                lg = self._gather_scores(layer, g, qg[g], p0)
+                attest.record(path, "bf16", "niah.bf16_gather_bmm")
+            else:
+                lg = self._causal(self._torch_scores(self.keys32[layer, g, :S], qg[g]), p0)
+                attest.record(path, "fp32", "torch.matmul")
+            total = lg if total is None else total.add_(lg)
+        return total
+
+    def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
+        """q: [1, H, 1, D] index query of position S - 1 -> I [1, S] fp32."""
+        from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits
+
+        _, H, _, D = q.shape
+        G = H // self.n_kv
+        qg = q[0, :, 0].view(self.n_kv, 1, G, D)                          # [Hkv, next_n=1, G, D]
+        if self.index_dtype == "fp32" or self.bf16_read == "gather":
+            return self.prefill_scores(layer, q, S - 1, "decode_logits")
+        ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
+        if self.index_dtype == "fp8":
+            q8, qs = quantize_fp8(qg)                                      # [Hkv, 1, G, D], [Hkv, 1, G]
+            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._weights(self.n_kv, G) * qs[:, 0],
+                                       ctx, self.pool.block_table, None, S, clean_logits=True)
+            attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
+        else:
+            out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
+                                        self._weights(self.n_kv, G), ctx, self.pool.block_table, None, S,
+                                        clean_logits=True)
+            attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
+        return out.sum(0, keepdim=True)                                    # [1, S]
+
+    def _torch_scores(self, keys: torch.Tensor, qg: torch.Tensor) -> torch.Tensor:
+        """keys [S, D] fp32, qg [C, G, D] -> [C, S]: w * sum_h ReLU(q_h . k) in fp32."""
+        G = qg.shape[1]
+        raw = torch.matmul(qg, keys.t())                                   # [C, G, S]
+        return raw.relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
+
+    def _gather_scores(self, layer: int, g: int, qg: torch.Tensor, p0: int) -> torch.Tensor:
+        """The naive bf16 read: every page of kv head g copied for every query, then a bmm."""
+        C, G, _ = qg.shape
+        S = p0 + C
+        pages = self.pool.gather_per_query(layer, g, C, S)                 # [C, pages*64, D] bf16
+        raw = torch.bmm(qg.to(torch.bfloat16), pages.transpose(1, 2))[:, :, :S]   # [C, G, S] bf16
+        del pages
+        scores = raw.float().relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
+        return self._causal(scores, p0)
+
+    # -- selection --------------------------------------------------------------------------
+    def select(self, scores: torch.Tensor) -> torch.Tensor:
+        """scores [C, S] (-inf = not a candidate) -> kept positions int32 [C, min(K, S)], -1 pads."""
+        from niah.kernels import topk_indices
+
+        k = min(self.topk, scores.shape[1])
+        attest.record("topk", "fp32", self._topk_name())
+        if self.topk_impl == "niah":
+            return topk_indices(scores, k)
+        top = scores.topk(k, dim=-1, sorted=False)
+        return torch.where(torch.isneginf(top.values), -1, top.indices).to(torch.int32)
+
+    # -- the attention (installed by Transformer.set_attention) ----------------------------
+    def __call__(self, q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
+        from niah.serving.embedded.cuda.attend import sparse_attention
+
+        _, H, T, D = q.shape
+        S = start + T
+        needle = cache.stats.get("needle_positions")
+        probe = cache.stats.get("probe")
+        if S <= self.topk and self.dense_when_short:                      # everything kept: dense
+            if needle is not None:
+                cache.stats.setdefault("selection_recall", {})[cache.layer_id] = 1.0
+            if probe is not None:
+                probe.record(cache.layer_id, S - 1, S, None)
+            return dense_attention(q, cache, start)
+        out = torch.empty_like(q)
+        iq = self.index_query(q)
+        for c0 in range(0, T, self.chunk):
+            c1 = min(T, c0 + self.chunk)
+            p0 = start + c0
+            if c1 - c0 == 1 and p0 > 0:
+                scores = self.decode_scores(cache.layer_id, iq[:, :, c0:c1], p0 + 1)
+            else:
+                scores = self.prefill_scores(cache.layer_id, iq[:, :, c0:c1], p0)
+            idx = self.select(scores)                                      # [C, K]
+            if c1 == T and (needle is not None or probe is not None):
+                kept = self._kept_row(idx[-1], p0 + c1 - c0)
+                if needle is not None:
+                    a, b = needle
+                    cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
+                        kept[a:b].float().mean().item() if b > a else 1.0)
+                if probe is not None:
+                    Sr = kept.shape[0]
+                    probe.record(cache.layer_id, Sr - 1, Sr, row_stats_tensor(
+                        scores[-1, :Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
+            out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
+        return out
+
+    def _kept_row(self, idx_row: torch.Tensor, S: int) -> torch.Tensor:
+        """[S] bool of the kept positions (no host sync: -1 pads add 0 at position 0)."""
+        hits = torch.zeros(S, dtype=torch.int32, device=idx_row.device)
+        hits.index_add_(0, idx_row.clamp_min(0).long(), (idx_row >= 0).int())
+        return hits > 0
+
+    def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
+        """The probe's reference (as the CPU server's): the unrotated query row [1, H, 1, D]
+        against the fp32 keys of the KV cache -> [S]."""
+        _, H, _, D = q_row.shape
+        G = H // self.n_kv
+        k = cache.k[0, :, :S]                                              # [Hkv, S, D]
+        raw = torch.matmul(q_row[0, :, 0].view(self.n_kv, G, D), k.transpose(1, 2))   # [Hkv, G, S]
+        return raw.relu_().sum((0, 1)).mul_((H * D) ** -0.5)
+
+    def describe(self) -> dict:
+        d = {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
+             "index_topk": self.topk, "window": 0, "query_chunk": self.chunk, "topk": self.topk_impl}
+        if self.index_dtype == "bf16":
+            d["bf16_read"] = self.bf16_read
+        return d

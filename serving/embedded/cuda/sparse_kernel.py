@@ -1,0 +1,72 @@
+"""Triton kernel: attention of each query over its own kept keys only (GQA, fp32).
+
+    out[t, h] = softmax_j( q[t, h] . k[g, idx[t, j]] * scale ) @ v[g, idx[t, j]]    g = h // G
+
+idx [T, K] int32 holds the kept key positions of query t (-1 = none: rows shorter than K).
+One program = one (query t, kv head g): the G query heads of the group ([BLOCK_G, D] in
+registers), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
+from the KV cache (no gather is materialised), online softmax in fp32. The dot products
+are broadcast multiply-and-sum in fp32 (G = 3 rows would waste a 16-row tensor-core tile,
+and fp32 keeps the CPU server's SDPA numerics).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sparse_attention_kernel(
+    q_ptr,      # [T, H, D] fp32
+    k_ptr,      # [Hkv, S_cap, D] fp32 (the KV cache)
+    v_ptr,      # [Hkv, S_cap, D] fp32
+    idx_ptr,    # [T, K] int32
+    out_ptr,    # [T, H, D] fp32
+    scale,
+    stride_qt, stride_qh,
+    stride_kh, stride_ks,
+    stride_vh, stride_vs,
+    stride_it,
+    stride_ot, stride_oh,
+    K: tl.constexpr,          # kept keys per query (the top-k: one compile per value)
+    G: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    t = tl.program_id(0)
+    g = tl.program_id(1)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, D)
+    offs_n = tl.arange(0, BLOCK_N)
+    g_mask = offs_g < G
+    heads = g * G + offs_g
+    q = tl.load(q_ptr + t.to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=g_mask[:, None], other=0.0)                                  # [BLOCK_G, D]
+    q = q * scale
+    m = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, D], tl.float32)
+    k_base = k_ptr + g.to(tl.int64) * stride_kh
+    v_base = v_ptr + g.to(tl.int64) * stride_vh
+    idx_row = idx_ptr + t.to(tl.int64) * stride_it
+    for n0 in range(0, K, BLOCK_N):
+        n = n0 + offs_n
+        idx = tl.load(idx_row + n, mask=n < K, other=-1)
+        valid = idx >= 0
+        rows = tl.where(valid, idx, 0).to(tl.int64)
+        k = tl.load(k_base + rows[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D]
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                          # [BLOCK_G, BLOCK_N]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])                                             # 0 where masked
+        alpha = tl.exp(m - m_safe)
+        v = tl.load(v_base + rows[:, None] * stride_vs + offs_d[None, :], mask=valid[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)  # [BLOCK_G, D]
+        l = l * alpha + tl.sum(p, axis=1)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], out,
+             mask=g_mask[:, None])

@@ -1,0 +1,66 @@
+"""Where the embedded model runs: the CPU (default) or a CUDA GPU, and what it is built of.
+
+`check_device(name)` is the CLI edge's check ("cpu", "cuda" or "cuda:N"; BadInput when no
+GPU is there). `build_model(cfg, loaded)` makes the Transformer on cfg.device with its
+attention: dense, the CPU emulation (dsa.DSA) or, on CUDA, the bundled kernels
+(cuda.indexer.CudaDSA), with the RoPE scaling asked for. `warm_up(model)` compiles the
+GPU kernels once before the server says it is ready (one sequence long enough for
+selection, two decode steps).
+"""
+
+from __future__ import annotations
+
+from niah.errors import BadInput
+
+DEVICES = ("cpu", "cuda")
+
+
+def check_device(name: str) -> str:
+    base, _, index = name.partition(":")
+    if base not in DEVICES or (index and (base != "cuda" or not index.isdigit())):
+        raise BadInput(f"--device must be cpu, cuda or cuda:N, not {name!r}")
+    if base == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadInput(f"--device {name}: no CUDA GPU is available to torch here")
+        if index and int(index) >= torch.cuda.device_count():
+            raise BadInput(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return name
+
+
+def build_model(cfg, loaded):
+    """The Transformer of ServeConfig cfg, weights `loaded`, attention installed."""
+    import torch
+
+    from niah.serving.embedded.dsa import DSA
+    from niah.serving.embedded.model import Transformer
+
+    cuda = cfg.device.startswith("cuda")
+    if cuda and ":" in cfg.device:
+        torch.cuda.set_device(torch.device(cfg.device))
+    model = Transformer.from_loaded(loaded, device=cfg.device, rope_scaling=cfg.rope_scaling,
+                                    rope_factor=cfg.rope_factor)
+    attention = None
+    if cfg.attention == "dsa" and cuda:
+        from niah.serving.embedded.cuda.indexer import CudaDSA
+
+        a = model.args
+        attention = CudaDSA(a.n_layer, a.n_local_heads, a.head_dim, a.block_size, cfg.index_dtype, cfg.index_topk,
+                            cfg.query_chunk, cfg.index_rotation, cfg.bf16_read, cfg.topk_impl, cfg.device)
+    elif cfg.attention == "dsa":
+        attention = DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk, rotation=cfg.index_rotation)
+    model.set_attention(attention)
+    return model
+
+
+def warm_up(model, topk: int) -> None:
+    """Compile the GPU path's kernels: a prefill past top-k (many rows) and two decode steps."""
+    import torch
+
+    n = min(model.args.block_size - 4, max(2 * topk + 100, 1200))
+    ids = torch.randint(0, model.args.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+    model(ids, 0)
+    model(ids[:, -1:], n)
+    model(ids[:, -2:-1], n + 1)
+    torch.cuda.synchronize()

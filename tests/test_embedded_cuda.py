@@ -1,0 +1,243 @@
+"""The embedded server's GPU path (serving/embedded/cuda): the paged index-key pool in
+SGLang's layout, the bundled kernels' scores and selection against the CPU server's
+(serving/embedded/dsa.py) on identical inputs, the sparse attention kernel, the naive
+bf16 gather arm, a tiny model end to end, YaRN, and the CLI's refusal without a GPU.
+
+Without a GPU everything runs on CPU tensors under TRITON_INTERPRET=1 (set below, before
+triton is imported), at tiny shapes; with one, the same tests run on CUDA.
+"""
+
+import copy
+import os
+import subprocess
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from niah.kernels.quant import dequantize_fp8, quantize_fp8, store_roundtrip  # noqa: E402
+from niah.serving.embedded.cuda.attend import sparse_attention, sparse_attention_reference  # noqa: E402
+from niah.serving.embedded.cuda.indexer import CudaDSA  # noqa: E402
+from niah.serving.embedded.cuda.memory import SHAPES, gather_bytes  # noqa: E402
+from niah.serving.embedded.cuda.paging import PAGE  # noqa: E402
+from niah.serving.embedded.dsa import DSA  # noqa: E402
+from niah.serving.embedded.model import LayerCache, ModelArgs, Transformer  # noqa: E402
+from niah.serving.sglang import attest  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HKV, G, D = 2, 3, 32      # fp8 tl.dot on a GPU needs K >= 32
+H = HKV * G
+
+
+def make(dtype: str, capacity: int = 200, topk: int = 8, chunk: int = 64, **kw) -> CudaDSA:
+    return CudaDSA(1, HKV, D, capacity, dtype, topk, chunk, device=DEV, **kw)
+
+
+def layer_cache(k: torch.Tensor, capacity: int = 200) -> LayerCache:
+    kv = torch.zeros(1, HKV, capacity, D, device=DEV)
+    kv[:, :, :k.shape[2]] = k
+    return LayerCache(kv, torch.randn(1, HKV, capacity, D, device=DEV), layer_id=0)
+
+
+def keys_and_query(T: int, seed: int = 0):
+    """Positively biased, so that ReLU'd scores rarely tie at 0 (ties may break either way)."""
+    g = torch.Generator().manual_seed(seed)
+    k = (torch.randn(1, HKV, T, D, generator=g) + 0.7).to(DEV)
+    q = (torch.randn(1, H, T, D, generator=g) + 0.5).to(DEV)
+    return k, q
+
+
+def query_as_kernel_sees_it(q: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The index query after the GPU path's quantisation (fp8 per token and head; bf16), fp32."""
+    if dtype == "fp8":
+        return dequantize_fp8(*quantize_fp8(q))
+    return q.to(torch.bfloat16).float() if dtype == "bf16" else q
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+def test_pool_layout_is_sglangs_and_paged(dtype):
+    T = 150                                         # 3 pages per kv head
+    k, _ = keys_and_query(T)
+    dsa = make(dtype)
+    cache = layer_cache(k)
+    dsa.store(cache, k[:, :, :100], 0)              # prefill of 100 tokens, then 50 more
+    dsa.store(cache, k[:, :, 100:], 100)
+    pool = dsa.pool
+    table = pool.block_table[:, :3].cpu()
+    assert pool.pages_used == 3 and (table >= 0).all()
+    assert len(set(table.flatten().tolist())) == 6  # distinct pages ...
+    assert table.flatten().tolist() != sorted(table.flatten().tolist())   # ... scattered through the pool
+    buf = pool.layer(0).cpu()
+    for g in range(HKV):
+        for t in (0, 63, 64, 99, 100, 149):
+            page, off = int(table[g, t // PAGE]), t % PAGE
+            if dtype == "fp8":
+                k8, sf = quantize_fp8(k[0, g, t].cpu())
+                assert torch.equal(buf[page, off * D:(off + 1) * D], k8.view(torch.uint8))
+                assert torch.equal(buf[page, PAGE * D + 4 * off:PAGE * D + 4 * off + 4], sf.reshape(1).view(torch.uint8))
+            else:
+                assert torch.equal(buf[page, off * D:(off + 1) * D], k[0, g, t].cpu().to(torch.bfloat16))
+        assert torch.equal(pool.dequantized(0, g, T).cpu(), store_roundtrip(k[0, g].cpu(), dtype))
+    assert pool.bytes_per_token == HKV * (D + 4 if dtype == "fp8" else 2 * D)
+    dsa.store(cache, k[:, :, :10], 0)               # a new sequence gets fresh pages
+    assert pool.pages_used == 1 and int((pool.block_table >= 0).sum()) == HKV
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp32"])
+def test_scores_and_selection_match_the_cpu_server(dtype):
+    """Prefill (ragged kernel) and decode (paged kernel) scores, and the kept keys, equal the
+    CPU server's on the same keys and the same (as quantised) query."""
+    T, topk = 40, 8
+    k, q = keys_and_query(T, seed=1)
+    dsa = make(dtype, topk=topk)
+    dsa.store(layer_cache(k), k, 0)
+    cpu = DSA(dtype, topk, 0, 64, dense_when_short=False)
+    qref = query_as_kernel_sees_it(q, dtype).cpu()
+    idx_k = store_roundtrip(k[0].cpu(), dtype)                                   # [Hkv, T, D]
+    ref = cpu.index_scores(qref, idx_k)                                         # [T, T]
+    causal = torch.ones(T, T, dtype=torch.bool).triu_(1)
+    got = dsa.prefill_scores(0, q, 0).cpu()
+    assert torch.equal(torch.isneginf(got), causal)
+    torch.testing.assert_close(got.masked_fill(causal, 0), ref.masked_fill(causal, 0), rtol=1e-4, atol=1e-5)
+    dec = dsa.decode_scores(0, q[:, :, -1:], T).cpu()                           # [1, T]
+    torch.testing.assert_close(dec[0], ref[-1], rtol=1e-4, atol=1e-5)
+    kept_cpu = cpu.select(qref, idx_k, 0)                                       # [T, T] bool
+    idx = dsa.select(dsa.prefill_scores(0, q, 0)).cpu()                         # [T, K]
+    kept_gpu = torch.zeros(T, T, dtype=torch.bool)
+    for r in range(T):
+        kept_gpu[r, idx[r][idx[r] >= 0].long()] = True
+        assert int((idx[r] >= 0).sum()) == min(topk, r + 1)                    # short rows: -1 pads
+    assert torch.equal(kept_gpu, kept_cpu)
+
+
+def test_topk_torch_option_selects_the_same():
+    k, q = keys_and_query(30, seed=2)
+    a, b = make("bf16"), make("bf16", topk_impl="torch")
+    for d in (a, b):
+        d.store(layer_cache(k), k, 0)
+    sa, sb = a.select(a.prefill_scores(0, q, 0)).cpu(), b.select(b.prefill_scores(0, q, 0)).cpu()
+    for r in range(30):
+        assert set(sa[r].tolist()) == set(sb[r].tolist())
+
+
+def test_sparse_attention_kernel_matches_masked_sdpa():
+    g = torch.Generator().manual_seed(3)
+    T, S, K = 12, 40, 8
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, 64, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, 64, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    idx[0, 3:] = -1                                  # a short row
+    idx[1, :] = torch.arange(K)                      # column 0 kept
+    idx = idx.to(DEV)
+    torch.testing.assert_close(sparse_attention(q, k, v, idx), sparse_attention_reference(q, k, v, idx),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():
+    T = 70
+    k, q = keys_and_query(T, seed=4)
+    fused, gather = make("bf16"), make("bf16", bf16_read="gather")
+    for d in (fused, gather):
+        d.store(layer_cache(k), k, 0)
+    a, b = fused.prefill_scores(0, q, 0), gather.prefill_scores(0, q, 0)
+    assert torch.equal(torch.isneginf(a), torch.isneginf(b))
+    fin = ~torch.isneginf(a)
+    torch.testing.assert_close(b[fin], a[fin], rtol=2e-2, atol=1e-2)        # bf16-rounded products
+    pages = gather.pool.gather_per_query(0, 0, 5, T)
+    assert pages.shape == (5, 2 * PAGE, D) and pages.dtype == torch.bfloat16
+    assert pages.numel() * 2 == gather_bytes(5, T, D)
+    assert torch.equal(pages[3, :T], gather.pool.contiguous(0, 0, T))
+
+
+def test_gather_formula_at_deepseek_v4_shapes():
+    v4 = SHAPES["deepseek-v4-indexer"]
+    # 4,096 queries x 22,016 tokens, one 128-dim bf16 key per 4 tokens: 86 pages of 64 keys
+    assert gather_bytes(4096, 22016, **v4) == 4096 * 86 * 64 * 128 * 2
+    # the story's 8.25 GiB: a 6,144-query chunk over 22,528 tokens (88 pages)
+    assert gather_bytes(6144, 22528, **v4) == 8.25 * 2**30
+    # uncompressed (DeepSeek-V3.2's indexer): the 23.1 GB of the spec
+    assert round(gather_bytes(4096, 22016, 128) / 1e9, 1) == 23.1
+
+
+def test_tiny_model_end_to_end_equals_the_cpu_server():
+    """fp32 index keys: the GPU path (kernels + sparse attention) gives the CPU server's logits,
+    prefill and decode, with the same per-layer selection recall; attestation counted."""
+    torch.manual_seed(0)
+    args = ModelArgs(vocab_size=64, n_layer=2, n_head=H, n_local_heads=HKV, dim=H * D, intermediate_size=64,
+                     head_dim=D, block_size=128)
+    m_cpu = Transformer(args).eval()
+    for p in m_cpu.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    m_dev = copy.deepcopy(m_cpu).to(DEV)
+    m_dev.cos, m_dev.sin = m_dev.cos.to(DEV), m_dev.sin.to(DEV)
+    ids = torch.randint(0, 64, (1, 40))
+    out = {}
+    for name, m, make_att in (("cpu", m_cpu, lambda: DSA("fp32", 8, 0, 64)),
+                              ("gpu", m_dev, lambda: CudaDSA(2, HKV, D, 128, "fp32", 8, 64, device=DEV))):
+        attest.reset()
+        m.set_attention(make_att())
+        stats = {"needle_positions": (10, 14)}
+        out[name] = (m(ids, 0, all_logits=True, stats=stats).cpu(), m(torch.tensor([[5]]), 40).cpu(),
+                     stats["selection_recall"])
+    torch.testing.assert_close(out["gpu"][0], out["cpu"][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out["gpu"][1], out["cpu"][1], rtol=1e-4, atol=1e-4)
+    assert out["gpu"][2] == out["cpu"][2]
+    snap = attest.snapshot()
+    assert snap["kernels"] == "niah-cuda" and snap["pool_bytes_per_token"] == HKV * 4 * D
+    assert snap["kernel_calls"]["topk"] == {"niah.topk_indices": 4}             # 2 layers x (prefill + decode)
+    assert snap["facts"]["device"] == DEV and snap["facts"]["query"] == "fp32"
+    attest.reset()
+
+
+def test_yarn_matches_transformers():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from niah.serving.embedded.model import yarn_inv_freq
+
+    c = LlamaConfig(hidden_size=576, num_attention_heads=9, head_dim=64, max_position_embeddings=32768,
+                    rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+                                     "rope_theta": 100000.0})
+    inv, factor = ROPE_INIT_FUNCTIONS["yarn"](c, "cpu")
+    mine, mine_factor = yarn_inv_freq(100000.0, 64, 4.0, 8192)
+    assert torch.equal(inv.float(), mine) and factor == pytest.approx(mine_factor)
+    args = ModelArgs.from_meta({"config": {"block_size": 8192}}, "yarn", 4.0)
+    assert args.block_size == 32768 and args.original_block_size == 8192
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_serve_device_cuda_without_a_gpu_is_one_line_exit_2():
+    r = subprocess.run([sys.executable, "-m", "niah", "serve", "--device", "cuda"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert len(lines) == 1 and "no CUDA GPU" in lines[0]
+
+
+def test_probe_tensor_stats_equal_row_stats():
+    from niah.serving.embedded.probe import STAT_KEYS, ProbeLog, row_stats, row_stats_tensor
+
+    g = torch.Generator().manual_seed(5)
+    for trial in range(20):
+        S, k = 50, 8
+        scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
+        if trial % 3 == 0:
+            scores[10:20] = 0.0                      # ties at the ReLU's 0
+        kept = torch.zeros(S, dtype=torch.bool)
+        kept[scores.topk(k).indices] = True
+        span = (12, 15) if trial % 2 else (30, 34)
+        want = row_stats(scores, kept, exact, k, span)
+        log = ProbeLog(span, 1, k)
+        log.record(0, S - 1, S, row_stats_tensor(scores, kept, exact, k, span))
+        log.next_step()
+        got = log.steps[0]
+        for key in STAT_KEYS:
+            if want[key] is None:
+                assert got[key][0] is None
+            else:
+                assert got[key][0] == pytest.approx(round(want[key], 5), abs=1e-5), key
