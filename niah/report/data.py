@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from niah.errors import BadInput
+from niah.runs.integrity import load_checked
 from niah.runs.store import OUTCOMES
 
 # Columns every trial frame has after `trials_frame` (missing ones filled with None).
@@ -213,8 +214,8 @@ def pair_trials(a, b):
 
 
 def load_frame(run: Path | str):
-    """(manifest, frame) of a run folder."""
-    from niah.runs.store import load_run
-
-    manifest, records = load_run(run)
-    return manifest, trials_frame(records)
+    """(manifest, frame) of a run folder; BadInput when it has an integrity problem
+    (niah.runs.integrity)."""
+    checked = load_checked(run)
+    checked.refuse()
+    return checked.manifest, trials_frame(checked.records)
