@@ -161,6 +161,10 @@ def sweep(
     included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
     and the prompts to OUT/prompts.jsonl. Ctrl-C keeps every finished trial: rerun with
     --resume to finish.
+
+    Exits 0 only when every trial has an answer; 1 when any trial errored (no answer:
+    HTTP errors, timeouts, a dead server; --resume retries them), 2 on bad input, 130
+    when interrupted (docs/ci.md has every command's exit codes).
     """
     from rich.console import Console
 
@@ -210,10 +214,15 @@ def sweep(
     except KeyboardInterrupt:
         console.print(f"interrupted: finished trials are saved in {out}; finish with --resume")
         raise typer.Exit(130) from None
-    print_outcome(out)
+    errored, total = print_outcome(out)
+    if errored:
+        print(f"niah: {errored} of {total} trial(s) got no answer (outcome error: see the run's trials.jsonl); "
+              f"exit 1. Retry them with --resume --out {out}", file=sys.stderr)
+        raise typer.Exit(1)
 
 
-def print_outcome(out: Path) -> None:
+def print_outcome(out: Path) -> tuple[int, int]:
+    """Print the run's recall tables and outcomes; returns (error trials, all trials)."""
     from rich.console import Console
 
     from niah.sweep.progress import length_check, outcome_counts, recall_tables
@@ -233,6 +242,7 @@ def print_outcome(out: Path) -> None:
             soft_wrap=True,
         )
     stdout.print(f"run folder: {out}", soft_wrap=True)
+    return sum(r.get("outcome") == "error" for r in records), len(records)
 
 
 @app.command()
