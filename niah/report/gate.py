@@ -290,7 +290,8 @@ def markdown(res: GateResult) -> str:
            f"- baseline: {res.baseline}\n- candidate: {res.candidate}\n"
            f"- rule: regression = drop > {100 * res.tolerance:g} pp **and** significant at alpha = {res.alpha:g} "
            f"(paired: McNemar exact; unpaired: Newcombe/Wilson interval); outage = error rate > "
-           f"{100 * res.max_error_rate:g}% or nothing answered\n"]
+           f"{100 * res.max_error_rate:g}% or nothing answered, or a baseline length, depth or trial the candidate "
+           "lacks\n"]
     if any(c.metric == "rank" for c in res.cases):
         out.append("- needle rank: regression = on identical prompts the candidate's needle sits deeper in the "
                    "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha)\n")
