@@ -207,3 +207,27 @@ def test_a_clean_folder_has_no_problem_and_report_says_nothing(tmp_path):
     run = _run(tmp_path / "run", outcome=always("correct"))
     head, stdout = _summary_head(run, tmp_path)
     assert "integrity" not in head and "note" not in head and "WARNING" not in stdout
+
+
+def test_a_prompt_line_cut_by_a_kill_is_written_again_on_its_own_line_and_the_resume_gates_pass(oracle, tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "--endpoint", oracle.url, "--lengths", "300,500", "--depths", "0,100", "--trials", "2",
+            "--out", out, "--quiet"]
+    assert _niah_process(*args).returncode == 0
+    assert niah("baseline", "export", out, "-o", tmp_path / "b.json").code == 0
+    # a kill while the last prompt was being logged: its line is cut, its trial never written
+    lines = _lines(out)
+    last = json.loads(lines[-1])
+    _write(out, lines[:-1])
+    prompts = (out / "prompts.jsonl").read_text().splitlines()
+    (i,) = [n for n, p in enumerate(prompts) if json.loads(p)["prompt_sha256"] == last["prompt_sha256"]]
+    rest = [p for n, p in enumerate(prompts) if n != i]
+    (out / "prompts.jsonl").write_text("".join(p + "\n" for p in rest) + prompts[i][:100])
+
+    r = _niah_process(*args, "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(_lines(out)) == len(lines)
+    r = niah("gate", "--baseline", tmp_path / "b.json", "--candidate", out)
+    assert r.code == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    head, _ = _summary_head(out, tmp_path)
+    assert "integrity" not in head
