@@ -8,7 +8,8 @@ import sys
 import pandas as pd
 import pytest
 
-from niah.runs.trials import OUTCOMES, RunStore, load_run
+from niah.runs.record import OUTCOMES
+from niah.runs.trials import RunStore, load_run
 from niah.sweep import SweepSpec, Target, prepare_target, run_sweep, run_target
 from niah.tokens import length_tolerance
 

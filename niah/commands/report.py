@@ -29,13 +29,20 @@ def report_cmd(
     from niah.report.render import render_report
 
     rep = render_report(run, out, svg=svg, alpha=alpha)
+    if rep.problems:
+        typer.echo(f"WARNING: {run} has {len(rep.problems)} integrity problem(s); compare and gate refuse it:")
+    for line in rep.problems:
+        typer.echo(f"  - {line}")
+    for line in rep.notes:
+        typer.echo(f"note: {line}")
     typer.echo(f"{rep.trials} trials, {rep.configs} configuration(s): {len(rep.figures)} figures in {rep.out}")
     typer.echo(f"summary: {rep.summary}")
     typer.echo(f"page: {rep.page}")
     from niah.attestation import INVALID, UNATTESTED, counts
+    from niah.runs.integrity import manifest_problems
     from niah.runs.manifest import read_manifest
 
-    manifest = read_manifest(run)
+    manifest, _ = manifest_problems(read_manifest(run))  # unreadable readings: INVALID, listed above
     by_state = counts(manifest, list(manifest.get("configs") or {}))
     for state, what in ((INVALID, "INVALID (compare and gate refuse them)"),
                         (UNATTESTED, "unattested (compare and gate need --accept-unattested)")):

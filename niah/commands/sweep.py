@@ -161,6 +161,10 @@ def sweep(
     included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
     and the prompts to OUT/prompts.jsonl. Ctrl-C or SIGTERM keeps every finished trial
     (exit 130 / 143): rerun with --resume to finish.
+
+    Exits 0 only when every trial has an answer; 1 when any trial errored (no answer:
+    HTTP errors, timeouts, a dead server; --resume retries them), 2 on bad input, 130 / 143
+    when interrupted (docs/ci.md has every command's exit codes).
     """
     from rich.console import Console
 
@@ -213,7 +217,11 @@ def sweep(
         print(f"niah: interrupted ({name}): finished trials are saved in {out}; resume with: "
               f"{resume_command(sys.argv[1:], out)}", file=sys.stderr, flush=True)
         raise typer.Exit(EXIT_ON_SIGNAL.get(name, 130)) from None
-    print_outcome(out)
+    errored, total = print_outcome(out)
+    if errored:
+        print(f"niah: {errored} of {total} trial(s) got no answer (outcome error: see the run's trials.jsonl); "
+              f"exit 1. Retry them with: {resume_command(sys.argv[1:], out)}", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}  # 128 + the signal's number
@@ -268,7 +276,8 @@ def resume_command(argv: list[str], out: Path) -> str:
     return shlex.join(["niah", *args])
 
 
-def print_outcome(out: Path) -> None:
+def print_outcome(out: Path) -> tuple[int, int]:
+    """Print the run's recall tables and outcomes; returns (error trials, all trials)."""
     from rich.console import Console
 
     from niah.sweep.progress import length_check, outcome_counts, recall_tables
@@ -288,6 +297,7 @@ def print_outcome(out: Path) -> None:
             soft_wrap=True,
         )
     stdout.print(f"run folder: {out}", soft_wrap=True)
+    return sum(r.get("outcome") == "error" for r in records), len(records)
 
 
 @app.command()

@@ -188,6 +188,11 @@ class RunPrompts:
         self.path = Path(run_dir) / RUN_PROMPTS
         self.seen: set[str] = set()
         if self.path.exists():
+            with open(self.path, "rb+") as f:  # a line cut short by a kill: end it, so the next starts clean
+                if f.seek(0, os.SEEK_END):
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        f.write(b"\n")
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
                     self.seen.add(json.loads(line)["prompt_sha256"])

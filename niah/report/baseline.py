@@ -12,13 +12,16 @@
 
 Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
 exported baseline exactly as with a run folder, and its attestation is judged the same
-way (`niah.attestation.status`). `load_side` reads either. A schema 1 baseline (no
-engine, no readings) is still read: its labels are unattested.
+way (`niah.attestation.status`). `load_side` reads either, through the same integrity
+checks (niah.runs.integrity: unreadable fields, duplicated keys, a run's trials outside its
+prompt set, unreadable readings), and refuses a side with any problem (BadInput, exit 2).
+A schema 1 baseline (no engine, no readings) is still read: its labels are unattested.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from niah.attestation import status
 from niah.axes import LABEL_KEYS
 from niah.errors import BadInput
 from niah.report.data import aggregate, config_infos, load_frame, trials_frame
-from niah.runs.trials import load_run
+from niah.runs.integrity import check_records, load_checked, manifest_problems, refuse
 
 KIND = "niah-baseline"
 BASELINE_SCHEMA = 2
@@ -120,8 +123,10 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
         raise BadInput(f"{path}: baseline has no configurations")
     records = []
     for name, c in configs.items():
+        if not isinstance(c, dict) or not isinstance(c.get("trials") or [], list):
+            raise BadInput(f"{path}: configuration {name!r} is not a baseline configuration")
         for t in c.get("trials") or []:
-            if not all(k in t for k in _TRIAL_FIELDS):
+            if not isinstance(t, dict) or not all(k in t for k in _TRIAL_FIELDS):
                 raise BadInput(f"{path}: trial record of {name!r} lacks one of {_TRIAL_FIELDS}")
             rank = t.get("rank")
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
@@ -134,24 +139,43 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
     return manifest, records
 
 
-def load_side(path: Path | str):
-    """(manifest, trial frame, description) of a run folder or a baseline file (compare
-    and gate read trials here). BadInput: no trials, or trials under a configuration the
-    manifest does not list (appended from elsewhere: nothing attests them)."""
+@dataclass
+class Side:
+    """One side of a comparison: a run folder or a baseline file, checked."""
+
+    manifest: dict[str, Any]
+    records: list[dict[str, Any]]
+    what: str  # "run PATH" or "baseline PATH"
+    notes: list[str] = field(default_factory=list)  # tolerated (a run's cut last line)
+
+
+def read_side(path: Path | str) -> Side:
+    """A run folder or a baseline file; BadInput when it is neither, has no trials, or has
+    any integrity problem (niah.runs.integrity)."""
     path = Path(path)
     if path.is_dir():
-        manifest, records = load_run(path)
-        what = f"run {path}"
+        run = load_checked(path)
+        run.refuse()
+        side = Side(run.manifest, run.records, f"run {path}", run.notes)
     elif path.is_file():
         manifest, records = read_baseline(path)
-        what = f"baseline {path}"
+        manifest, problems = manifest_problems(manifest, str(path))
+        records, more = check_records(records)
+        refuse(problems + more, f"baseline {path}")
+        side = Side(manifest, records, f"baseline {path}")
     else:
         raise BadInput(f"{path}: no such run folder or baseline file")
-    if not records:
+    if not side.records:
         raise BadInput(f"{path}: no trials")
-    known = manifest.get("configs") or {}
-    unknown = sorted({str(r.get("config")) for r in records if r.get("config") not in known})
+    known = side.manifest.get("configs") or {}
+    unknown = sorted({str(r.get("config")) for r in side.records if r.get("config") not in known})
     if unknown:
         raise BadInput(f"{path}: trials of configuration(s) {', '.join(map(repr, unknown))} that its manifest does "
                        "not list (not written by a sweep of this run); refusing to compare them")
-    return manifest, trials_frame(records), what
+    return side
+
+
+def load_side(path: Path | str):
+    """(manifest, trial frame, description) of a run folder or a baseline file (read_side)."""
+    side = read_side(path)
+    return side.manifest, trials_frame(side.records), side.what

@@ -14,7 +14,8 @@ from typing import Any
 from niah.axes import comparable_axes
 from niah.errors import BadInput
 from niah.report.stats import wilson
-from niah.runs.trials import OUTCOMES, load_run
+from niah.runs.integrity import load_checked
+from niah.runs.record import OUTCOMES
 
 # Columns every trial frame has after `trials_frame` (missing ones filled with None).
 COLUMNS = (
@@ -211,6 +212,8 @@ def pair_trials(a, b):
 
 
 def load_frame(run: Path | str):
-    """(manifest, frame) of a run folder."""
-    manifest, records = load_run(run)
-    return manifest, trials_frame(records)
+    """(manifest, frame) of a run folder; BadInput when it has an integrity problem
+    (niah.runs.integrity)."""
+    checked = load_checked(run)
+    checked.refuse()
+    return checked.manifest, trials_frame(checked.records)

@@ -11,7 +11,14 @@ Per configuration, per length present on both sides, and over all of them:
 - **outage** when the candidate could not answer: no answered trial at that length, or a
   share of `error` trials above `max_error_rate`. Errors are never counted as misses, but
   a gate cannot pass a candidate it could not measure.
-- **skipped** for a length only the baseline has (reported, not failed).
+- **outage** too when the candidate does not cover the baseline: every baseline trial
+  must have its counterpart in the candidate (the same prompt when the sides pair by
+  prompt hash, else the same (length, depth, trial)), and every (length, depth) cell the
+  baseline answered must have an answered candidate trial. A length, a depth or a trial
+  the candidate lacks (a missing length, a line cut short, a sweep stopped early) is
+  named in the case's message: the gate never passes what it did not see.
+- **skipped** for a length where the baseline itself answered nothing (its outage is not
+  the candidate's fault).
 - with `metric` "rank" or "both", the **needle rank** (niah/report/ranks.py) per length and
   overall: a regression when, on identical prompts, the candidate's needle sits deeper
   in the index scores (median ratio of rank / k above 1 + `rank_tolerance`, Wilcoxon
@@ -23,8 +30,12 @@ Per configuration, per length present on both sides, and over all of them:
   INVALID one is bad input (exit 2), an unattested one too unless `accept_unattested`
   (then a note says so).
 
+Both sides are read through niah.runs.integrity (niah.report.baseline.read_side): a side
+with duplicated trial keys, unreadable lines or fields, or trials outside its prompt set
+is bad input.
+
 Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
-overlap, schema mismatch). Each test is at level alpha with no multiplicity correction;
+overlap, schema mismatch, a side that fails its integrity check). Each test is at level alpha with no multiplicity correction;
 the overall row pools every common length.
 """
 
@@ -37,7 +48,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from niah.attestation import check_configs
 from niah.errors import BadInput
-from niah.report.baseline import load_side
+from niah.report.baseline import read_side
+from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, compare
 from niah.report.ranks import rank_compare, rank_is_regression
 from niah.sweep.indexer import at_or_below_k, config_topk
@@ -144,11 +156,44 @@ def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int])
             "there, so they do not exercise the indexer")
 
 
+def _depth(d: float) -> str:
+    return f"{d:g}%"
+
+
+def _uncovered(b, c, method: str | None) -> dict[int, str]:
+    """length -> what of the baseline the candidate did not measure there (module doc)."""
+    by_prompt = method == "prompt"
+    hashes = set(c["prompt_sha256"].dropna())
+    keys = set(zip(c["length"], c["depth"], c["trial"]))
+    answered = set(zip(c.loc[c["answered"], "length"], c.loc[c["answered"], "depth"]))
+    out: dict[int, str] = {}
+    for L, bl in b.groupby("length", sort=True):
+        missing = []
+        for r in bl.itertuples(index=False):
+            sha = r.prompt_sha256
+            seen = sha in hashes if by_prompt and isinstance(sha, str) else (r.length, r.depth, r.trial) in keys
+            if not seen:
+                missing.append(f"depth {_depth(r.depth)} trial {int(r.trial)}")
+        silent = sorted(d for (n, d) in set(zip(bl.loc[bl["answered"], "length"], bl.loc[bl["answered"], "depth"]))
+                        if (n, d) not in answered)
+        parts = []
+        if missing:
+            what = "prompt(s)" if by_prompt else "trial(s)"
+            parts.append(f"candidate lacks {len(missing)} of the baseline's {len(bl)} {what} here ("
+                         + ", ".join(missing[:4]) + (f", and {len(missing) - 4} more" if len(missing) > 4 else "") + ")")
+        if silent:
+            parts.append("candidate answered nothing at depth " + ", ".join(map(_depth, silent)))
+        if parts:
+            out[int(L)] = "; ".join(parts)
+    return out
+
+
 def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
              alpha: float = 0.05, max_error_rate: float = 0.1, metric: str = "answer",
              rank_tolerance: float = 0.10, accept_unattested: bool = False) -> GateResult:
     """Gate CANDIDATE (run folder or baseline file) against BASELINE (either). BadInput
-    when a gated configuration is INVALID, or unattested without `accept_unattested`."""
+    when a side fails its integrity check (niah.runs.integrity), or a gated configuration
+    is INVALID, or unattested without `accept_unattested`."""
     if metric not in ("answer", "rank", "both"):
         raise BadInput(f"--metric must be answer, rank or both, not {metric!r}")
     if not rank_tolerance >= 0:
@@ -160,9 +205,11 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         raise BadInput(f"--alpha must be in (0, 1), got {alpha}")
     if not 0 <= max_error_rate <= 1:
         raise BadInput(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
-    bman, base, bwhat = load_side(baseline)
-    cman, cand, cwhat = load_side(candidate)
+    bside, cside = read_side(baseline), read_side(candidate)
+    bman, base, bwhat = bside.manifest, trials_frame(bside.records), bside.what
+    cman, cand, cwhat = cside.manifest, trials_frame(cside.records), cside.what
     res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate)
+    res.notes += [f"{side.what}: {n}" for side in (bside, cside) for n in side.notes]
     res.config_map = _match_configs(base, cand, config)
     # attestation missing / contradicting its label, or unattested labels: exit 2
     res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
@@ -185,6 +232,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         if method is None:
             res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
                              "with Wilson-score (Newcombe) intervals")
+        gaps = _uncovered(b, c, method)
         for row in rows:
             sub = c if row.group == ALL else c[c["length"] == row.group]
             err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
@@ -200,6 +248,9 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
                 status, msg = REGRESSION, _message(row, tolerance, alpha)
             else:
                 status, msg = PASS, _message(row, tolerance, alpha)
+            if row.group in gaps:  # not seen is not a pass
+                msg = gaps[row.group] + (f"; {msg}" if status == OUTAGE else "")
+                status = OUTAGE
             res.cases.append(Case(label, row.group, status, row, msg))
         if metric == "rank":
             res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
@@ -208,8 +259,11 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         note = _below_k_note(label, cman, cname, c, common)
         if note:
             res.notes.append(note)
+        whole = base[base["config"] == bname]
         for L in sorted(bl - cl):
-            res.cases.append(Case(label, int(L), SKIPPED, None, "length not in the candidate"))
+            n = int((whole["length"] == L).sum())
+            res.cases.append(Case(label, int(L), OUTAGE, None,
+                                  f"length not in the candidate: none of the baseline's {n} trial(s) here was measured"))
         extra = sorted(cl - bl)
         if extra:
             res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
@@ -233,7 +287,8 @@ def markdown(res: GateResult) -> str:
            f"- baseline: {res.baseline}\n- candidate: {res.candidate}\n"
            f"- rule: regression = drop > {100 * res.tolerance:g} pp **and** significant at alpha = {res.alpha:g} "
            f"(paired: McNemar exact; unpaired: Newcombe/Wilson interval); outage = error rate > "
-           f"{100 * res.max_error_rate:g}% or nothing answered\n"]
+           f"{100 * res.max_error_rate:g}% or nothing answered, or a baseline length, depth or trial the candidate "
+           "lacks\n"]
     if any(c.metric == "rank" for c in res.cases):
         out.append("- needle rank: regression = on identical prompts the candidate's needle sits deeper in the "
                    "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha)\n")

@@ -12,7 +12,7 @@ from niah.report.compare import ALL, compare
 from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
 from niah.report.ranks import rank_compare
 from niah.report.style import save
-from niah.runs.trials import load_run
+from niah.runs.integrity import load_checked
 from niah.sweep.indexer import config_topk, read_details
 
 
@@ -24,6 +24,8 @@ class Report:
     figures: list[Path] = field(default_factory=list)
     trials: int = 0
     configs: int = 0
+    problems: list[str] = field(default_factory=list)  # run-folder integrity (niah.runs.integrity)
+    notes: list[str] = field(default_factory=list)
 
 
 def _slug(name: str) -> str:
@@ -32,9 +34,11 @@ def _slug(name: str) -> str:
 
 def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
     """Render RUN's heatmaps, grid, difference heatmaps, recall curves, summary.md and
-    index.html (all of it in one self-contained page)."""
+    index.html (all of it in one self-contained page). The folder's integrity problems
+    (niah.runs.integrity) head the summary and the page; the tables use its sound trials."""
     run = Path(run)
-    manifest, records = load_run(run)
+    checked = load_checked(run)
+    manifest, records = checked.manifest, checked.records
     df = trials_frame(records)
     if df.empty:
         raise BadInput(f"{run} has no finished trials yet; nothing to report")
@@ -49,7 +53,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     cells = aggregate(df, ["config", "length", "depth"])
     by_len = aggregate(df, ["config", "length"])
     overall = aggregate(df, ["config"])
-    rep = Report(out=out, summary=out / "summary.md", trials=len(df), configs=len(infos))
+    rep = Report(out=out, summary=out / "summary.md", trials=len(df), configs=len(infos),
+                 problems=checked.problems, notes=checked.notes)
     rel: dict[str, str] = {}
     paths: dict[str, Path] = {}
 
@@ -88,9 +93,10 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
                       "figure": path.name, "ranks": rank_compare(da, db, alpha)})
 
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
-                         diffs, rel, alpha, sections)
+                         diffs, rel, alpha, sections, checked.problems, checked.notes)
     rep.summary.write_text(text, encoding="utf-8")
-    blocks = {"meta": summary.meta_rows(manifest, df, infos, lengths, depths),
+    blocks = {"meta": summary.integrity_rows(checked.problems, checked.notes)
+              + summary.meta_rows(manifest, df, infos, lengths, depths),
               "recall": summary.recall_by_length_table(by_len, overall, infos, lengths),
               "taxonomy": summary.taxonomy_table(df, infos),
               "indexer": "\n\n".join(s for s in sections[:2] if s) or None, "control": sections[2]}

@@ -8,7 +8,7 @@ from niah.attestation import report_section
 from niah.report import style
 from niah.report.compare import rows_markdown
 from niah.report.ranks import rank_markdown
-from niah.runs.trials import CONTROL_OUTCOMES, OUTCOMES
+from niah.runs.record import CONTROL_OUTCOMES, OUTCOMES
 from niah.tokens import length_tolerance
 
 
@@ -202,11 +202,34 @@ def meta_rows(manifest: dict[str, Any], df, infos, lengths, depths) -> list[tupl
     return [(k, str(v)) for k, v in meta if v not in (None, "")]
 
 
+def integrity_section(problems: list[str], notes: list[str]) -> str | None:
+    """The run folder's integrity problems (niah.runs.integrity): the first thing a reader sees."""
+    if not problems and not notes:
+        return None
+    out = []
+    if problems:
+        out.append(f"## ⚠ This run folder has {len(problems)} integrity problem(s)\n\n"
+                   "`niah compare` and `niah gate` refuse it (exit 2) until they are fixed; the tables below "
+                   "use only its sound trials.\n")
+        out.extend(f"- {p}" for p in problems)
+    out.extend(f"- note: {n}" for n in notes)
+    return "\n".join(out) + "\n"
+
+
+def integrity_rows(problems: list[str], notes: list[str]) -> list[tuple[str, str]]:
+    """The same as (name, value) rows that head the page."""
+    return ([("integrity problem", p) for p in problems] + [("note", n) for n in notes])
+
+
 def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
-          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = ()) -> str:
-    """The whole summary.md."""
+          diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = (),
+          problems: list[str] = (), notes: list[str] = ()) -> str:
+    """The whole summary.md (the run folder's integrity problems first)."""
     out: list[str] = []
     out.append(f"# niah report: {run_name}\n")
+    integrity = integrity_section(list(problems), list(notes))
+    if integrity:
+        out.append(integrity)
     out.append("\n".join(f"- **{k}**: {v}" for k, v in meta_rows(manifest, df, infos, lengths, depths)) + "\n")
 
     attested = report_section(manifest, infos)

@@ -5,18 +5,29 @@ docs/run-format.md lists the same fields (a test checks it against `record_field
 Schema history: 1 = the first release; 2 adds the needle kinds (`expected`,
 `asked_keys`, `distractors`, `hits`, `recall_share`, `needle_kind`, `haystack`).
 Readers accept every version up to `TRIAL_SCHEMA` (`check_schema`, for trials and the
-manifest alike).
+manifest alike). `record_problem` says what is wrong with a stored line's fields (None
+when it can be read), for every reader of trials.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from niah.errors import BadInput
 
 TRIAL_SCHEMA = 2
+
+# Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
+# outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
+OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
+# Outcomes of a no-needle control trial (`control: true`; niah/sweep/control.py defines them).
+CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
+KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
+_NUMBERS = ("prompt_tokens", "prompt_tokens_local", "depth_achieved", "latency_s", "ttft_s")
+_INDEXER_NUMBERS = ("k", "rank_worst", "rank_best", "kept", "margin", "fidelity")
 
 
 def check_schema(version: Any, where: str) -> None:
@@ -109,3 +120,52 @@ def error_record(config: str, model: str | None, length: int, depth: float, tria
     rec = TrialRecord(config=config, model=model, length=int(length), depth=float(depth),
                       trial=int(trial), seed=int(seed), error=error)
     return rec.finish()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """What makes a stored trial unreadable (a missing key field, a field of the wrong
+    type, an unknown outcome), in a few words; None when every reader can use it."""
+    missing = [k for k in KEY_FIELDS if k not in rec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    config, length, depth, trial = (rec[k] for k in KEY_FIELDS)
+    if not isinstance(config, str) or not config:
+        return f"config {config!r} is not a name"
+    if not _is_int(length) or length < 1:
+        return f"length {length!r} is not a positive integer"
+    if not _is_num(depth) or not 0 <= depth <= 100:
+        return f"depth {depth!r} is not a percentage"
+    if not _is_int(trial) or trial < 0:
+        return f"trial {trial!r} is not a trial number"
+    control = rec.get("control", False)
+    if not isinstance(control, bool):
+        return f"control {control!r} is not true or false"
+    allowed = CONTROL_OUTCOMES if control else OUTCOMES
+    if rec.get("outcome") not in allowed:
+        return f"outcome {rec.get('outcome')!r} is not one of {', '.join(allowed)}"
+    if rec.get("seed") is not None and not _is_int(rec["seed"]):
+        return f"seed {rec['seed']!r} is not an integer"
+    if rec.get("prompt_sha256") is not None and not isinstance(rec["prompt_sha256"], str):
+        return f"prompt_sha256 {rec['prompt_sha256']!r} is not a hash"
+    for k in _NUMBERS:
+        if rec.get(k) is not None and not _is_num(rec[k]):
+            return f"{k} {rec[k]!r} is not a number"
+    sel = rec.get("selection_recall")
+    if sel is not None and not (isinstance(sel, list) and all(v is None or _is_num(v) for v in sel)):
+        return f"selection_recall {sel!r} is not a list of numbers"
+    idx = rec.get("indexer")
+    if idx is not None:
+        if not isinstance(idx, dict):
+            return f"indexer {idx!r} is not an object"
+        for k in _INDEXER_NUMBERS:
+            if idx.get(k) is not None and not _is_num(idx[k]):
+                return f"indexer.{k} {idx[k]!r} is not a number"
+    return None

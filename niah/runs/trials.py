@@ -1,12 +1,14 @@
 """RUN/trials.jsonl: one line per finished trial, crash-safe and resumable.
 
 `RunStore` appends each finished trial (flushed and fsynced) and knows which are done;
-`read_trials` reads the file back, skipping (and listing) lines a kill cut short;
-`load_run` gives a run folder's manifest (niah.runs.manifest) and trials. A trial is
-identified by (config, length, depth, trial): `trial_key()`. Resume reads the keys
-already present and runs only the rest; trials recorded as `error` are set aside in
-trials.errors.jsonl and run again. Records carry `schema_version` (niah.runs.record);
-readers refuse a newer one. The full record layout is documented in docs/run-format.md.
+`read_trials` reads the file back; `load_run` gives a run folder's manifest
+(niah.runs.manifest) and trials. A trial is identified by (config, length, depth, trial):
+`trial_key()`. Resume reads the keys already present and runs only the rest; trials
+recorded as `error` are set aside in trials.errors.jsonl and run again. A truncated last
+line (kill -9 mid-write) is reported and skipped; a record whose fields cannot be read
+(niah.runs.record.record_problem) is refused; niah.runs.integrity checks a whole folder
+for report, compare and gate. Records carry `schema_version` (niah.runs.record); readers
+refuse a newer one. The full record layout is documented in docs/run-format.md.
 """
 
 from __future__ import annotations
@@ -21,19 +23,10 @@ from typing import Any
 from niah.errors import BadInput
 from niah.runs.manifest import read_manifest
 from niah.runs.record import TRIAL_SCHEMA as SCHEMA_VERSION  # one definition: niah.runs.record
-from niah.runs.record import check_schema
+from niah.runs.record import check_schema, record_problem
 
 TRIALS = "trials.jsonl"
 ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retries them
-
-# Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
-# outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
-OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
-# Outcomes of a no-needle control trial (`control: true`; niah/sweep/control.py defines them).
-CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
-
-
-KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
 
 
 def trial_key(config: str, length: int, depth: float, trial: int, control: bool = False) -> str:
@@ -49,6 +42,16 @@ def record_key(rec: dict[str, Any]) -> str:
 class LoadResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped_lines: list[int] = field(default_factory=list)  # 1-based line numbers
+    lines: list[int] = field(default_factory=list)  # the line of each record
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line, problem): fields that cannot be read
+    last_line: int = 0  # the last non-empty line (where a kill mid-write cuts one short)
+
+    def refuse_bad(self, path: Path | str) -> None:
+        """BadInput naming the first record whose fields cannot be read, if any."""
+        if self.bad:
+            line, problem = self.bad[0]
+            more = f" (and {len(self.bad) - 1} more)" if len(self.bad) > 1 else ""
+            raise BadInput(f"{path}:{line}: trial record {problem}{more}; fix or remove the line")
 
 
 def read_trials(path: Path | str) -> LoadResult:
@@ -56,6 +59,7 @@ def read_trials(path: Path | str) -> LoadResult:
 
     Only a truncated *last* line is expected (a kill mid-write); any other bad line is
     skipped too and listed, so one corrupt record never costs the rest of the run.
+    Records that parse but whose fields cannot be read are listed in `bad`, not returned.
     """
     path = Path(path)
     if path.is_dir():
@@ -67,6 +71,7 @@ def read_trials(path: Path | str) -> LoadResult:
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
+            out.last_line = lineno
             try:
                 rec = json.loads(raw)
             except ValueError:
@@ -76,10 +81,12 @@ def read_trials(path: Path | str) -> LoadResult:
                 out.skipped_lines.append(lineno)
                 continue
             check_schema(rec.get("schema_version"), f"{path}:{lineno}")
-            missing = [k for k in KEY_FIELDS if k not in rec]
-            if missing:
-                raise BadInput(f"{path}:{lineno}: trial record lacks {', '.join(missing)}")
+            problem = record_problem(rec)
+            if problem:
+                out.bad.append((lineno, problem))
+                continue
             out.records.append(rec)
+            out.lines.append(lineno)
     return out
 
 
@@ -118,6 +125,7 @@ class RunStore:
             )
         if resume:
             loaded = read_trials(trials)
+            loaded.refuse_bad(trials)  # before anything changes: never rewrite a record away
             self.skipped_lines = loaded.skipped_lines
             errors = [r for r in loaded.records if r.get("outcome") == "error"] if retry_errors else []
             if errors:
@@ -184,6 +192,7 @@ def load_run(run_dir: Path | str, warn: bool = True) -> tuple[dict[str, Any], li
         raise BadInput(f"no run folder at {run_dir}")
     manifest = read_manifest(run_dir)
     loaded = read_trials(run_dir / TRIALS)
+    loaded.refuse_bad(run_dir / TRIALS)
     if warn and loaded.skipped_lines:
         warnings.warn(
             f"{run_dir / TRIALS}: skipped unreadable line(s) {loaded.skipped_lines}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-from niah.runs.trials import OUTCOMES
+from niah.runs.record import OUTCOMES
 from niah.tokens import length_tolerance
 
 

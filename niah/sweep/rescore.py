@@ -70,6 +70,7 @@ def rescore_run(run: Path | str, write: bool = True) -> Rescored:
     res = Rescored()
     with RunLock(run):
         loaded = read_trials(run / TRIALS)
+        loaded.refuse_bad(run / TRIALS)
         prompts = _known_prompts(run)
         out = []
         for rec in loaded.records:
