@@ -78,7 +78,7 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 def _own(fn: ast.AST):
     """The nodes of a function's body, not those of the functions or classes it defines."""
-    stack = list(fn.body)
+    stack = [n for n in fn.body if not isinstance(n, _SCOPES)]
     while stack:
         n = stack.pop()
         yield n
