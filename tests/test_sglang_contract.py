@@ -9,7 +9,7 @@ import pytest
 
 from niah.serving.sglang.contract import (
     PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
-from niah.serving.sglang.contract_sites import LAYOUT
+from niah.serving.sglang.contract import LAYOUT
 from niah.serving.sglang.plugin import all_patches, patch_targets
 from sglang_source import extract_tree, sglang_wheel
 
@@ -144,7 +144,11 @@ def test_live_source_runs_the_same_check_on_imported_modules():
             PatchPoint("niah.serving.sglang.kernels_api", "kernel", ("name",), "uses", "always", "t",
                        ("KernelMissing",))]
     live = LiveSource()
-    assert live.version is None  # no sglang here
+    assert live.version is None  # no sglang here: a source of unknown version is refused
+    assert check_contract(live, good).problems == [
+        "installed sglang: no SGLang version metadata (no sglang-*.dist-info/METADATA with a Version), so it "
+        "cannot be told which SGLang this is"]
+    live.version = "0.5.23"  # as on a server with SGLang installed: the lookups below are what is tested
     assert check_contract(live, good).ok
     bad = [PatchPoint(mod, "index_key_cache_get_k_and_scale", ("self", "layer_id"), "uses", "always", "t"),
            PatchPoint(mod, "no_such_function", None, "uses", "always", "t"),
@@ -246,3 +250,45 @@ def test_a_copy_that_cannot_be_rebound_refuses_instead_of_half_patching(tmp_path
     finally:
         for name in ("niahfrozenpkg", "niahfrozenpkg.a", "niahfrozenpkg.b"):
             sys.modules.pop(name, None)
+
+
+def test_key_flows_follow_the_pools_accessors_through_assignments_not_names():
+    from niah.serving.sglang.contract.flows import scan_flows
+
+    text = '''
+class Indexer:
+    def read(self, pool, layer_id, q):
+        rows = pool.get_index_k_scale_buffer(layer_id)
+        k, s = rows
+        kv = (k.view(torch.float8_e4m3fn), s.squeeze(-1))
+        width = k.shape[0]
+        make_plan(width, q)
+        if _is_xpu or _is_npu:
+            out = whatever_kernel(q, kv)
+        elif use_new:
+            out = other(q, kv[0])
+        else:
+            def inner(x):
+                return deep_kernel(x, kv)
+            out = inner(q)
+        return out
+'''
+    got = [(f.line, f.where, f.callee, f.guard) for f in scan_flows("m.py", text)]
+    assert got == [
+        (4, "Indexer.read", "pool.get_index_k_scale_buffer", ""),
+        (10, "Indexer.read", "whatever_kernel", "(_is_xpu or _is_npu)"),
+        (12, "Indexer.read", "other", "not ((_is_xpu or _is_npu)) and use_new"),
+        (15, "Indexer.read.inner", "deep_kernel", ""),
+    ]  # make_plan(width) reads a shape, not the keys
+
+
+def test_every_known_key_flow_lies_in_a_function_whose_call_sites_have_dispositions():
+    """A flow's disposition is its function's (call_sites.py): none may sit where the call-site
+    table says nothing."""
+    from niah.serving.sglang.contract.call_sites import call_sites
+    from niah.serving.sglang.contract.flow_sites import FLOWS
+
+    functions = {(f, where) for (f, where, _, _) in call_sites()}
+    orphans = [(f, where) for f, rows in FLOWS.items() for where, *_ in rows
+               if not any((f, ".".join(where.split(".")[:i])) in functions for i in range(1, where.count(".") + 2))]
+    assert not orphans, orphans

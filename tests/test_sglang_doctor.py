@@ -38,7 +38,7 @@ def test_doctor_bf16_only_points_and_bad_inputs(tmp_path):
 
 def test_doctor_fails_on_a_mismatched_source(tmp_path):
     from niah.serving.sglang.contract import PATCH_POINTS
-    from niah.serving.sglang.contract_sites import LAYOUT
+    from niah.serving.sglang.contract import LAYOUT
     from sglang_source import extract_tree
 
     tree = extract_tree(sglang_wheel(), tmp_path, sorted({p.module for p in PATCH_POINTS} | {c.module for c in LAYOUT}))
@@ -65,9 +65,12 @@ def test_mutated_wheel_new_direct_deep_gemm_call_next_to_the_resolver(tmp_path):
     new = ("                import deep_gemm\n\n                deep_gemm.fp8_paged_mqa_logits(q_fp8, kv_cache_fp8, weights)\n"
            + old)
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
-    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    brk, flow = _breaks(_doctor("--sglang-source", str(whl)))
     assert brk.startswith(f"{DSA_IDX}:1351: new call site: Indexer._get_topk_paged._chunked_fp8_paged_mqa_logits "
                           "calls deep_gemm.fp8_paged_mqa_logits"), brk
+    assert flow == (f"{DSA_IDX}:1351: new data flow: Indexer._get_topk_paged._chunked_fp8_paged_mqa_logits hands "
+                    "index keys to deep_gemm.fp8_paged_mqa_logits when `batch_size <= self.sm_count`, which the "
+                    "contract does not know"), flow  # the outer function's keys, read in the closure
 
 
 def test_mutated_wheel_scale_bytes_changed(tmp_path):
@@ -145,9 +148,11 @@ def test_new_deep_gemm_kernel_called_in_the_indexer_is_a_break(tmp_path):
     new = ("        import deep_gemm\n\n        deep_gemm.fp8_paged_mqa_logits_v2(q_fp8, kv_cache_fp8, weights)\n"
            + old)
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
-    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    brk, flow = _breaks(_doctor("--sglang-source", str(whl)))
     assert brk == (f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls deep_gemm.fp8_paged_mqa_logits_v2, "
                    "which niah neither patches, refuses nor lists as unreachable"), brk
+    assert flow == (f"{DSA_IDX}:1326: new data flow: Indexer._get_topk_paged hands index keys to "
+                    "deep_gemm.fp8_paged_mqa_logits_v2 unconditionally, which the contract does not know"), flow
 
 
 def test_changed_fp8_row_width_is_a_break(tmp_path):
@@ -183,12 +188,13 @@ def test_post_release_with_a_broken_source_is_refused(tmp_path):
     new = "        import deep_gemm\n\n        deep_gemm.fp8_paged_mqa_logits_v2(q_fp8, kv_cache_fp8, weights)\n" + old
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)}, version="0.5.23.post3")
     r = _doctor("--sglang-source", str(whl))
-    (brk,) = _breaks(r)
+    brk, flow = _breaks(r)
     assert brk.startswith(f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls "
                           "deep_gemm.fp8_paged_mqa_logits_v2")
+    assert flow.startswith(f"{DSA_IDX}:1326: new data flow: Indexer._get_topk_paged hands index keys to ")
     assert ("sglang build            0.5.23.post3 is a build of 0.5.23: not accepted, its source fails the "
             "contract check") in r.stdout, r.stdout
-    assert "plugin contract         BROKEN: 1 break(s) against sglang 0.5.23.post3" in r.stdout
+    assert "plugin contract         BROKEN: 2 break(s) against sglang 0.5.23.post3" in r.stdout
 
 
 def test_plugin_install_refuses_a_broken_source_in_one_line(tmp_path):
@@ -209,3 +215,47 @@ def test_plugin_install_refuses_a_broken_source_in_one_line(tmp_path):
     assert ours[0].startswith("niah: error: niah's SGLang plugin does not fit sglang 0.5.23.post1 (installed sglang): ")
     assert (f"{DSA_IDX}:1326: new call site: Indexer._get_topk_paged calls deep_gemm.fp8_paged_mqa_logits_v2"
             in ours[0]), ours[0]
+
+
+# -- data flow: where the index keys go, whatever the callee is called -------------------------
+RAGGED_NO_CHUNK = "        if not need_chunk:\n            assert q_fp8[:q_offset].shape[0] != 0\n"
+
+
+def test_a_new_kernel_reading_the_keys_behind_a_new_switch_is_a_break(tmp_path):
+    """A callee no name pattern knows, fed the prefill's fp8 keys (a view of the pool's
+    get_index_k_scale_buffer) behind a switch of its own."""
+    new = ("        if envs.SGLANG_NEW_RAGGED_KERNEL.get():\n"
+           "            return new_ragged_kernel(q_fp8, kv_fp8, weights, ks, ke)\n" + RAGGED_NO_CHUNK)
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (RAGGED_NO_CHUNK, new)})
+    (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
+    assert brk == (f"{DSA_IDX}:1576: new data flow: Indexer._get_topk_ragged hands index keys to new_ragged_kernel "
+                   "when `envs.SGLANG_NEW_RAGGED_KERNEL.get()`, which the contract does not know"), brk
+
+
+def test_cuda_sent_down_another_platforms_kernel_is_a_break(tmp_path):
+    """`elif _is_xpu:` widened to `elif _is_xpu or _is_cuda:`: CUDA prefill would hand the keys
+    to sgl_kernel's fp8 kernel instead of the resolver niah patches."""
+    old = "                elif _is_xpu:\n                    logits = sgl_fp8_mqa_logits("
+    whl = mutated_wheel(tmp_path, {DSA_IDX: (old, old.replace("_is_xpu:", "_is_xpu or _is_cuda:"))})
+    brks = _breaks(_doctor("--sglang-source", str(whl)))
+    assert (f"{DSA_IDX}:1596: branch changed: Indexer._get_topk_ragged hands index keys to sgl_fp8_mqa_logits "
+            "when `not need_chunk and not (_is_hip) and (_is_xpu or _is_cuda)`; the contract knows it only when "
+            "`not need_chunk and not (_is_hip) and _is_xpu`; when `not (_is_hip) and _is_xpu`") in brks, brks
+    assert any(b.startswith(f"{DSA_IDX}:1608: branch changed: Indexer._get_topk_ragged hands index keys to "
+                            "resolve_fp8_mqa_logits_fn() when `not need_chunk and not (_is_hip) and not "
+                            "((_is_xpu or _is_cuda))`") for b in brks), brks
+    assert len(brks) == 2, brks
+
+
+def test_a_tree_without_version_metadata_is_refused(tmp_path):
+    import shutil
+
+    from niah.serving.sglang.contract import LAYOUT, PATCH_POINTS
+    from sglang_source import extract_tree
+
+    tree = extract_tree(sglang_wheel(), tmp_path, sorted({p.module for p in PATCH_POINTS} | {c.module for c in LAYOUT}))
+    for info in tree.glob("*.dist-info"):
+        shutil.rmtree(info)
+    brks = _breaks(_doctor("--sglang-source", str(tree)))
+    assert brks[0] == (f"{tree}: no SGLang version metadata (no sglang-*.dist-info/METADATA with a Version), so it "
+                       "cannot be told which SGLang this is"), brks

@@ -26,7 +26,7 @@ def _entry(args, env):
 
 
 def _no_plugins_filter():
-    return {k: v for k, v in os.environ.items() if k != "SGLANG_PLUGINS"}
+    return {k: v for k, v in os.environ.items() if k not in ("SGLANG_PLUGINS", "SGL_PLUGINS")}
 
 
 BF16 = ["--niah-index-dtype", "bf16"]
@@ -47,7 +47,20 @@ FP8_NIAH = ["--niah-index-dtype", "fp8", "--niah-kernels", "niah"]
      "--disaggregation-mode prefill is not supported with fp8/niah index keys (PD disaggregation: "),
     (BF16, {"SGLANG_PLUGINS": "other"},
      "SGLANG_PLUGINS='other' does not name 'niah', so SGLang would load its processes without niah's plugin"),
-], ids=["abbreviation", "config-yaml", "cutedsl", "prefill-cp", "disaggregation", "sglang-plugins"])
+    (BF16, {"SGL_PLUGINS": "other"},  # SGLang renames SGL_* to SGLANG_* when it is imported
+     "SGL_PLUGINS='other' (SGLang renames it to SGLANG_PLUGINS) does not name 'niah', so SGLang would load its "
+     "processes without niah's plugin"),
+    (FP8_NIAH, {"SGL_PLUGINS": "other", "SGLANG_PLUGINS": "niah"},  # SGLang copies SGL_PLUGINS over it
+     "SGL_PLUGINS='other' (SGLang renames it to SGLANG_PLUGINS) does not name 'niah'"),
+    (BF16 + ["--json-model-override-args", '{"index_topk": 512}', "--json-model-override-args",
+             '{"index_topk": 2048}'], {},  # a later override replaces niah's in SGLang's parse
+     "the SGLang arguments set --json-model-override-args to '{\"index_topk\": 2048}' (a later "
+     "--json-model-override-args, an abbreviation or a --config file), over niah's '{\"index_topk\": 512}'"),
+    (BF16 + ['--json-model-override-args={"index_topk": 512}', "--json-model-override-args",
+             '{"index_topk": 512, "index_kpool": 1}'], {},
+     "the SGLang arguments set --json-model-override-args to '{\"index_topk\": 512, \"index_kpool\": 1}'"),
+], ids=["abbreviation", "config-yaml", "cutedsl", "prefill-cp", "disaggregation", "sglang-plugins", "sgl-plugins",
+        "sgl-plugins-over-sglang-plugins", "later-override", "later-override-equals-form"])
 def test_issue_cases_are_refused_by_the_launch_entry_in_one_line(tree, tmp_path, args, env, line):
     yaml = tmp_path / "srv.yaml"
     yaml.write_text("enable-hierarchical-cache: true\n")
@@ -144,6 +157,31 @@ def test_sglang_plugins_rule_matches_sglangs_own_loader(tree):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert [loaded for loaded, _ in got] == [True, False, True, True, False, True, False]
     assert all(loaded == allowed for loaded, allowed in got), dict(zip(values, got))
+
+
+_LOADER = textwrap.dedent("""
+    import json
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP, load_plugins_by_group
+    print(json.dumps("niah" in load_plugins_by_group(GENERAL_PLUGINS_GROUP)))
+""")
+
+
+@pytest.mark.parametrize("env", [
+    {"SGL_PLUGINS": "other"}, {"SGL_PLUGINS": "niah"}, {"SGL_PLUGINS": "other", "SGLANG_PLUGINS": "niah"},
+    {"SGL_PLUGINS": "niah", "SGLANG_PLUGINS": "other"}, {"SGL_PLUGINS": "", "SGLANG_PLUGINS": "other"},
+], ids=["sgl-other", "sgl-niah", "sgl-over-sglang", "sgl-niah-over-other", "sgl-empty-over-other"])
+def test_legacy_sgl_plugins_rule_matches_sglangs_own_rename(tree, env):
+    """SGLang's own import (srt/environ.py renames SGL_* to SGLANG_*) then its loader, run for
+    real with the variables set before SGLang is imported: niah's plugin loads exactly when
+    refusals.plugins_refusal lets the arm through."""
+    from niah.serving.sglang.refusals import plugins_refusal
+
+    r = subprocess.run([sys.executable, "-c", _LOADER], capture_output=True, text=True,
+                       env=with_sglang(tree, _no_plugins_filter() | env), timeout=600)
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout.strip().splitlines()[-1])
+    assert loaded == (plugins_refusal(env) is None), (env, loaded, plugins_refusal(env))
+    assert loaded == (env["SGL_PLUGINS"] in ("niah", ""))
 
 
 MATRIX = """

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from niah.serving.sglang import attest, plugin, v4  # noqa: E402
+from niah.serving.sglang import attest, patching, plugin, v4  # noqa: E402
 from niah.serving.sglang.contract import AstSource, check_contract, points_for  # noqa: E402
 from sglang_source import extract_tree, sglang_wheel  # noqa: E402
 
@@ -127,7 +127,7 @@ def test_fp8_writes_and_reads_are_refused_with_bf16_keys(src, monkeypatch):
               kvcache=torch.zeros(1, 64 * 132, dtype=torch.uint8), page_size=64)
     with pytest.raises(v4.V4Refused, match="fp4/fp8 indexer store"):
         store(kv, None, use_fp4=True)
-    monkeypatch.setattr(plugin, "_installed", ("bf16", "niah"))
+    monkeypatch.setattr(patching, "_installed", ("bf16", "niah"))
     before = attest.snapshot()["counts"].get("decode_logits.fp8", 0)
     with pytest.raises(v4.V4Refused, match="read fp8 index pages"):
         v4.paged_logits(None, torch.zeros(1, 64, 1, 132, dtype=torch.uint8), None, None, None, None, 64, False)
@@ -280,7 +280,7 @@ def run_production(src, arm, inp, n, k, prefill: bool, dg):
 def test_bf16_on_sglangs_default_paths_without_any_flag(src, deep_gemm, monkeypatch, prefill):
     """No SGLang switch: decode through the paged function and a long single-request prefill
     through the non-paged one, both DeepGEMM's names, both reaching niah's bf16 kernels."""
-    monkeypatch.setattr(plugin, "_installed", ("bf16", "niah"))
+    monkeypatch.setattr(patching, "_installed", ("bf16", "niah"))
     n, k = 300, 32
     inp = ev.make_inputs(n, rows=3, heads=8, seed=1, device=DEV)
     before = attest.snapshot()["counts"]

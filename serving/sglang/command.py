@@ -30,9 +30,10 @@ import sys
 from dataclasses import dataclass, field
 
 from niah.errors import BadInput
-from niah.serving.sglang.plugin import KERNELS, SGLANG_INDEX_DTYPES
+from niah.serving.sglang.arms import (  # noqa: F401  (arm_name, SGLANG_MODULE: re-exported)
+    ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS, KERNELS_FLAG, LAUNCH_MODULE, NIAH_ENV_PREFIX, NIAH_FLAG, OVERRIDE_FLAG,
+    SGLANG_INDEX_DTYPES, SGLANG_MODULE, arm_name, default_kernels)
 
-LAUNCH_MODULE = "niah.serving.sglang"
 MAX_INDEX_TOPK = 2048  # SGLang's v2 top-k: 0 < k <= 2048
 
 
@@ -67,30 +68,17 @@ class SGLangLaunch:
         if self.index_topk is not None and (not isinstance(self.index_topk, int)
                                             or not 0 < self.index_topk <= MAX_INDEX_TOPK):
             raise BadInput(f"sglang: index_topk must be 1..{MAX_INDEX_TOPK}, got {self.index_topk!r}")
-        for flag in ("--json-model-override-args", "--niah-index-dtype", "--niah-kernels"):
+        for flag in (OVERRIDE_FLAG, NIAH_FLAG, KERNELS_FLAG):
             if any(a == flag or a.startswith(flag + "=") for a in self.extra_args):
                 raise BadInput(f"sglang: extra_args may not set {flag}; use index_topk / index_dtype / kernels")
-        for var in ("NIAH_INDEX_DTYPE", "NIAH_KERNELS"):
+        for var in (ENV_INDEX_DTYPE, ENV_KERNELS):
             if var in self.env:
                 raise BadInput(f"sglang: env may not set {var}; use index_dtype / kernels")
 
     @property
     def arm_kernels(self) -> str:
-        return self.kernels or ("niah" if self.index_dtype == "bf16" else "stock")
+        return self.kernels or default_kernels(self.index_dtype)
 
-
-def platform_refusal(kernels: str) -> str | None:
-    """niah's kernels run on CUDA: ROCm (whose aiter/HIP indexer paths niah does not patch,
-    and whose V4 indexer writes fp4/fp8 keys) is refused for them."""
-    if kernels == "stock":
-        return None
-    import torch
-
-    return f"ROCm is not supported with niah's kernels (kernels = {kernels!r})" if torch.version.hip else None
-
-
-SGLANG_MODULE = "sglang.launch_server"
-NIAH_ENV_PREFIX = "NIAH_"
 
 # What each arm runs, in words (index dtype/kernels -> facts); recorded in the manifest.
 ARMS: dict[str, dict[str, str]] = {
@@ -120,15 +108,11 @@ ARMS: dict[str, dict[str, str]] = {
 }
 
 
-def arm_name(index_dtype: str, kernels: str) -> str:
-    return f"{index_dtype}/{kernels}"
-
-
 def _sglang_args(cfg: SGLangLaunch) -> list[str]:
     """The arguments SGLang's own launch_server gets, the same in every arm."""
     args = ["--model-path", cfg.model_path, "--tp-size", str(cfg.tp), "--host", cfg.host, "--port", str(cfg.port)]
     if cfg.index_topk is not None:
-        args += ["--json-model-override-args", json.dumps({"index_topk": cfg.index_topk})]
+        args += [OVERRIDE_FLAG, json.dumps({"index_topk": cfg.index_topk})]
     return args + list(cfg.extra_args)
 
 
@@ -142,9 +126,8 @@ def build_sglang_command(cfg: SGLangLaunch, environ: dict[str, str] | None = Non
         environ = os.environ if environ is None else environ
         unset: dict[str, str | None] = {k: None for k in sorted(environ) if k.startswith(NIAH_ENV_PREFIX)}
         return [cfg.python, "-m", SGLANG_MODULE, *_sglang_args(cfg)], {**unset, **cfg.env}
-    argv = [cfg.python, "-m", LAUNCH_MODULE, "--niah-index-dtype", cfg.index_dtype, "--niah-kernels", kernels,
-            *_sglang_args(cfg)]
-    return argv, {**cfg.env, "NIAH_INDEX_DTYPE": cfg.index_dtype, "NIAH_KERNELS": kernels}
+    argv = [cfg.python, "-m", LAUNCH_MODULE, NIAH_FLAG, cfg.index_dtype, KERNELS_FLAG, kernels, *_sglang_args(cfg)]
+    return argv, {**cfg.env, ENV_INDEX_DTYPE: cfg.index_dtype, ENV_KERNELS: kernels}
 
 
 def format_command(argv: list[str], env: dict[str, str | None]) -> str:

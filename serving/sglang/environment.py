@@ -6,7 +6,13 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from niah.serving.sglang.contract import (
+    PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for)
+from niah.serving.sglang.kernels_api import available
+from niah.serving.sglang.plugin import entry_point_registered
 
 
 @dataclass
@@ -19,8 +25,6 @@ class Facts:
 
 
 def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -56,9 +60,6 @@ def torch_facts(f: Facts) -> None:
 def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -> None:
     """Check the plugin contract against `source_path` (wheel or tree), else the installed
     SGLang, else the cached source wheel."""
-    from niah.serving.sglang.contract import (
-        PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for)
-
     installed = _version("sglang")
     f.add("sglang installed", installed or "no")
     f.add("plugin supports sglang", ", ".join(SUPPORTED_VERSIONS))
@@ -84,21 +85,17 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
                                  f"{report.version or 'of unknown version'} ({report.source})")
         for problem in report.problems:
             f.add("contract break", problem)
-    from niah.serving.sglang.plugin import entry_point_registered
-
     f.add("plugin entry point", "registered (sglang.srt.plugins: niah)" if entry_point_registered()
           else "NOT registered: pip install -e <niah checkout> in this environment")
 
 
 def kernel_facts(f: Facts) -> None:
-    from niah.serving.sglang.kernels_api import available
-
     try:
         have = available()
     except Exception as e:  # a broken kernels package is a fact to report
         f.add("niah.kernels", f"import failed: {type(e).__name__}: {e}")
         return
-    f.add("niah.kernels", ", ".join(f"{k}: {'yes' if v else 'MISSING'}" for k, v in have.items()))
+    f.add("niah.kernels", ", ".join(f"{k}: {v}" for k, v in have.items()))
 
 
 def gather(source_path: str | None = None, index_dtype: str | None = None) -> Facts:

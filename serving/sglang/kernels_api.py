@@ -1,7 +1,10 @@
-"""Find niah.kernels' public functions lazily (nothing is imported until first use).
+"""niah.kernels' functions the plugin calls, by explicit name, found lazily (nothing is
+imported until first use).
 
-The kernels keep DeepGEMM's argument order. They may live in niah.kernels itself or in
-one of its sub-packages; `kernel(name)` looks in both and caches the answer.
+`KERNELS` names each function and the module that defines it (DeepGEMM's argument order
+where DeepGEMM has one). `kernel(name)` imports exactly that module and returns exactly
+that function; a name not in `KERNELS`, or a module or function that is missing, is
+KernelMissing (one line naming it): the plugin never guesses another name or place.
 """
 
 from __future__ import annotations
@@ -9,57 +12,53 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 
-_PLACES = (
-    "niah.kernels",
-    "niah.kernels.paged_logits",
-    "niah.kernels.mqa_logits",
-    "niah.kernels.store",
-    "niah.kernels.topk",
-)
-
-# Store kernel: any of these names, first found wins (see store_bf16 below for the call).
-STORE_NAMES = ("store_index_k", "store_index_keys", "index_k_store", "store_keys")
+KERNELS: dict[str, str] = {
+    "fp8_paged_mqa_logits": "niah.kernels.paged_logits.wrapper",
+    "bf16_paged_mqa_logits": "niah.kernels.paged_logits.wrapper",
+    "fp8_mqa_logits": "niah.kernels.mqa_logits.wrapper",
+    "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
+    "store_index_keys": "niah.kernels.store.wrapper",
+    "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
+    "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
+    "topk_indices": "niah.kernels.topk.wrapper",
+}
+STORE_KERNEL = "store_index_keys"  # the bf16 key store (replacements.store_bf16_keys)
 
 
 class KernelMissing(RuntimeError):
-    """niah.kernels does not (yet) provide a function the plugin needs."""
-
-
-def _lookup(name: str):
-    for place in _PLACES:
-        try:
-            mod = importlib.import_module(place)
-        except ImportError:
-            continue
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            return fn
-    return None
+    """A niah.kernels function the plugin calls is missing (one line naming it)."""
 
 
 @lru_cache(maxsize=None)
 def kernel(name: str):
-    """The niah.kernels function `name` (e.g. "bf16_paged_mqa_logits"), or KernelMissing."""
-    fn = _lookup(name)
-    if fn is None:
-        raise KernelMissing(f"niah.kernels has no {name}() (looked in {', '.join(_PLACES)})")
+    """The niah.kernels function `name` from its module in KERNELS, or KernelMissing."""
+    module = KERNELS.get(name)
+    if module is None:
+        raise KernelMissing(f"{name} is not one of the niah.kernels functions the plugin calls "
+                            f"({', '.join(KERNELS)})")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise KernelMissing(f"niah.kernels function {name}: cannot import {module} ({type(e).__name__}: {e})"
+                            .splitlines()[0]) from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise KernelMissing(f"niah.kernels function {name} is missing: {module} has no {name}()")
     return fn
 
 
-@lru_cache(maxsize=None)
 def store_kernel():
-    """The bundled key-store kernel, or None if niah.kernels has none."""
-    for name in STORE_NAMES:
-        fn = _lookup(name)
-        if fn is not None:
-            return fn
-    return None
+    """The bf16 key-store kernel (KernelMissing if it is missing)."""
+    return kernel(STORE_KERNEL)
 
 
-def available() -> dict[str, bool]:
-    """Which of the kernels the plugin uses are present (for `niah doctor`)."""
-    names = ("fp8_paged_mqa_logits", "bf16_paged_mqa_logits", "fp8_mqa_logits", "bf16_mqa_logits",
-             "store_v32_index_keys", "store_v4_index_keys")
-    out = {n: _lookup(n) is not None for n in names}
-    out["store"] = store_kernel() is not None
+def available() -> dict[str, str]:
+    """Each kernel the plugin calls -> "yes", or why it is missing (for `niah doctor`)."""
+    out = {}
+    for name in KERNELS:
+        try:
+            kernel(name)
+            out[name] = "yes"
+        except KernelMissing as e:
+            out[name] = f"MISSING ({e})"
     return out

@@ -17,11 +17,19 @@ refusal is one line (BadInput, exit 2).
 What cannot be decided here: the model's architecture when its config.json is neither a
 local folder nor in the Hugging Face cache (the V4 rules then wait for the V4 pool,
 v4.env_refusal, after the weights have loaded; an explicit switch is refused anyway).
+
+The plugin allow-list is read SGLang's way: SGLang renames a legacy `SGL_PLUGINS` to
+`SGLANG_PLUGINS` when it is imported (srt/environ.py, `_handle_deprecated_envs`, over any
+`SGLANG_PLUGINS`), so an `SGL_PLUGINS` that leaves niah out is refused like an
+`SGLANG_PLUGINS` that does. The launch entry also re-checks, on SGLang's parse, that
+niah's `--json-model-override-args` (the first one in the argv) is what SGLang will use
+(`entry_override_refusal`: a later one, an abbreviation or a --config file replaces it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -30,7 +38,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from niah.errors import BadInput
-from niah.serving.sglang.plugin import ENTRY_POINT_NAME as PLUGIN_NAME, default_kernels
+from niah.serving.sglang.arms import (
+    ENTRY_POINT_NAME as PLUGIN_NAME, LAUNCH_MODULE, OVERRIDE_FLAG, SGL_PLUGINS, SGLANG_MODULE, SGLANG_PLUGINS,
+    TILELANG_INDEXER as TILELANG, V4_INDEXER_SWITCHES, default_kernels, env_on, split_niah_args)
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,6 @@ class ParserMissing(BadInput):
 
 def load_parser() -> Callable[[list[str]], Any]:
     """SGLang's `prepare_server_args`; ParserMissing (one line) if it cannot be imported."""
-    import importlib.util
-
     if importlib.util.find_spec("sglang") is None:
         raise ParserMissing("SGLang is not installed in this environment (pip install sglang==0.5.23)")
     try:
@@ -163,13 +171,6 @@ def refusal(index_dtype: str, kernels: str, args) -> str | None:
 
 
 V4_ARCH = "DeepseekV4ForCausalLM"
-TILELANG = "SGLANG_OPT_USE_TILELANG_INDEXER"
-V4_INDEXER_SWITCHES = (TILELANG, "SGLANG_OPT_USE_AITER_INDEXER")
-_ON = ("1", "true", "yes", "y", "on")  # SGLang's EnvBool true values ("on" it rejects; niah refuses it too)
-
-
-def _env_on(env: Mapping[str, str], name: str) -> bool:
-    return str(env.get(name) or "").strip().lower() in _ON
 
 
 def architecture(args) -> str | None:
@@ -208,7 +209,7 @@ def indexer_env_refusal(args, env: Mapping[str, str]) -> str | None:
     if arch is not None and arch != V4_ARCH:
         return None
     for name in V4_INDEXER_SWITCHES:
-        if _env_on(env, name):
+        if env_on(env, name):
             return (f"{name} is on: that DeepSeek-V4 indexer kernel reads the fp8 page layout and bypasses niah's "
                     "kernels; set it to 0 in the configuration's env (every arm) to compare on the DeepGEMM path")
     return None
@@ -240,21 +241,66 @@ def override_refusal(args, expected: dict) -> str | None:
         got = raw
     if got == expected:
         return None
-    return (f"the SGLang arguments set --json-model-override-args to {raw!r} (an abbreviation or a --config file), "
-            f"over niah's {json.dumps(expected)!r}: set index_topk in the configuration instead")
+    shown = json.dumps(expected) if not isinstance(expected, str) else expected
+    return (f"the SGLang arguments set --json-model-override-args to {raw!r} (a later --json-model-override-args, "
+            f"an abbreviation or a --config file), over niah's {shown!r}: set index_topk in the configuration "
+            "instead")
+
+
+def niah_override(argv: list[str]):
+    """What the first `--json-model-override-args` of `argv` says (niah writes it there,
+    before the user's arguments): its JSON, the raw text if it is not JSON, None if absent."""
+    for i, a in enumerate(argv):
+        if a == OVERRIDE_FLAG and i + 1 < len(argv):
+            raw = argv[i + 1]
+        elif a.startswith(OVERRIDE_FLAG + "="):
+            raw = a.split("=", 1)[1]
+        else:
+            continue
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return None
+
+
+def entry_override_refusal(argv: list[str], args) -> str | None:
+    """The launch entry's check on SGLang's parse: the first --json-model-override-args in
+    the argv (niah's) is the one SGLang uses."""
+    expected = niah_override(argv)
+    return None if expected is None else override_refusal(args, expected)
+
+
+def plugins_allow_list(env: Mapping[str, str]) -> tuple[str, str]:
+    """(variable, value) of the allow-list SGLang's loader will read: SGLang copies a set
+    SGL_PLUGINS over SGLANG_PLUGINS when it is imported (srt/environ.py)."""
+    if SGL_PLUGINS in env:
+        return SGL_PLUGINS, env.get(SGL_PLUGINS) or ""
+    return SGLANG_PLUGINS, env.get(SGLANG_PLUGINS) or ""
 
 
 def plugins_refusal(env: Mapping[str, str]) -> str | None:
     """SGLang's rule (srt/plugins/__init__.py load_plugins_by_group): a non-empty
     SGLANG_PLUGINS is a comma-separated allow-list, and plugins not on it are skipped."""
-    allowed = env.get("SGLANG_PLUGINS") or ""
+    var, allowed = plugins_allow_list(env)
     if not allowed:
         return None
     names = {x.strip() for x in allowed.split(",") if x.strip()}
     if PLUGIN_NAME in names:
         return None
-    return (f"SGLANG_PLUGINS={allowed!r} does not name {PLUGIN_NAME!r}, so SGLang would load its processes "
+    renamed = f" (SGLang renames it to {SGLANG_PLUGINS})" if var == SGL_PLUGINS else ""
+    return (f"{var}={allowed!r}{renamed} does not name {PLUGIN_NAME!r}, so SGLang would load its processes "
             f"without niah's plugin; add {PLUGIN_NAME} to it or unset it")
+
+
+def platform_refusal(kernels: str) -> str | None:
+    """niah's kernels run on CUDA: ROCm (whose aiter/HIP indexer paths niah does not patch,
+    and whose V4 indexer writes fp4/fp8 keys) is refused for them."""
+    if kernels == "stock":
+        return None
+    import torch
+
+    return f"ROCm is not supported with niah's kernels (kernels = {kernels!r})" if torch.version.hip else None
 
 
 def check(index_dtype: str, kernels: str, argv: list[str], env: Mapping[str, str], parsed: bool = False):
@@ -278,15 +324,12 @@ def check_command(argv: list[str], env: Mapping[str, str], override: dict | None
     --json-model-override-args), the parsed arguments of any arm, stock included, must
     keep it. True: checked; False: SGLang is not importable here, the launch entry will
     check (niah arms; a stock command is SGLang's own and is not checked further)."""
-    from niah.serving.sglang.__main__ import split_niah_args
-    from niah.serving.sglang.command import LAUNCH_MODULE, SGLANG_MODULE
-
     if argv[1:3] == ["-m", LAUNCH_MODULE]:
         dtype, kernels, rest = split_niah_args(argv[3:], env)
         kernels = kernels or default_kernels(dtype)
     elif argv[1:3] == ["-m", SGLANG_MODULE]:
         dtype, kernels, rest = "fp8", "stock", argv[3:]
-        env = {k: v for k, v in env.items() if k != "SGLANG_PLUGINS"}  # no plugin to keep out
+        env = {k: v for k, v in env.items() if k not in (SGLANG_PLUGINS, SGL_PLUGINS)}  # no plugin to keep out
     else:
         return True
     if parser_status() is not None:

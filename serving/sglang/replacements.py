@@ -8,14 +8,10 @@ original made, which the contract checks are still there.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from niah.serving.sglang import attest, bf16_cache
 from niah.serving.sglang.kernels_api import kernel, store_kernel
-
-log = logging.getLogger("niah.sglang")
 
 
 def _flat_context_lens(context_lens: torch.Tensor) -> torch.Tensor:
@@ -95,14 +91,13 @@ def store_bf16_keys(buf: torch.Tensor, loc: torch.Tensor, key: torch.Tensor, pag
                     use_kernel: bool | None = None) -> None:
     """Write keys unquantised into the bf16 cache through the bundled store kernel
     (`store_index_keys(k [N, D], kv_cache bf16 [pages, 64, 1, D], slot_mapping [N])`),
-    on CUDA by default; torch index-put otherwise. Negative slots are padding, skipped."""
+    on CUDA by default (KernelMissing if niah.kernels lacks it: no silent torch fallback);
+    torch index-put otherwise. Negative slots are padding, skipped."""
     if use_kernel is None:
         use_kernel = key.is_cuda
     fn = store_kernel() if use_kernel else None
     attest.record("store", "bf16", "niah.store_index_keys" if fn is not None else "niah.store_keys_torch")
     if fn is None:
-        if use_kernel:
-            log.warning("niah: no store kernel in niah.kernels; storing bf16 keys with torch")
         bf16_cache.store_keys_torch(buf, loc, key, page_size)
         return
     pages = bf16_cache.pages_view(buf, page_size, key.shape[-1])

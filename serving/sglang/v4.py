@@ -33,17 +33,23 @@ With bf16 keys:
   indexer pool, fp4 / V4.1 low-ratio pools, ROCm, the TileLang/AITER indexers. HiCache,
   HiSparse, fp4 index keys and speculative decoding (MTP) are refused at launch
   (refusals.py).
-The plugin installs these as plugin._v4_patches; their contract is patch_points.V4_POINTS.
+Their table (each symbol with what the plugin installs there) is patches/deepseek_v4.py.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from typing import Callable
 
 import torch
 
-from niah.serving.sglang import attest
+from niah.serving.sglang import attest, bf16_cache, replacements
+from niah.serving.sglang.arms import PAGED_LOGITS_TORCH, env_on
+from niah.serving.sglang.kernels_api import kernel
+from niah.serving.sglang.patching import apply_at, installed_arm
+from niah.serving.sglang.refusals import indexer_env_refusal, platform_refusal
 
 HEAD_DIM = 128
 INDEX_PAGE = 64
@@ -51,15 +57,9 @@ FP8_TOKEN_BYTES = HEAD_DIM + 4
 BF16_TOKEN_BYTES = 2 * FP8_TOKEN_BYTES  # 256 B row + 8 B padding: a page is [64 x 132] bf16
 PREFIX = "niah bf16 index keys on DeepSeek-V4"
 
-TRUE = ("1", "true", "yes", "y", "on")  # SGLang's EnvBool true values, and "on"
-
 
 class V4Refused(RuntimeError):
     """An SGLang path that cannot run with bf16 index keys on V4 was reached."""
-
-
-def _env_on(env, name: str) -> bool:
-    return str(env.get(name, "")).strip().lower() in TRUE
 
 
 def env_refusal(env=os.environ) -> str | None:
@@ -68,8 +68,6 @@ def env_refusal(env=os.environ) -> str | None:
     pages. The launch entry refuses them before weights load where it can tell the model
     (refusals.py); here, where the V4 pool is built, SGLang's own defaults are in the
     environment too."""
-    from niah.serving.sglang.refusals import indexer_env_refusal
-
     return indexer_env_refusal(None, env)
 
 
@@ -82,13 +80,8 @@ def route_deep_gemm(env=os.environ) -> str:
     """Replace deep_gemm.fp8_paged_mqa_logits / fp8_mqa_logits with niah's kernels (niah arms,
     V4 pool construction). Returns what was done ("routed", or why not); refuses when the
     default path needs DeepGEMM and it is not installed."""
-    import importlib
-    import importlib.util
-
-    from niah.serving.sglang import plugin
-
     if importlib.util.find_spec(DEEP_GEMM) is None:
-        if not _env_on(env, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"):
+        if not env_on(env, PAGED_LOGITS_TORCH):
             refuse("DeepGEMM is not installed, and SGLang's C4 indexer imports deep_gemm.fp8_paged_mqa_logits "
                    "at call time (the stock arm fails the same way); install it, or set "
                    "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 in the configuration's env (every arm)")
@@ -98,7 +91,7 @@ def route_deep_gemm(env=os.environ) -> str:
     if missing:
         refuse(f"the installed DeepGEMM has no {', '.join(missing)}, which SGLang's C4 indexer calls")
     for name in DEEP_GEMM_ROUTES:
-        plugin.apply_at(DEEP_GEMM, name, _const(DEEP_GEMM_KERNELS[name]))
+        apply_at(DEEP_GEMM, name, _const(DEEP_GEMM_KERNELS[name]))
     return "routed"
 
 
@@ -117,8 +110,6 @@ def wrap_pool_init(original: Callable) -> Callable:
     then route DeepGEMM's indexer functions to niah's, before allocating."""
 
     def __init__(self, *args, **kwargs):
-        from niah.serving.sglang.command import platform_refusal
-
         problem = platform_refusal("niah") or env_refusal()
         if problem:
             refuse(problem)
@@ -187,8 +178,6 @@ def page_bytes(kvcache_u8: torch.Tensor) -> torch.Tensor:
 
 def store_bf16_rows(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache, page_size):
     """V4's norm + RoPE + Hadamard of the compressed keys, stored as bf16 rows."""
-    from niah.serving.sglang.kernels_api import kernel
-
     cache = page_bytes(kvcache)  # uint8 [pages, 64 * 264]: rows at off * 256, 512 B padding at the end
     freqs = torch.view_as_real(freq_cis).flatten(-2) if freq_cis.is_complex() else freq_cis
     kernel("store_v4_index_keys")(kv, plan[1], bool(plan.is_decode), int(plan.compress_ratio),
@@ -224,8 +213,6 @@ def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_met
     """DeepGEMM's `fp8_paged_mqa_logits` order (SGLang's torch fallbacks share it). bf16 pages
     -> niah's bf16 kernel; fp8 pages -> niah's fp8 kernel, unless bf16 keys are configured
     (then an fp8 read is refused)."""
-    from niah.serving.sglang import replacements
-
     if kvcache_fp8.dtype == torch.bfloat16:  # attested by replacements.paged_mqa_logits
         return replacements.paged_mqa_logits(q_fp8, bf16_pages(kvcache_fp8), weight, seq_lens, page_table,
                                              deep_gemm_metadata, max_seq_len, clean_logits=clean_logits)
@@ -238,8 +225,6 @@ def paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_met
 def mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
     """DeepGEMM's `fp8_mqa_logits` (the non-paged prefill): bf16 keys gathered by
     gather_bf16_index_k -> niah's bf16 kernel; fp8 keys -> niah's fp8 kernel, refused with bf16."""
-    from niah.serving.sglang import bf16_cache, replacements
-
     if configured_dtype() == "bf16" and bf16_cache.unsmuggle_bf16(kv[0], q.shape[-1]) is None:
         refuse("the non-paged prefill read fp8 index keys", "prefill_logits")
     return replacements.mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
@@ -257,8 +242,6 @@ def gather_bf16_index_k(self, layer_id, seq_len_tensor, page_indices, seq_len_su
     """DeepSeekV4IndexerPool.get_index_k_scale_buffer with bf16 keys: the keys of each request's
     first seq_len tokens (its C4 page table), requests concatenated, packed as SGLang's
     (k uint8 [S, 256], scale uint8 [S, 4]) pair; niah's mqa_logits reads them back as bf16."""
-    from niah.serving.sglang import bf16_cache
-
     buf = self.index_k_with_scale_buffer[layer_id]  # bf16 [pages, 64 * 132] (264 B a token)
     pages = bf16_pages(buf.view(buf.shape[0], INDEX_PAGE, 1, FP8_TOKEN_BYTES))
     keys = bf16_cache.gather_pages(pages, page_indices, seq_len_tensor, seq_len_sum)
@@ -266,9 +249,7 @@ def gather_bf16_index_k(self, layer_id, seq_len_tensor, page_indices, seq_len_su
 
 
 def configured_dtype() -> str | None:
-    from niah.serving.sglang import plugin
-
-    arm = plugin.installed_arm()
+    arm = installed_arm()
     return arm[0] if arm else None
 
 

@@ -1,43 +1,31 @@
-"""The plugin's contract with SGLang, as data, and the one function that checks it.
+"""Where the contract reads SGLang: `AstSource` (the wheel or an unpacked tree, read as AST;
+nothing is imported) or `LiveSource` (the installed modules, via inspect). Each gives, per
+symbol, its parameters, the names its body mentions, where it is (file:line) and its
+normalised source (`Symbol`), the SGLang version it is, and the files the call-site, flow
+and layout scans read (`files()`: those `sites.scanned` keeps).
 
-Every symbol the plugin replaces, wraps or relies on is a `PatchPoint`: the module, the
-qualified name inside it, the parameter names it must have (in order, keyword-only
-ones included), and names its body must still reference (so that, say, the decode
-path still asks `resolve_fp8_paged_mqa_logits_fn` for its kernel). `check_contract`
-runs the list against a `SymbolSource`: either SGLang's source read as AST (from the
-downloaded wheel, or an unpacked tree; nothing is imported) or the live, installed
-modules (via inspect). The plugin refuses to start unless the check passes.
+A source whose version cannot be told (an unpacked tree without its dist-info METADATA)
+has version None; the check refuses it (check.py).
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
+import importlib.util
 import inspect
 import re
 import textwrap
 import types
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
 from typing import Iterable, Protocol
 
-from niah.serving.sglang.patch_points import (  # noqa: F401  (re-exported: the contract's data)
-    FAMILY_POINTS, PATCH_POINTS, SERVER_POINTS, V4_POINTS, V32_POINTS, PatchPoint, points_for)
-
-SUPPORTED_VERSIONS = ("0.5.23",)
-_VERSION_RE = re.compile(r"^(\d+\.\d+\.\d+)(\.post\d+)?(\+[A-Za-z0-9.]+)?$")
-
-
-def supported_version(version: str) -> bool:
-    """Any build of a supported release: 0.5.23, 0.5.23.post1, 0.5.23+cu130 (not rc/dev)."""
-    m = _VERSION_RE.match(version or "")
-    return bool(m) and m.group(1) in SUPPORTED_VERSIONS
-
-
-
-# ---------------------------------------------------------------------------------------
-# Symbol sources
+from niah.errors import BadInput
+from niah.serving.sglang.contract.sites import scanned
 
 
 @dataclass
@@ -120,14 +108,10 @@ class AstSource:
             try:
                 self._zip: zipfile.ZipFile | None = zipfile.ZipFile(self.path)
             except zipfile.BadZipFile as e:
-                from niah.errors import BadInput
-
                 raise BadInput(f"{self.path} is not a wheel/zip file: {e}") from None
         elif self.path.is_dir():
             self._zip = None
         else:
-            from niah.errors import BadInput
-
             raise BadInput(f"SGLang source not found: {self.path}")
         self.version = self._read_version()
 
@@ -172,8 +156,6 @@ class AstSource:
 
     def files(self) -> dict[str, str]:
         """Every sglang/**.py file (relative path -> text) that can hold a watched site."""
-        from niah.serving.sglang.contract_sites import scanned
-
         if self._zip is not None:
             names = [n for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py")]
         else:
@@ -203,8 +185,6 @@ class AstSource:
     def near(self, module: str, qualname: str) -> str:
         """Where a missing symbol might have gone: the module file, and the closest name
         defined where it should be (file:line), for the error message."""
-        import difflib
-
         rel = self.module_file(module)
         tree = self._tree(module)
         if rel is None or tree is None:
@@ -248,10 +228,8 @@ class LiveSource:
     label = "installed sglang"
 
     def __init__(self):
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
-            self.version = version("sglang")
+            self.version = dist_version("sglang")
         except PackageNotFoundError:
             self.version = None
 
@@ -291,10 +269,6 @@ class LiveSource:
 
     def files(self) -> dict[str, str]:
         """The installed sglang package's files that can hold a watched site."""
-        import importlib.util
-
-        from niah.serving.sglang.contract_sites import scanned
-
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
             return {}
@@ -316,87 +290,3 @@ class ContractImportError(Exception):
         self.module = module
 
 
-# ---------------------------------------------------------------------------------------
-# The check
-
-
-@dataclass
-class ContractReport:
-    version: str | None
-    source: str
-    checked: int = 0
-    problems: list[str] = field(default_factory=list)
-    extra: str = ""  # what else was checked (layout constants, call sites)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def build_note(self) -> str | None:
-        """For a post release or local build of a supported version (0.5.23.post1,
-        0.5.23+cu130): that it is accepted only because its own source passed the check."""
-        v = self.version or ""
-        if v in SUPPORTED_VERSIONS or not supported_version(v):
-            return None
-        base = _VERSION_RE.match(v).group(1)
-        if self.ok:
-            return (f"{v} is a build of {base}, not the {base} release: accepted only because its own source "
-                    "passes the same contract check (patch points, call sites, layout constants)")
-        return f"{v} is a build of {base}: not accepted, its source fails the contract check"
-
-    def summary(self) -> str:
-        v = self.version or "unknown version"
-        if self.ok:
-            return f"plugin contract OK: sglang {v} ({self.checked} patch points{self.extra}, {self.source})"
-        head = (f"niah's SGLang plugin does not fit sglang {v} ({self.source}): "
-                f"{'; '.join(self.problems)}. Supported SGLang versions: "
-                f"{', '.join(SUPPORTED_VERSIONS)}")
-        return head
-
-
-def check_contract(source: SymbolSource, points: Iterable[PatchPoint] = PATCH_POINTS,
-                   callers: bool | None = None) -> ContractReport:
-    """Check every patch point against `source`, then (for the plugin's own points, or
-    when `callers` is True) the layout constants and every call site of the index-key
-    pool and indexer kernels (contract_sites.py). Collects every problem; each names the
-    file and line where SGLang's source says so."""
-    from niah.serving.sglang.contract_sites import check_call_sites, check_layout
-
-    points = list(points)
-    report = ContractReport(version=source.version, source=source.label)
-    if source.version is not None and not supported_version(source.version):
-        report.problems.append(f"version {source.version} is not a supported version")
-    _check_points(source, points, report)
-    if callers if callers is not None else all(p in PATCH_POINTS for p in points):
-        from niah.serving.sglang.call_sites import call_sites
-        from niah.serving.sglang.contract_sites import LAYOUT
-
-        files = source.files()
-        report.problems += check_layout(source, files)
-        report.problems += check_call_sites(files)
-        report.extra = (f", {len(LAYOUT)} layout constants, {len(call_sites())} call sites "
-                        f"in {len(files)} files scanned")
-    return report
-
-
-def _check_points(source: SymbolSource, points: list[PatchPoint], report: ContractReport) -> None:
-    for p in points:
-        report.checked += 1
-        try:
-            sym = source.lookup(p.module, p.qualname)
-        except ContractImportError as e:
-            report.problems.append(f"{p.target}: {e}")
-            continue
-        if sym is None:
-            report.problems.append(f"{source.near(p.module, p.qualname)}: missing symbol {p.target} ({p.why})")
-            continue
-        at = f"{sym.where}: " if sym.where else ""
-        if p.params is not None and sym.params != p.params:
-            got = "not a function" if sym.params is None else f"({', '.join(sym.params)})"
-            report.problems.append(
-                f"{at}signature changed: {p.target} expected ({', '.join(p.params)}), found {got}")
-        missing_refs = [r for r in p.references if r not in sym.names]
-        if missing_refs:
-            report.problems.append(
-                f"{at}{p.target} no longer references {', '.join(missing_refs)} ({p.why})")

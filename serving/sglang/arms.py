@@ -1,0 +1,90 @@
+"""The arms niah serves on SGLang, as constants: the one module the patcher, the refusals,
+the launch entry and the command builder all read (it imports nothing of theirs).
+
+- arms: index-key dtype ("fp8", "bf16") / kernels ("stock", "niah"); bf16 keys run on
+  niah's kernels only (`check_arm`, `default_kernels`, `arm_name`);
+- entry names: the launch entry `python -m niah.serving.sglang`, SGLang's own
+  `sglang.launch_server`, the `sglang.srt.plugins` entry point `niah`;
+- niah's switches: `--niah-index-dtype`, `--niah-kernels` (`split_niah_args`) and the
+  NIAH_INDEX_DTYPE / NIAH_KERNELS variables that carry them into SGLang's processes;
+- SGLang's variable names niah reads (its plugin allow-list, the V4 indexer switches).
+"""
+
+from __future__ import annotations
+
+import os
+
+from niah.errors import BadInput
+
+# Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
+SGLANG_INDEX_DTYPES = ("fp8", "bf16")
+KERNELS = ("stock", "niah")
+
+# Entries and the plugin's registration (pyproject.toml: [project.entry-points."sglang.srt.plugins"]).
+LAUNCH_MODULE = "niah.serving.sglang"
+SGLANG_MODULE = "sglang.launch_server"
+ENTRY_POINT_GROUP = "sglang.srt.plugins"
+ENTRY_POINT_NAME = "niah"
+
+# niah's own switches: flags read and stripped by the launch entry, variables for SGLang's processes.
+NIAH_FLAG = "--niah-index-dtype"
+KERNELS_FLAG = "--niah-kernels"
+ENV_INDEX_DTYPE = "NIAH_INDEX_DTYPE"
+ENV_KERNELS = "NIAH_KERNELS"
+NIAH_ENV_PREFIX = "NIAH_"
+OVERRIDE_FLAG = "--json-model-override-args"  # niah writes it (index_topk); the user may not
+
+# SGLang's variables: its plugin allow-list (SGLang renames a legacy SGL_* variable to SGLANG_*
+# when it is imported, srt/environ.py _handle_deprecated_envs) and the V4 indexer switches.
+SGLANG_PLUGINS = "SGLANG_PLUGINS"
+SGL_PLUGINS = "SGL_PLUGINS"
+TILELANG_INDEXER = "SGLANG_OPT_USE_TILELANG_INDEXER"
+AITER_INDEXER = "SGLANG_OPT_USE_AITER_INDEXER"
+V4_INDEXER_SWITCHES = (TILELANG_INDEXER, AITER_INDEXER)
+PAGED_LOGITS_TORCH = "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"
+ENV_TRUE = ("1", "true", "yes", "y", "on")  # SGLang's EnvBool true values ("on" it rejects; niah refuses it too)
+
+
+def env_on(env, name: str) -> bool:
+    """Whether SGLang's EnvBool `name` is on in `env` (niah also counts "on")."""
+    return str(env.get(name) or "").strip().lower() in ENV_TRUE
+
+
+def check_arm(index_dtype: str, kernels: str) -> None:
+    if index_dtype not in SGLANG_INDEX_DTYPES:
+        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
+    if kernels not in KERNELS:
+        raise BadInput(f"unknown kernels {kernels!r}; expected one of {', '.join(KERNELS)}")
+    if index_dtype == "bf16" and kernels != "niah":
+        raise BadInput("bf16 index keys run on niah's kernels only (kernels = \"niah\")")
+
+
+def default_kernels(index_dtype: str) -> str:
+    return "niah" if index_dtype == "bf16" else "stock"
+
+
+def arm_name(index_dtype: str, kernels: str) -> str:
+    return f"{index_dtype}/{kernels}"
+
+
+def split_niah_args(argv: list[str], env=None) -> tuple[str, str | None, list[str]]:
+    """(index dtype, kernels or None, argv without niah's flags). Defaults from `env`
+    (os.environ): $NIAH_INDEX_DTYPE or fp8; $NIAH_KERNELS or None (the dtype's default)."""
+    env = os.environ if env is None else env
+    found = {NIAH_FLAG: env.get(ENV_INDEX_DTYPE) or "fp8",
+             KERNELS_FLAG: env.get(ENV_KERNELS) or None}
+    rest: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        a = argv[i]
+        flag = next((f for f in found if a == f or a.startswith(f + "=")), None)
+        if flag is None:
+            rest.append(a)
+        elif a == flag:
+            if i + 1 >= len(argv):
+                raise BadInput(f"{flag} needs a value")
+            found[flag] = argv[i + 1]
+            next(it)
+        else:
+            found[flag] = a.split("=", 1)[1]
+    return found[NIAH_FLAG], found[KERNELS_FLAG], rest
