@@ -320,8 +320,9 @@ def _oracle_set(oracle, out: Path, api_key: str | None = None) -> None:
 
 
 def _niah(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args, env={**os.environ, **(env or {})})
 
 
 def _run_doc_job(job: dict, tmp_path: Path, env: dict, secrets: dict | None = None):

@@ -39,7 +39,9 @@ SWEEP_ARGS = ["--lengths", "600,1500", "--depths", "10,50,90", "--trials", "5", 
 
 
 def _niah(*args):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args)
 
 
 @pytest.mark.slow

@@ -84,10 +84,9 @@ def test_control_trials_have_no_needle(run):
 
 
 def _niah(*args):
-    import subprocess
-    import sys
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
 
-    r = subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, timeout=300)
+    r = niah(*args)
     r.output = r.stdout + r.stderr
     return r
 
