@@ -68,8 +68,8 @@ def test_kill_9_mid_sweep_records_errors_and_the_next_configuration_runs(tmp_pat
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX)
     run = tmp_path / "run"
-    total = 4  # 2 depths x 2 trials per configuration: a kill after the first leaves some to lose
-    proc = niah_sweep(matrix, run, "--depths", "0,100", "--trials", "2")
+    total = 8  # 4 depths x 2 trials per configuration
+    proc = niah_sweep(matrix, run, "--depths", "0,33,66,100", "--trials", "2")
     try:
         pid = wait_for(lambda: read_manifest(run).get("configs", {}).get("dense", {}).get("pid"),
                        timeout=300, what="the dense server to be ready")
