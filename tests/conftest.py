@@ -83,3 +83,154 @@ def oracle():
     yield s
     s.stop()
 # ---- end harness (issue #2) -----------------------------------------------------------------
+
+# ---- the committed CI prompt set, swept once per test run on the embedded server ----------
+# .github/workflows/niah-gate.yml's job, run as written (tests/workflow_runner.py: its `run:`
+# steps in order, the server its own step starts, NIAH_PORT a free port, the install step not
+# run). tests/test_ci_workflow.py checks the job; tests/test_gate_selfgate.py gates the run
+# folder it swept ($RUNNER_TEMP/niah-run) against the self-gate's baseline: both need a sweep
+# of the same 30 prompts on the same server (DSA, fp8 index keys, top-k 128), made once here.
+ROOT = _Path(__file__).resolve().parents[1]
+CI_WORKFLOW = ROOT / ".github" / "workflows" / "niah-gate.yml"
+
+
+def ci_base_env() -> dict:
+    """This environment, `niah` first on PATH (what the install step gives), no runner variables."""
+    env = {k: v for k, v in _os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
+    env["PATH"] = str(_Path(_sys.executable).parent) + _os.pathsep + env.get("PATH", "")
+    return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CIJob:
+    """A finished run of the workflow's job: `job` (workflow_runner.JobRun) and `temp` (its RUNNER_TEMP)."""
+
+    def __init__(self, job, temp: _Path):
+        self.job, self.temp = job, temp
+        self.run = temp / "niah-run"  # the sweep step's --out
+
+
+@_pytest.fixture(scope="session")
+def ci_healthy_job(tmp_path_factory) -> CIJob:
+    """The workflow's job as committed (the healthy server), run once for the whole test run."""
+    yaml = _pytest.importorskip("yaml")
+    from workflow_runner import run_job
+
+    workflow = yaml.safe_load(CI_WORKFLOW.read_text(encoding="utf-8"))
+    (job_id,) = workflow["jobs"]
+    temp = tmp_path_factory.mktemp("ci-healthy") / "runner-temp"
+    job = run_job(workflow, job_id, ROOT, temp, base_env=ci_base_env(),
+                  env_overrides={"NIAH_PORT": free_port()}, not_run=("install",))
+    return CIJob(job, temp)
+# ---- end CI prompt set ---------------------------------------------------------------------
+
+# ---- one real matrix run with the indexer probe, shared by the modules that read one -------
+# Embedded servers launched by a matrix, as the demo does: dense, and DSA with fp8 index keys
+# at top-k 64 and 512; lengths 400 (at or below k = 512: no selection there) and 1000, one
+# trial per cell plus the no-needle control. tests/test_indexer_sweep.py checks the trials,
+# report, compare and gate on it; tests/test_report_html.py opens its report page in a browser.
+INDEXER_MATRIX = """
+engine = "embedded"
+attention = "dsa"
+index_dtype = "fp8"
+
+[[config]]
+name = "dense"
+attention = "dense"
+
+[axes]
+index_topk = [64, 512]
+"""
+
+
+@_pytest.fixture(scope="session")
+def indexer_run(tmp_path_factory) -> _Path:
+    """The run folder of INDEXER_MATRIX's sweep (three embedded servers, 12 trials)."""
+    _pytest.importorskip("torch")
+    _pytest.importorskip("fastapi")
+    from niah.serving.matrix import run_matrix
+    from niah.sweep import SweepSpec
+
+    root = tmp_path_factory.mktemp("indexer")
+    (root / "m.toml").write_text(INDEXER_MATRIX)
+    spec = SweepSpec(lengths=[400, 1000], depths=[50.0], trials=1, max_tokens=24, control=True)
+    return run_matrix(root / "m.toml", spec, root / "run")
+# ---- end indexer run -----------------------------------------------------------------------
+
+# ---- embedded model servers (`niah serve`), one per set of flags for the whole test run ------
+class EmbeddedServer:
+    """`niah serve FLAGS` as a real subprocess on a free loopback port, ready ("ready on")."""
+
+    def __init__(self, *flags: str, ready_timeout_s: float = 240.0):
+        import threading
+        import time
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = self.base + "/v1"
+        cmd = [_sys.executable, "-m", "niah", "serve", *flags, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = _subprocess.Popen(cmd, stdout=_subprocess.PIPE, stderr=_subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        ready = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                if "ready on" in line:
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + ready_timeout_s       # the first run converts the GGUF
+        while not ready.is_set() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not ready.is_set():
+            self.proc.kill()
+            self.proc.wait()
+            _pytest.fail(f"`niah serve {' '.join(flags)}` did not become ready:\n" + "".join(self.lines[-30:]))
+
+    def stop(self) -> int:
+        """SIGTERM (a clean shutdown); the exit code."""
+        import signal
+        import time
+
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=60)
+        except _subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        time.sleep(0.2)  # the pump thread reads the last lines
+        return code
+
+
+@_pytest.fixture(scope="session")
+def embedded_server():
+    """`get(*flags)` -> EmbeddedServer: the one server of those flags, started at its first use
+    and shared by every test that asks for the same flags (order counts). A test that needs a
+    server to die or restart starts its own. At the end each is stopped by SIGTERM, and must
+    exit 0 and say "stopped"."""
+    _pytest.importorskip("torch")
+    _pytest.importorskip("fastapi")
+    _pytest.importorskip("uvicorn")
+    servers: dict[tuple[str, ...], EmbeddedServer] = {}
+
+    def get(*flags) -> EmbeddedServer:
+        key = tuple(map(str, flags))
+        if key not in servers:
+            servers[key] = EmbeddedServer(*key)
+        return servers[key]
+
+    yield get
+    for key, s in servers.items():
+        code = s.stop()
+        assert code == 0, f"`niah serve {' '.join(key)}` exited {code} on SIGTERM:\n" + "".join(s.lines[-20:])
+        assert any("stopped" in line for line in s.lines), "".join(s.lines[-20:])
+# ---- end embedded model servers ------------------------------------------------------------

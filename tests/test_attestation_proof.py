@@ -27,8 +27,9 @@ NOT_ATTESTED = "pass --accept-unattested to compare it on its labels' word"
 
 
 def _niah(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args, cwd=ROOT)
 
 
 def _one_line_2(r: subprocess.CompletedProcess) -> str:

@@ -41,34 +41,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    cmd = [sys.executable, "-m", "niah", "serve", "--attention", "dsa", "--index-dtype", "fp8",
-           "--index-topk", str(TOPK), "--window", str(WINDOW), "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def pump():
-        for line in proc.stdout:
-            lines.append(line)
-            if "ready on" in line:
-                ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + 240                      # the first run converts the GGUF
-    while not ready.is_set() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not ready.is_set():
-        proc.kill()
-        pytest.fail("server did not become ready:\n" + "".join(lines[-30:]))
-    base = f"http://127.0.0.1:{port}"
-    yield {"base": base, "client": openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0,
-                                                 timeout=300), "proc": proc, "lines": lines}
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0, "".join(lines[-20:])
-    time.sleep(0.2)
-    assert any("stopped" in line for line in lines)
+def server(embedded_server):
+    """The run's one server of these flags (tests/conftest.py `embedded_server`: started at its
+    first use, stopped by SIGTERM at the end of the run, where it must exit 0)."""
+    s = embedded_server("--attention", "dsa", "--index-dtype", "fp8", "--index-topk", TOPK, "--window", WINDOW)
+    return {"base": s.base, "client": openai.OpenAI(base_url=s.url, api_key="none", max_retries=0, timeout=300),
+            "proc": s.proc, "lines": s.lines}
 
 
 def _chat(client, content: str, **kw):

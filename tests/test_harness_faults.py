@@ -15,7 +15,9 @@ from niah.sweep import SweepSpec, Target, run_sweep
 
 
 def niah(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, **kw)
+    from cli_inproc import niah as run  # the entry point in this process (tests/cli_inproc.py)
+
+    return run(*args, **kw)
 
 
 def test_retries_injected_503s(oracle_factory, tmp_path):

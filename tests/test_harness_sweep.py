@@ -17,7 +17,9 @@ DONE_WHEN_LENGTHS = [300, 943, 1850, 4509, 10498, 22597]
 
 
 def niah(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, **kw)
+    from cli_inproc import niah as run  # the entry point in this process (tests/cli_inproc.py)
+
+    return run(*args, **kw)
 
 
 def test_done_when_sweep_every_trial_within_tolerance(oracle, tmp_path):

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def niah(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, **kw)
+    from cli_inproc import niah as run  # the entry point in this process (tests/cli_inproc.py)
+
+    return run(*args, **kw)
 
 
 def one_line_exit_2(r) -> str:

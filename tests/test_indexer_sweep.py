@@ -1,8 +1,9 @@
 """The indexer probe end to end: real embedded servers (launched by a matrix, as the demo
 does), a sweep with the no-needle control, then report, compare and gate on that run.
 
-Matrix: dense; DSA fp8 at top-k 64 and 512. Lengths 400 (at or below k = 512: no
-selection there) and 2000. About a minute on 2 busy cores.
+The run is the `indexer_run` fixture of tests/conftest.py (made once; the report page test,
+tests/test_report_html.py, opens the same run): dense; DSA fp8 at top-k 64 and 512. Lengths
+400 (at or below k = 512: no selection there) and 1000 (above both k).
 """
 
 from __future__ import annotations
@@ -16,31 +17,11 @@ pytest.importorskip("fastapi")
 
 pytestmark = pytest.mark.slow
 
-MATRIX = """
-engine = "embedded"
-attention = "dsa"
-index_dtype = "fp8"
-
-[[config]]
-name = "dense"
-attention = "dense"
-
-[axes]
-index_topk = [64, 512]
-"""
-
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    from niah.serving.matrix import run_matrix
-    from niah.sweep import SweepSpec
-
-    root = tmp_path_factory.mktemp("indexer")
-    (root / "m.toml").write_text(MATRIX)
-    spec = SweepSpec(lengths=[400, 2000], depths=[50.0], trials=1, max_tokens=24, control=True)
-    out = run_matrix(root / "m.toml", spec, root / "run")
-    records = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
-    return out, records
+def run(indexer_run):
+    records = [json.loads(x) for x in (indexer_run / "trials.jsonl").read_text().splitlines()]
+    return indexer_run, records
 
 
 def _trial(records, config, length, control=False):
@@ -50,16 +31,16 @@ def _trial(records, config, length, control=False):
 
 def test_every_dsa_trial_carries_the_indexer_summary(run):
     out, records = run
-    t = _trial(records, "k64", 2000)
+    t = _trial(records, "k64", 1000)
     s = t["indexer"]
-    assert s["selection_active"] is True and s["k"] == 64 and s["context"] == 2000
+    assert s["selection_active"] is True and s["k"] == 64 and s["context"] == 1000
     assert s["steps"] > 1                                      # the last prompt token + decode steps
     assert 0 < s["rank_best"] <= s["rank_worst"] and 0 < s["fidelity"] < 1 and 0 <= s["kept"] <= 1
     assert s["value_tokens"] >= 1
     side = [json.loads(x) for x in (out / "indexer" / "k64.jsonl").read_text().splitlines()]
-    detail = next(d["detail"] for d in side if d["length"] == 2000)
+    detail = next(d["detail"] for d in side if d["length"] == 1000)
     steps = detail["steps"]
-    assert len(steps) == s["steps"] and [x["position"] for x in steps] == list(range(1999, 1999 + len(steps)))
+    assert len(steps) == s["steps"] and [x["position"] for x in steps] == list(range(999, 999 + len(steps)))
     assert all(len(x["rank_worst"]) == 30 and len(x["fidelity"]) == 30 for x in steps)
     # where the answer held the value, probing stopped at the step that completed it
     assert detail["value_complete"] == (t["needle"] in "".join(c for c in t["answer"] if c.isdigit()))
@@ -67,12 +48,12 @@ def test_every_dsa_trial_carries_the_indexer_summary(run):
 
 def test_dense_records_null_and_short_prompts_no_selection(run):
     _, records = run
-    for length in (400, 2000):
+    for length in (400, 1000):
         d = _trial(records, "dense", length)
         assert d["indexer"] is None and d["selection_recall"] is None
     short = _trial(records, "k512", 400)["indexer"]
     assert short["selection_active"] is False and short["rank_worst"] is None and short["fidelity"] is None
-    assert _trial(records, "k512", 2000)["indexer"]["selection_active"] is True
+    assert _trial(records, "k512", 1000)["indexer"]["selection_active"] is True
 
 
 def test_control_trials_have_no_needle(run):
@@ -84,10 +65,9 @@ def test_control_trials_have_no_needle(run):
 
 
 def _niah(*args):
-    import subprocess
-    import sys
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
 
-    r = subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, timeout=300)
+    r = niah(*args)
     r.output = r.stdout + r.stderr
     return r
 
@@ -110,7 +90,7 @@ def test_report_compare_and_gate_read_the_rank(run):
     assert (out / "report" / "indexer.png").stat().st_size > 10_000
     r = _niah("compare", out, "--a", "k512", "--b", "k64")
     assert r.returncode == 0, r.output
-    assert "Wilcoxon" in r.output and "| 2,000 | 1 |" in r.output and "| 400 | 0 (+1 no selection) |" in r.output
+    assert "Wilcoxon" in r.output and "| 1,000 | 1 |" in r.output and "| 400 | 0 (+1 no selection) |" in r.output
     r = _niah("gate", "--baseline", out, "--candidate", out, "--metric", "both")
     assert r.returncode == 0, r.output
     assert "lengths 400 are at or below index_topk 512" in r.output

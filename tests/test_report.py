@@ -29,7 +29,9 @@ def _matrix_outcome(cfg, length, depth, trial, rng):
 
 
 def _niah(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True, env=env)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args, env=env)
 
 
 @pytest.fixture(scope="module")

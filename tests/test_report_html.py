@@ -7,10 +7,11 @@ broken image, a console error (its Content-Security-Policy blocks every load but
 URIs) or a request in the browser's network log, and each of those fails the test. A
 loopback HTTP server would prove less: it would serve the siblings too.
 
-Two runs: a real one (embedded servers launched by a matrix, as the demo does: DSA with fp8
-index keys at top-k 64 and 128, so the page has a paired comparison with needle ranks, the
-indexer panels, two attestations and no-needle controls) and a hand-written one whose
-answers are hostile HTML and whose manifest holds a valid, an INVALID and a missing
+Two runs: a real one (embedded servers launched by a matrix, as the demo does: dense and
+DSA with fp8 index keys at top-k 64 and 512, so the page has a paired comparison with needle
+ranks, the indexer panels, three attestations and no-needle controls; the `indexer_run`
+fixture of tests/conftest.py, shared with tests/test_indexer_sweep.py) and a hand-written one
+whose answers are hostile HTML and whose manifest holds a valid, an INVALID and a missing
 attestation.
 """
 
@@ -29,14 +30,6 @@ pytestmark = pytest.mark.slow
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1400,1000")
-MATRIX = """
-engine = "embedded"
-attention = "dsa"
-index_dtype = "fp8"
-
-[axes]
-index_topk = [64, 128]
-"""
 HOSTILE = ['<img src=x onerror="document.title=\'pwned\'">',
            "</td></tr></table><script>document.title='pwned'</script>",
            "a & b < c > d \" ' `code` **bold**"]
@@ -118,18 +111,10 @@ def _filter(d, **want) -> int:
 
 # -- a real run ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    pytest.importorskip("torch")
-    pytest.importorskip("fastapi")
+def real_run(indexer_run):
     from niah.report.render import render_report
-    from niah.serving.matrix import run_matrix
-    from niah.sweep import SweepSpec
 
-    root = tmp_path_factory.mktemp("html")
-    (root / "m.toml").write_text(MATRIX)
-    spec = SweepSpec(lengths=[300, 1000], depths=[50.0], trials=2, max_tokens=24, control=True)
-    run = run_matrix(root / "m.toml", spec, root / "run")
-    return run, render_report(run)
+    return indexer_run, render_report(indexer_run)
 
 
 def test_real_run_page_renders_and_filters(browser, real_run, tmp_path):
@@ -138,11 +123,11 @@ def test_real_run_page_renders_and_filters(browser, real_run, tmp_path):
     url = _open(browser, rep.page, tmp_path)
     _check_renders(browser, url, tmp_path / "page.png")
     alts = browser.execute_script("return Array.from(document.images).map(i => i.alt)")
-    assert {"recall vs length", "grid", "heatmap k64", "heatmap k128", "k128 minus k64", "indexer panels"} <= set(alts)
+    assert {"recall vs length", "grid", "heatmap k64", "heatmap k512", "k512 minus k64", "indexer panels"} <= set(alts)
 
     records = _records(run)
     assert _filter(browser) == len(records)  # every trial, controls included
-    for cfg, length in (("k64", 1000), ("k128", 300)):
+    for cfg, length in (("k64", 1000), ("k512", 400)):
         want = [r for r in records if r["config"] == cfg and r["length"] == length]
         assert 0 < _filter(browser, config=cfg, length=length) == len(want) < len(records)
         for outcome in {r["outcome"] for r in want}:
@@ -155,7 +140,7 @@ def test_real_run_page_renders_and_filters(browser, real_run, tmp_path):
     assert "Paired comparisons" in body and "Wilcoxon p" in body and "McNemar" in body
     states = browser.execute_script(
         "return Array.from(document.querySelectorAll('table.attestation tbody tr')).map(r => r.innerText)")
-    assert sorted(s.split("\t")[:2] for s in states) == [["k128", "valid"], ["k64", "valid"]]  # the server attests
+    assert sorted(s.split("\t")[:2] for s in states) == [["dense", "valid"], ["k512", "valid"], ["k64", "valid"]]  # the servers attest
 
 
 # -- hostile answers and every attestation state ----------------------------------------------

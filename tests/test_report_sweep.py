@@ -11,7 +11,9 @@ SWEEP = ["--lengths", "500,1k,2k", "--depths", "0,50,100", "--trials", "2", "--s
 
 
 def _niah(*args):
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    return niah(*args)
 
 
 def _sweep(server, out):

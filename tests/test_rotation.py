@@ -89,6 +89,7 @@ def captured(model):
     return cap
 
 
+@pytest.mark.slow
 def test_rotation_keeps_q_dot_k_of_the_real_model(captured):
     from niah.kernels.rotation import rotate
 
@@ -105,6 +106,7 @@ def test_rotation_keeps_q_dot_k_of_the_real_model(captured):
     assert torch.equal(rotate(captured.k[0], "none"), captured.k[0])
 
 
+@pytest.mark.slow
 def test_rotated_fp8_differs_where_channels_have_outliers(captured):
     """Two outlier channels (x20, as RoPE'd keys have): fp8 of the rotated key, rotated back,
     is another approximation than fp8 of the key itself, both within fp8's error, and the
@@ -152,6 +154,7 @@ def _probe_fidelity(model, att) -> list[float]:
     return probe.steps[0]["fidelity"]
 
 
+@pytest.mark.slow
 def test_probe_reference_is_the_same_exact_keys_for_every_arm(model, captured):
     from niah.serving.embedded.dsa import DSA
     from niah.serving.embedded.model import LayerCache
@@ -196,8 +199,9 @@ def test_bad_rotation_is_refused_with_one_line():
     from niah.errors import BadInput
     from niah.serving.matrix import parse_matrix
 
-    r = subprocess.run([sys.executable, "-m", "niah", "serve", "--index-rotation", "givens", "--port", "0"],
-                       capture_output=True, text=True, timeout=120)
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    r = niah("serve", "--index-rotation", "givens", "--port", "0")
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == ["niah: error: --index-rotation must be none or hadamard, not 'givens'"]
     with pytest.raises(BadInput, match=r"m.toml:3: index_rotation must be one of 'none', 'hadamard', not 'qr'"):
@@ -276,6 +280,7 @@ def test_report_pairs_rotation_and_shows_the_same_k_table(tmp_path, capsys):
     assert "| 64 | `fp8-k64` → `fp8-hadamard-k64` | 0.954 / 0.974 | lower in 0, higher in 12 of 12;" in summary
 
 
+@pytest.mark.slow
 def test_rotation_reaches_server_info_manifest_and_attestation(tmp_path):
     """A real embedded server launched by a matrix with index_rotation = "hadamard"."""
     pytest.importorskip("fastapi")
