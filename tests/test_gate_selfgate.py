@@ -61,9 +61,9 @@ def test_the_sweeps_prompts_are_the_committed_ci_set():
     import json
     import os
 
-    from niah.promptset import build_set
+    from niah.prompts.sets import build_set
     from niah.sweep import SweepSpec
-    from niah.tokenize import load_tokenizer
+    from niah.tokens import load_tokenizer
 
     args = dict(zip(SWEEP_ARGS[0:8:2], SWEEP_ARGS[1:8:2]))
     spec = SweepSpec(lengths=[int(x) for x in args["--lengths"].split(",")],
@@ -83,7 +83,7 @@ def test_embedded_sweep_holds_the_committed_baseline(ci_healthy_job, tmp_path):
     run = ci_healthy_job.run
     assert (run / "trials.jsonl").is_file(), "the shared CI sweep wrote no trials (see test_ci_workflow.py)"
     assert len((run / "trials.jsonl").read_text().splitlines()) == 30
-    from niah.store import read_manifest
+    from niah.runs.manifest import read_manifest
 
     (cfg,) = read_manifest(run)["configs"].values()   # what the server ran, as it attests it
     ran = cfg["attestation"]["segments"][-1]["end"]["attestation"]
