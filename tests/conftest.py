@@ -24,7 +24,7 @@ import os as _os
 
 _os.environ.setdefault("NIAH_CACHE", str(__import__("pathlib").Path(__file__).resolve().parents[1] / ".cache" / "niah"))
 
-# ---- harness (issue #2): the oracle server, a real OpenAI-compatible process on loopback ----
+# ---- harness: the oracle server, a real OpenAI-compatible process on loopback ----
 import subprocess as _subprocess
 import sys as _sys
 from pathlib import Path as _Path
@@ -82,7 +82,7 @@ def oracle():
     s = OracleServer()
     yield s
     s.stop()
-# ---- end harness (issue #2) -----------------------------------------------------------------
+# ---- end harness ----
 
 # ---- the committed CI prompt set, swept once per test run on the embedded server ----------
 # .github/workflows/niah-gate.yml's job, run as written (tests/workflow_runner.py: its `run:`

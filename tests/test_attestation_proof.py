@@ -3,7 +3,7 @@ on loopback (tests/servers/tiny_server.py, which reports /server_info the way SG
 internal_states[i]["niah_attestation"], or no attestation as when the plugin is absent),
 then `niah compare`, `niah gate` and `niah report` as the CLI (exit codes matter).
 
-The cases of issue 17's "Why": an external configuration labelled bf16 against a server
+The cases that used to pass unproven: an external configuration labelled bf16 against a server
 with no /server_info, a /server_info that errors, a launched server that died before it
 was asked, a niah arm whose SGLang reports no niah_attestation (SGLANG_PLUGINS kept the
 plugin out); and a bf16 arm whose bf16 reads did not grow during the sweep."""

@@ -379,7 +379,7 @@ def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
     r = _niah("sweep", "--matrix", matrix(tmp_path / "base.toml", "good"), "--prompts", prompts,
               "--out", tmp_path / "base", "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    # no index_topk label: an external server's labels are unattested, and gate refuses them (#17)
+    # no index_topk label: an external server's labels are unattested, and gate refuses them
     assert _niah("baseline", "export", tmp_path / "base", "-o", baseline).returncode == 0
     env = {"NIAH_PROMPTS": str(prompts), "NIAH_BASELINE": str(baseline)}
     ok = _run_doc_job(job, tmp_path / "ok", {**env, "NIAH_MATRIX": str(matrix(tmp_path / "ok.toml", "good"))})

@@ -1,4 +1,4 @@
-"""Traps a new user hit (issue 12, part 3 and 4): each test here fails on the code before it."""
+"""Traps a new user hit: each test here fails on the code before it."""
 
 import json
 import os

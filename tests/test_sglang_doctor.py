@@ -139,7 +139,7 @@ def test_a_0_5_23_build_is_accepted_only_on_its_source_other_versions_refused(tm
         assert _breaks(r) == [f"version {version} is not a supported version"]
 
 
-# -- the cases of issue 17: each a break the check used to miss, each exit 2 naming file:line ---------
+# -- each a break the check used to miss, each exit 2 naming file:line ---------
 
 
 def test_new_deep_gemm_kernel_called_in_the_indexer_is_a_break(tmp_path):
