@@ -95,6 +95,7 @@ def test_fused_store_writes_bf16_rows_with_sglangs_norm_and_rope_no_rotation():
     assert after["counts"].get("store.bf16", 0) == before["counts"].get("store.bf16", 0) + 1
     assert after["kernel_calls"]["store"].get("niah.store_v32_index_keys", 0) >= 1
     assert after["facts"]["rotation"] == "none" and after["facts"]["store"] == "niah.store_v32_index_keys"
+    assert after["facts"]["index_topk"] == idx.index_topk  # the label's index_topk is proven, not unattested
 
 
 def test_fp8_arm_keeps_sglangs_fused_store_and_counts_it():

@@ -59,6 +59,14 @@ def _owned_plain_pool(g, layer_id: int):
     return pool
 
 
+def topk_fact(indexer) -> dict:
+    """The fact `index_topk` of SGLang's Indexer (the k its top-k keeps), so a label's
+    index_topk is proven; none when the object has no integer index_topk (then a label
+    stating it stays unattested)."""
+    k = getattr(indexer, "index_topk", None)
+    return {"index_topk": k} if isinstance(k, int) and not isinstance(k, bool) else {}
+
+
 def fused_k_store_bf16(original):
     """Indexer._fused_k_prepare_and_store with bf16 keys: niah's V3.2 store kernel (SGLang's
     fused_k_indexer_norm_rope_store argument order) writes bf16 rows."""
@@ -79,7 +87,7 @@ def fused_k_store_bf16(original):
                   positions if rows is None else positions.index_select(0, rows), pool.index_page_size,
                   index_dtype="bf16")
         attest.record("store", "bf16", f"niah.{STORE_KERNEL}")
-        attest.set_facts(rotation="none", store=f"niah.{STORE_KERNEL}")
+        attest.set_facts(rotation="none", store=f"niah.{STORE_KERNEL}", **topk_fact(self))
 
     _fused_k_prepare_and_store.__wrapped__ = original
     return _fused_k_prepare_and_store
@@ -96,7 +104,7 @@ def store_index_k_cache_bf16(original):
         if pool is None:
             return
         # fusion on: SGLang's unfused key path skips the Hadamard rotation (_maybe_rotate)
-        attest.set_facts(rotation="none" if self.use_dsa_indexer_fusion else "hadamard")
+        attest.set_facts(rotation="none" if self.use_dsa_indexer_fusion else "hadamard", **topk_fact(self))
         store_bf16_keys(pool.get_index_k_with_scale_buffer(layer_id=layer_id), out_cache_loc, key,
                         pool.index_page_size)
 
@@ -110,7 +118,7 @@ def counting_fp8_store(kernel_name: str):
     def factory(original):
         def counted(*args, **kwargs):  # (self, ...): SGLang's arguments, handed on unchanged
             attest.record("store", "fp8", kernel_name)
-            attest.set_facts(rotation="none" if args[0].use_dsa_indexer_fusion else "hadamard")
+            attest.set_facts(rotation="none" if args[0].use_dsa_indexer_fusion else "hadamard", **topk_fact(args[0]))
             return original(*args, **kwargs)
 
         counted.__wrapped__ = original
