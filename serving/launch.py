@@ -14,7 +14,7 @@
   ("CUDA out of memory", the last exception line, "Killed", ...) and the exit status;
 - `stop()`: SIGTERM to the whole group, SIGKILL after a grace period; idempotent; run on
   leaving the `with` block, on KeyboardInterrupt, and at interpreter exit (atexit) for
-  any server still running. `sigterm_as_interrupt()` makes SIGTERM/SIGHUP to niah behave
+  any server still running. `niah.sweep.interrupt.terminate_as_interrupt()` makes SIGTERM/SIGHUP to niah behave
   like Ctrl-C so those paths run too.
 """
 
@@ -383,24 +383,3 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP to niah raise KeyboardInterrupt, so the same
-    clean-up as Ctrl-C runs (servers stopped, measured trials kept). Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    for s in old:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

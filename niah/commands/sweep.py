@@ -201,10 +201,12 @@ def sweep(
         import datetime as dt
 
         out = Path("results") / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt
+
     console = Console(stderr=True)
     progress = None if quiet else SweepProgress(console)
     try:
-        with _terminate_as_interrupt():
+        with terminate_as_interrupt():
             if matrix is not None:
                 from niah.serving.matrix import run_matrix
 
@@ -222,35 +224,6 @@ def sweep(
         print(f"niah: {errored} of {total} trial(s) got no answer (outcome error: see the run's trials.jsonl); "
               f"exit 1. Retry them with: {resume_command(sys.argv[1:], out)}", file=sys.stderr)
         raise typer.Exit(1)
-
-
-EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}  # 128 + the signal's number
-
-
-def _terminate_as_interrupt():
-    """SIGTERM and SIGHUP raise KeyboardInterrupt(name) like Ctrl-C, so the same clean-up
-    runs: answered trials are kept, the end reading is taken while the server answers."""
-    import contextlib
-    import signal
-    import threading
-
-    @contextlib.contextmanager
-    def block():
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            raise KeyboardInterrupt(signal.Signals(signum).name)
-
-        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-
-    return block()
 
 
 def resume_command(argv: list[str], out: Path) -> str:

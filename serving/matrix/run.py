@@ -20,15 +20,17 @@ import os
 from functools import partial
 from pathlib import Path
 
+from niah.attestation import open_segment
 from niah.errors import BadInput, LengthDrift, ServerError
 from niah.prompts.needles import trial_seed
 from niah.runs.folder import check_same_tokenizers, start_run
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest, record_config
 from niah.runs.record import error_record
-from niah.serving.launch import ServerProcess, sigterm_as_interrupt
+from niah.serving.launch import ServerProcess
 from niah.serving.matrix.commands import arm_of, axis_differences, matrix_commands, server_command
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
 from niah.sweep import SweepSpec, Target, check_spec, prepare_target
+from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, orchestrate, say
 from niah.sweep.run import pending_trials
 
@@ -102,7 +104,7 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
     run = _MatrixRun(spec, out, store, progress, prompt_set, force_config)
     try:
         manifest_matrix(out, matrix)
-        with sigterm_as_interrupt():
+        with terminate_as_interrupt():
             if progress is not None:
                 with progress:
                     run.all(matrix)
@@ -162,7 +164,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
     BadInput (a spec the model cannot serve), a length drift and Ctrl-C do stop it."""
     spec, out, store = run.spec, run.out, run.store
     todo = pending_trials(cfg.name, spec, store.done)
-    if not todo:
+    unclosed = open_segment((read_manifest(out).get("configs") or {}).get(cfg.name) or {})
+    if not todo and not unclosed:
         say(f"{tag} {cfg.name}: every trial is already in the run folder; not started")
         return
     log = out / "logs" / f"{cfg.name}.log"
@@ -171,7 +174,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         health_paths=cfg.health_paths, ready_timeout_s=cfg.ready_timeout_s,
     )
     base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": cfg.settings, "log": str(log)}
-    say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({len(todo)} trials to run; log {log})")
+    why = f"{len(todo)} trials to run" if todo else "no trial left: its attestation is read to close the interrupted segment"
+    say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({why}; log {log})")
     if not _start(cfg, tag, run, srv, base):
         return
     status, cause = "interrupted", None
