@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_inprocess import niah_inprocess as niah
+from cli_inproc import niah
 from report_runs import always, make_run
 
 from niah.sweep import SweepSpec, Target, run_sweep
@@ -38,13 +38,13 @@ def _write(run, lines):
 
 def _summary_head(run, tmp_path) -> str:
     r = niah("report", run, "--out", tmp_path / "rep")
-    assert r.code == 0, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
     text = (tmp_path / "rep" / "summary.md").read_text()
     return text[: text.index("## Recall by configuration and length")], r.stdout
 
 
 def _one_line_refusal(r, *words):
-    assert r.code == 2, r.stdout + r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("niah: error:"), r.stderr
     for w in words:
@@ -80,8 +80,7 @@ def test_a_corrupt_line_in_the_middle_is_refused_not_dropped_with_a_warning(tmp_
     _write(cand, [*lines[:5], '{"schema_version": 2, "config": "embedded", "len', *lines[5:]])
 
     r = _niah_process("gate", "--baseline", base, "--candidate", cand)
-    _one_line_refusal(type("R", (), {"code": r.returncode, "stdout": r.stdout, "stderr": r.stderr}),
-                      "line(s) 6", "not JSON")
+    _one_line_refusal(r, "line(s) 6", "not JSON")
     assert "UserWarning" not in r.stderr
     head, _ = _summary_head(cand, tmp_path)
     assert "trials.jsonl line(s) 6 are not JSON records" in head
@@ -98,7 +97,7 @@ def test_the_last_line_cut_by_a_kill_is_tolerated_but_the_gate_sees_the_trial_mi
     assert "integrity problem" not in head and f"line {len(lines)} was cut short" in head
     assert "WARNING" not in stdout and "note:" in stdout
     r = niah("gate", "--baseline", base, "--candidate", cand, "--junit", tmp_path / "j.xml")
-    assert r.code == 1, r.stdout + r.stderr  # an outage that names the trial, not a pass
+    assert r.returncode == 1, r.stdout + r.stderr  # an outage that names the trial, not a pass
     assert f"depth {last['depth']:g}% trial {last['trial']}" in r.stdout and "was cut short" in r.stdout
     assert "OUTAGE" in r.stdout
 
@@ -141,7 +140,7 @@ def test_corrupt_fields_never_give_a_traceback_at_the_real_edge(tmp_path):
 def test_a_corrupt_baseline_file_is_refused(tmp_path):
     run = _run(tmp_path / "run")
     out = tmp_path / "b.json"
-    assert niah("baseline", "export", run, "-o", out).code == 0
+    assert niah("baseline", "export", run, "-o", out).returncode == 0
     data = json.loads(out.read_text())
     data["configs"]["embedded"]["trials"][0]["rank"] = "deep"
     data["configs"]["embedded"]["trials"][1]["length"] = "abc"
@@ -174,10 +173,10 @@ def test_trials_of_another_run_appended_are_refused(oracle, tmp_path):
     run = run_sweep([Target(oracle.url)], SweepSpec(**spec, seed=0), tmp_path / "run")
     other = run_sweep([Target(oracle.url)], SweepSpec(**spec, seed=1), tmp_path / "other")
     # the untouched run and a baseline exported from it gate PASS against it
-    assert niah("gate", "--baseline", run, "--candidate", run).code == 0
-    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").code == 0
+    assert niah("gate", "--baseline", run, "--candidate", run).returncode == 0
+    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").returncode == 0
     r = niah("gate", "--baseline", tmp_path / "b.json", "--candidate", run)
-    assert r.code == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
 
     # another run's trial under a key this run has not recorded: a trial it never sent
     lines = _lines(run)
@@ -214,7 +213,7 @@ def test_a_prompt_line_cut_by_a_kill_is_written_again_on_its_own_line_and_the_re
     args = ["sweep", "--endpoint", oracle.url, "--lengths", "300,500", "--depths", "0,100", "--trials", "2",
             "--out", out, "--quiet"]
     assert _niah_process(*args).returncode == 0
-    assert niah("baseline", "export", out, "-o", tmp_path / "b.json").code == 0
+    assert niah("baseline", "export", out, "-o", tmp_path / "b.json").returncode == 0
     # a kill while the last prompt was being logged: its line is cut, its trial never written
     lines = _lines(out)
     last = json.loads(lines[-1])
@@ -228,6 +227,6 @@ def test_a_prompt_line_cut_by_a_kill_is_written_again_on_its_own_line_and_the_re
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(_lines(out)) == len(lines)
     r = niah("gate", "--baseline", tmp_path / "b.json", "--candidate", out)
-    assert r.code == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
     head, _ = _summary_head(out, tmp_path)
     assert "integrity" not in head

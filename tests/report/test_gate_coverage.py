@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from cli_inprocess import niah_inprocess as niah
+from cli_inproc import niah
 from report_runs import make_run
 
 from niah.report.gate import run_gate
@@ -38,7 +38,7 @@ def test_a_whole_missing_length_is_an_outage_not_skipped(tmp_path):
     base = _run(tmp_path / "base")
     cand = _run(tmp_path / "cand", skip=lambda c, n, d, t: n == 4096)
     r, cases, md, step = _gate(tmp_path, base, cand)
-    assert r.code == 1, r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
     kind, msg = cases["length 4096"]
     assert kind == "error" and "length not in the candidate" in msg and "12 trial(s)" in msg
     assert cases["length 1024"][0] == "pass" and cases["length 2048"][0] == "pass"
@@ -51,7 +51,7 @@ def test_a_missing_depth_or_trial_within_a_length_is_an_outage_that_names_it(tmp
     base = _run(tmp_path / "base")
     cand = _run(tmp_path / "cand", skip=lambda c, n, d, t: (n == 1024 and d == 100.0) or (n == 2048 and d == 50.0 and t == 3))
     r, cases, md, step = _gate(tmp_path, base, cand)
-    assert r.code == 1, r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
     kind, msg = cases["length 1024"]
     assert kind == "error" and "candidate lacks 4 of the baseline's 12 prompt(s) here" in msg
     assert "depth 100% trial 0" in msg and "answered nothing at depth 100%" in msg
@@ -66,14 +66,14 @@ def test_a_cell_with_nothing_answered_is_an_outage_even_under_the_error_rate(tmp
     cand = _run(tmp_path / "cand", outcome=lambda c, n, d, t, rng: "error" if (n, d) == (2048, 0.0) else "correct")
     # 4 of 12 trials errored at 2048: under a 50% error rate the old gate passed it
     r, cases, _, _ = _gate(tmp_path, base, cand, "--max-error-rate", "0.5")
-    assert r.code == 1, r.stdout
+    assert r.returncode == 1, r.stdout
     kind, msg = cases["length 2048"]
     assert kind == "error" and "answered nothing at depth 0%" in msg
 
 
 def test_a_baseline_file_candidate_that_lacks_trials_is_an_outage(tmp_path):
     base = _run(tmp_path / "base")
-    assert niah("baseline", "export", base, "-o", tmp_path / "b.json").code == 0
+    assert niah("baseline", "export", base, "-o", tmp_path / "b.json").returncode == 0
     data = json.loads((tmp_path / "b.json").read_text())
     trials = data["configs"]["embedded"]["trials"]
     data["configs"]["embedded"]["trials"] = [t for t in trials if not (t["length"] == 1024 and t["trial"] == 0)]
@@ -86,7 +86,7 @@ def test_a_baseline_file_candidate_that_lacks_trials_is_an_outage(tmp_path):
 
 def test_an_exported_baseline_gates_pass_against_its_own_run(tmp_path):
     run = _run(tmp_path / "run", outcome=lambda c, n, d, t, rng: "wrong" if t == 0 else ("error" if t == 1 and n == 1024 else "correct"))
-    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").code == 0
+    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").returncode == 0
     for base, cand in ((tmp_path / "b.json", run), (run, run), (tmp_path / "b.json", tmp_path / "b.json")):
         res = run_gate(base, cand, max_error_rate=0.5)
         assert res.exit_code == 0 and res.verdict == "PASS", [(c.name, c.status, c.message) for c in res.failed]
@@ -95,12 +95,12 @@ def test_an_exported_baseline_gates_pass_against_its_own_run(tmp_path):
 def test_a_real_sweep_gates_pass_against_its_export_and_an_early_stop_does_not(oracle, tmp_path):
     spec = dict(lengths=[300, 600], depths=[0, 50, 100], trials=2, seed=0)
     run = run_sweep([Target(oracle.url)], SweepSpec(**spec), tmp_path / "run")
-    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").code == 0
+    assert niah("baseline", "export", run, "-o", tmp_path / "b.json").returncode == 0
     r, cases, md, _ = _gate(tmp_path, tmp_path / "b.json", run, "--metric", "both")
-    assert r.code == 0 and "paired by prompt hash" in md, r.stdout + r.stderr
+    assert r.returncode == 0 and "paired by prompt hash" in md, r.stdout + r.stderr
     assert {k for k, _ in cases.values()} <= {"pass", "skipped"}
 
     # the same server, a run stopped after its first length: the old gate passed it
     short = run_sweep([Target(oracle.url)], SweepSpec(**{**spec, "lengths": [300]}), tmp_path / "short")
     r, cases, md, _ = _gate(tmp_path, tmp_path / "b.json", short)
-    assert r.code == 1 and cases["length 600"][0] == "error" and cases["length 300"][0] == "pass", r.stdout
+    assert r.returncode == 1 and cases["length 600"][0] == "error" and cases["length 300"][0] == "pass", r.stdout
