@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 	  $(BIN)/pip download -q --no-deps sglang==$(SGLANG_VERSION) -d $(SGLANG_SRC_CACHE)
 	touch $(STAMP)
 
-# The report page's browser test (tests/test_report_html.py) drives Debian's chromium through
+# The report page's browser test (tests/report/test_report_html.py) drives Debian's chromium through
 # Debian's chromedriver; installed where missing (about 40 s and 600 MB on a Debian 12 machine).
 # Only `make test` needs it: `make demo` does not install a browser.
 APT := $(shell [ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get

@@ -70,7 +70,7 @@ if [ -f "$C/deepgemm-src.tar.gz" ]; then
 else
   echo "no DeepGEMM source in .carry: DeepGEMM not built" > "$W/dg.log"
 fi
-( timeout "$(cap 200 300)" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=30 tests/kernels tests/test_attest_cuda_graph.py \
+( timeout "$(cap 200 300)" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=30 tests/kernels tests/sglang/test_attest_cuda_graph.py \
     > "$OUT/h200-kernels-pytest.log" 2>&1; echo "pytest exit $?" >> "$OUT/h200-kernels-pytest.log" ) &
 PT_PID=$!
 

@@ -1,6 +1,6 @@
 """SGLang 0.5.23's DeepSeek-V4 C4-indexer code, lifted from its source (wheel or unpacked
 tree) by AST into namespaces, wired to niah's plugin replacements the way the plugin
-patches the live modules. Used by v4_gpu_evidence.py and tests/test_sglang_v4_lifted.py.
+patches the live modules. Used by v4_gpu_evidence.py and tests/sglang/test_sglang_v4.py.
 
 Lifted and run as SGLang wrote them: compressor_v2 `_forward_compress_all_in_one`
 (+ `_get_paged_compress_metadata`, `_use_online_compress`, `is_overlap_compress`),

@@ -87,7 +87,7 @@ def oracle():
 # ---- the committed CI prompt set, swept once per test run on the embedded server ----------
 # .github/workflows/niah-gate.yml's job, run as written (tests/workflow_runner.py: its `run:`
 # steps in order, the server its own step starts, NIAH_PORT a free port, the install step not
-# run). tests/test_ci_workflow.py checks the job; tests/test_gate_selfgate.py gates the run
+# run). tests/e2e/test_ci_workflow.py checks the job; tests/e2e/test_gate_selfgate.py gates the run
 # folder it swept ($RUNNER_TEMP/niah-run) against the self-gate's baseline: both need a sweep
 # of the same 30 prompts on the same server (DSA, fp8 index keys, top-k 128), made once here.
 ROOT = _Path(__file__).resolve().parents[1]
@@ -134,8 +134,8 @@ def ci_healthy_job(tmp_path_factory) -> CIJob:
 # ---- one real matrix run with the indexer probe, shared by the modules that read one -------
 # Embedded servers launched by a matrix, as the demo does: dense, and DSA with fp8 index keys
 # at top-k 64 and 512; lengths 400 (at or below k = 512: no selection there) and 1000, one
-# trial per cell plus the no-needle control. tests/test_indexer_sweep.py checks the trials,
-# report, compare and gate on it; tests/test_report_html.py opens its report page in a browser.
+# trial per cell plus the no-needle control. tests/e2e/test_indexer_sweep.py checks the trials,
+# report, compare and gate on it; tests/report/test_report_html.py opens its report page in a browser.
 INDEXER_MATRIX = """
 engine = "embedded"
 attention = "dsa"

@@ -1,6 +1,6 @@
 """SGLang 0.5.23's DeepSeek-V3.2 indexer code, lifted from the wheel into one namespace and
 wired to niah's plugin the way the plugin patches the live modules (each Patch's factory
-applied to the lifted original). Used by tests/test_sglang_v32.py.
+applied to the lifted original). Used by tests/sglang/test_sglang_v32.py.
 
 Lifted and run as SGLang wrote them: `Indexer`'s `_forward_cuda_k_only`, `_fused_k_weights`,
 `_fused_q_prepare_and_store`, `_fused_k_prepare_and_store` (the fp8 arm's original; the bf16

@@ -1,5 +1,5 @@
 """Run a GitHub Actions job's `run:` steps here, in order, as GitHub's Linux runner would
-(tests/test_ci_workflow.py runs .github/workflows/niah-gate.yml with it).
+(tests/e2e/test_ci_workflow.py runs .github/workflows/niah-gate.yml with it).
 
 Strict on purpose: a step key, expression, `if:` condition or shell this module does not
 know raises `Unsupported` instead of being guessed at, so a workflow edit the emulation

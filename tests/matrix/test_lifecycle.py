@@ -1,6 +1,6 @@
 """Server lifecycle with a tiny real HTTP server (tests/servers/tiny_server.py): start,
 readiness, death during start-up and mid-sweep, teardown, Ctrl-C/SIGTERM to niah, and a
-whole matrix run. The embedded-model version is tests/test_lifecycle_embedded.py."""
+whole matrix run. The embedded-model version is tests/e2e/test_lifecycle_embedded.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ loopback HTTP server would prove less: it would serve the siblings too.
 Two runs: a real one (embedded servers launched by a matrix, as the demo does: dense and
 DSA with fp8 index keys at top-k 64 and 512, so the page has a paired comparison with needle
 ranks, the indexer panels, three attestations and no-needle controls; the `indexer_run`
-fixture of tests/conftest.py, shared with tests/test_indexer_sweep.py) and a hand-written one
+fixture of tests/conftest.py, shared with tests/e2e/test_indexer_sweep.py) and a hand-written one
 whose answers are hostile HTML and whose manifest holds a valid, an INVALID and a missing
 attestation.
 """

@@ -12,7 +12,7 @@ import pytest
 from niah.runs.trials import load_run, read_trials
 from niah.sweep import SweepSpec, Target, run_sweep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def niah(*args, **kw):

@@ -2,7 +2,7 @@
 does), a sweep with the no-needle control, then report, compare and gate on that run.
 
 The run is the `indexer_run` fixture of tests/conftest.py (made once; the report page test,
-tests/test_report_html.py, opens the same run): dense; DSA fp8 at top-k 64 and 512. Lengths
+tests/report/test_report_html.py, opens the same run): dense; DSA fp8 at top-k 64 and 512. Lengths
 400 (at or below k = 512: no selection there) and 1000 (above both k).
 """
 

@@ -32,7 +32,7 @@ from workflow_runner import run_job
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "niah-gate.yml"
 USES = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "embedded-selfgate.json"
 CI_PROMPTS = ROOT / "results" / "baselines" / "ci-prompts.jsonl"
 SELFGATE_MATRIX = """\

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: the worker script and the shared helpers
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from niah.sweep import SweepSpec, Target, run_sweep
 from niah.tokens import length_tolerance
 from niah.tokens import FALLBACK, load_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def niah(*args, **kw):

@@ -15,7 +15,7 @@ import pytest
 from niah.errors import BadInput
 from niah.serving.matrix import load_matrix, matrix_commands, parse_matrix, server_command
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "serving" / "examples"
 
 
@@ -254,7 +254,7 @@ def test_bf16_stock_is_not_an_arm():
 
 
 def test_sglang_refusals_are_left_to_sglangs_parser():
-    """What an arm cannot serve is decided on SGLang's own parse (tests/test_sglang_refusals.py
+    """What an arm cannot serve is decided on SGLang's own parse (tests/sglang/test_sglang_refusals.py
     runs it); where SGLang is not importable, as here, the commands are built and the launch
     entry decides."""
     m = parse_matrix('engine = "sglang"\nmodel_path = "M"\nargs = ["--enable-hier"]\n'

@@ -19,7 +19,7 @@ from niah.serving.sglang import attest, patching, plugin, v4  # noqa: E402
 from niah.serving.sglang.contract import AstSource, check_contract, points_for  # noqa: E402
 from sglang_source import extract_tree, sglang_wheel  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import v4_gpu_evidence as ev  # noqa: E402
 import v4_lift  # noqa: E402
 
@@ -169,7 +169,7 @@ def test_the_pool_refuses_only_the_fp8_only_indexers():
 def test_v4_matrix_dry_run_stock_is_plain_sglang_and_bf16_adds_only_niahs_switches():
     import subprocess
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-m", "niah", "sweep", "--matrix",
                           str(repo / "serving/examples/sglang-v4.toml"), "--dry-run"],
                          capture_output=True, text=True, timeout=120, cwd=repo,
