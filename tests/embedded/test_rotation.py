@@ -17,8 +17,6 @@ key store quantises, in the embedded server, the matrix, the manifest and the at
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import httpx
 from lifecycle_helpers import ROOT, tiny_command, toml_list

@@ -3,8 +3,6 @@ one trial-record definition (checked against docs/run-format.md)."""
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

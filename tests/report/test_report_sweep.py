@@ -3,8 +3,6 @@ of tests/servers/oracle.py, a real OpenAI-compatible process on loopback)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 SWEEP = ["--lengths", "500,1k,2k", "--depths", "0,50,100", "--trials", "2", "--seed", "3", "-q"]
