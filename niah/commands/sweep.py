@@ -160,7 +160,7 @@ def sweep(
     Every trial's prompt is exactly LENGTH tokens as the server counts them (chat template
     included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
     and the prompts to OUT/prompts.jsonl. Ctrl-C keeps every finished trial: rerun with
-    --resume to finish.
+    --resume to finish. Without a terminal, a progress line every 30 s.
     """
     from rich.console import Console
 
@@ -176,6 +176,13 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
+    if resume:  # before any probe: a mistyped folder is refused at once, never started afresh
+        from niah.errors import BadInput
+        from niah.runs.folder import check_resumable
+
+        if out is None:
+            raise BadInput("--resume needs --out RUN, the run folder to resume")
+        check_resumable(out)
     is_auto = lengths.strip() == "auto"
     topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto)
                       if matrix is not None or is_auto else ({}, None))

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from niah.errors import BadInput
+from niah.errors import BadInput, write_output
 
 KIND = "niah-baseline"
 BASELINE_SCHEMA = 2
@@ -99,9 +99,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                                  "attestation": entry.get("attestation"),
                                  "attestation_status": {"state": state, "reason": reason},
                                  "summary": _summary(d), "trials": trials}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_output(out, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return data
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from niah.errors import write_output
+
 MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 ANSWER_CHARS = 2000  # longer answers are cut in the table (the full text stays in trials.jsonl)
 
@@ -232,6 +234,4 @@ def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
 
 def write_page(path: Path, *args, **kwargs) -> Path:
     """build_page(...) into `path` (UTF-8); returns the path."""
-    path = Path(path)
-    path.write_text(build_page(*args, **kwargs), encoding="utf-8")
-    return path
+    return write_output(path, build_page(*args, **kwargs))

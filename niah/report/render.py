@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from niah.errors import BadInput
+from niah.errors import BadInput, write_output, writing
 
 
 @dataclass
@@ -40,7 +40,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     if df.empty:
         raise BadInput(f"{run} has no finished trials yet; nothing to report")
     out = Path(out) if out else run / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out):  # a file, or a place that cannot hold a folder: one line, exit 2
+        out.mkdir(parents=True, exist_ok=True)
     infos = config_infos(manifest, df)
     infos = {n: i for n, i in infos.items() if (df["config"] == n).any()}
     lengths = sorted(int(x) for x in df["length"].unique())
@@ -90,7 +91,7 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
 
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections)
-    rep.summary.write_text(text, encoding="utf-8")
+    write_output(rep.summary, text)
     blocks = {"meta": summary.meta_rows(manifest, df, infos, lengths, depths),
               "recall": summary.recall_by_length_table(by_len, overall, infos, lengths),
               "taxonomy": summary.taxonomy_table(df, infos),

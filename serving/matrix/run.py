@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from niah.errors import BadInput, LengthDrift, ServerError
+from niah.redact import redact_text, remember_secret
 from niah.prompts.needles import trial_seed
 from niah.runs.folder import check_same_tokenizers, start_run
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest, record_config
@@ -48,6 +49,7 @@ def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None) -> Target:
     api_key = os.environ.get(key_env) if key_env else None
     if key_env and not api_key:
         raise BadInput(f"{cfg.name}: api_key_env {key_env} is not set in the environment")
+    remember_secret(api_key)  # whatever its variable's name, it is masked in all niah records
     return Target(endpoint=endpoint, model=cfg.settings.get("model"), name=cfg.name,
                   engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
 
@@ -55,7 +57,7 @@ def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None) -> Target:
 def manifest_matrix(out: Path, matrix: Matrix) -> None:
     """Record the matrix (its text, commands, per-axis differences, arms) in the manifest."""
     try:
-        text = matrix.path.read_text(encoding="utf-8")
+        text = redact_text(matrix.path.read_text(encoding="utf-8"))
     except OSError:
         text = None
     record = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
