@@ -3,7 +3,9 @@
     redact_argv(sys.argv)      # the manifest's and the lock's `command`, a launched server's argv
     redact_env(env)            # a launched server's environment overrides
     redact_text(line)          # any other recorded line (a formatted command, a log header)
+    redact_settings(settings)  # a matrix configuration's settings (command, args, env)
     remember_secret(api_key)   # a token that came from elsewhere (a matrix's api_key_env)
+    remember_from(argv, env)   # the secrets of a command not yet recorded (a matrix's commands)
 
 A secret is the value of a secret-named flag (`--api-key VALUE`, `--api-key=VALUE`,
 `--hf-token`, `--password`, ...), the value of a secret-named environment variable
@@ -37,6 +39,21 @@ def remember_secret(value: str | None) -> None:
         _remembered.add(str(value))
 
 
+def remember_from(argv: Iterable[object] = (), env: Mapping[str, str | None] | None = None) -> None:
+    """Remember the secrets of a command line and its environment (secret-named flags' and
+    variables' values), so they are masked in any text that quotes them (a matrix file)."""
+    args = [str(a) for a in argv]
+    for i, arg in enumerate(args):
+        m = _INLINE_FLAG.fullmatch(arg)
+        if m and is_secret_name(m.group(1)):
+            remember_secret(m.group(2))
+        elif arg.startswith("--") and is_secret_name(arg) and i + 1 < len(args):
+            remember_secret(args[i + 1])
+    for k, v in (env or {}).items():
+        if v and is_secret_name(k):
+            remember_secret(v)
+
+
 def _known(env: Mapping[str, str | None] | None = None) -> list[str]:
     found = set(_remembered)
     for source in (os.environ, env or {}):
@@ -67,6 +84,22 @@ def redact_argv(argv: Iterable[object], env: Mapping[str, str | None] | None = N
             continue
         hide_next = arg.startswith("--") and is_secret_name(arg)
         out.append(redact_text(arg, env))
+    return out
+
+
+def redact_settings(settings: Mapping[str, object]) -> dict[str, object]:
+    """A configuration's settings as recorded: lists (a command, extra args) as command
+    lines, tables (env) as environments, strings as text; everything else as it is."""
+    out: dict[str, object] = {}
+    for k, v in settings.items():
+        if isinstance(v, (list, tuple)) and all(isinstance(a, (str, int, float)) for a in v):
+            out[k] = redact_argv(v)
+        elif isinstance(v, Mapping) and all(x is None or isinstance(x, str) for x in v.values()):
+            out[k] = redact_env(v)
+        elif isinstance(v, str):
+            out[k] = MASK if is_secret_name(k) else redact_text(v)
+        else:
+            out[k] = v
     return out
 
 
