@@ -39,7 +39,8 @@ class Niah(TyperGroup):
                 e.show()
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
-            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            where = " ".join(["niah", *ctx.command_path.split()[1:]]) if ctx is not None else "niah"
+            hint = f" (see {where} --help)"
             _fail(one_line(e.format_message(), limit=1000) + hint, e.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
