@@ -36,7 +36,7 @@ class Niah(TyperGroup):
             sys.exit(e.exit_code)
         except typer.TyperException as e:  # typer's click: usage errors, exit 2 (click's own code)
             if type(e).__name__ == "NoArgsIsHelpError":  # `niah` or `niah baseline` alone: the help
-                e.show()
+                typer.echo(e.format_message())
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             where = " ".join(["niah", *ctx.command_path.split()[1:]]) if ctx is not None else "niah"

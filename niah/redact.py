@@ -24,7 +24,7 @@ MASK = "***"
 _SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|token|secret|password|passwd|auth)$", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)[^\s\"',;]+", re.IGNORECASE)
 _INLINE_FLAG = re.compile(r"(--[A-Za-z0-9_-]+)=(.*)", re.DOTALL)
-_MIN_SECRET = 4  # shorter values are not searched for in free text (they would mask innocent words)
+_MIN_SECRET = 8  # shorter values are not searched for in free text (they would mask innocent words)
 _remembered: set[str] = set()
 
 

@@ -59,6 +59,11 @@ def test_usage_errors_are_one_line_exit_2(args, words):
     assert words in line and "--help" in line
 
 
+def test_no_command_prints_the_help():
+    r = cli()
+    assert r.exit_code == 2 and "Commands:" in r.stdout and "sweep" in r.stdout and r.stderr == ""
+
+
 def test_help_keeps_bracketed_words():
     assert "[default: RUN/report]" in " ".join(cli("report", "--help").stdout.split())
     assert "[default: A again, with --a/--b]" in " ".join(cli("compare", "--help").stdout.split())
