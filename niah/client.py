@@ -121,7 +121,7 @@ async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict 
             reply.latency_s = round(time.perf_counter() - t0, 6)
             return reply
         except (httpx.TransportError, httpx.StreamError) as e:
-            reply.error = f"connection error: {type(e).__name__}: {e}".rstrip(": ")
+            reply.error = one_line(f"connection error: {type(e).__name__}: {e}".rstrip(": "), BODY_CHARS)
             reply.connection_error = True
             wait = None
         except _Fatal as e:
@@ -130,7 +130,7 @@ async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict 
             return reply
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
             # A reply of an unexpected shape: this trial's error, never the sweep's end.
-            reply.error = f"malformed reply: {type(e).__name__}: {e}"
+            reply.error = one_line(f"malformed reply: {type(e).__name__}: {e}", BODY_CHARS)
             reply.latency_s = round(time.perf_counter() - t0, 6)
             return reply
         if attempt < cfg.retries:
