@@ -3,7 +3,7 @@
 Greedy (temperature 0). Retries with exponential backoff on 429, 5xx and connection
 errors (refused, reset, dropped mid-stream), at most `retries` times; a timeout is not
 retried (it would multiply the wait). Never raises for a failed request: the returned
-`Reply` carries `error` instead, so a sweep records it and goes on. `root_url` and
+`Reply` carries `error` instead (a reply body in it cut to one line of BODY_CHARS), so a sweep records it and goes on. `root_url` and
 `api_url` turn a server's base URL into the two roots niah talks to.
 """
 
@@ -17,7 +17,10 @@ from typing import Any
 
 import httpx
 
+from niah.errors import one_line
+
 RETRY_STATUS = {429, 500, 502, 503, 504}
+BODY_CHARS = 200  # of a failed reply's body, on one line, in a trial's `error` and in messages
 
 
 def root_url(endpoint: str) -> str:
@@ -118,7 +121,7 @@ async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict 
             reply.latency_s = round(time.perf_counter() - t0, 6)
             return reply
         except (httpx.TransportError, httpx.StreamError) as e:
-            reply.error = f"connection error: {type(e).__name__}: {e}".rstrip(": ")
+            reply.error = one_line(f"connection error: {type(e).__name__}: {e}".rstrip(": "), BODY_CHARS)
             reply.connection_error = True
             wait = None
         except _Fatal as e:
@@ -127,7 +130,7 @@ async def complete(client, cfg: RequestConfig, prompt_fields: dict, extra: dict 
             return reply
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
             # A reply of an unexpected shape: this trial's error, never the sweep's end.
-            reply.error = f"malformed reply: {type(e).__name__}: {e}"
+            reply.error = one_line(f"malformed reply: {type(e).__name__}: {e}", BODY_CHARS)
             reply.latency_s = round(time.perf_counter() - t0, 6)
             return reply
         if attempt < cfg.retries:
@@ -145,7 +148,7 @@ class _Fatal(Exception):
 def _check_status(status: int, text: str, headers) -> None:
     if status == 200:
         return
-    msg = f"HTTP {status}: {text[:300].strip()}"
+    msg = f"HTTP {status}: {one_line(text, BODY_CHARS)}"
     if status in RETRY_STATUS:
         ra = headers.get("retry-after") if headers is not None else None
         try:
@@ -186,9 +189,9 @@ def _json_object(text: str) -> dict:
     try:
         data = json.loads(text)
     except ValueError:
-        raise _Fatal(f"not JSON: {text[:200]}") from None
+        raise _Fatal(f"not JSON: {one_line(text, BODY_CHARS)}") from None
     if not isinstance(data, dict):
-        raise _Fatal(f"not a JSON object: {text[:200]}")
+        raise _Fatal(f"not a JSON object: {one_line(text, BODY_CHARS)}")
     return data
 
 
@@ -225,7 +228,7 @@ async def _stream(client, url: str, body: dict, reply: Reply, t0: float, mode: s
             if not isinstance(data, dict):
                 continue
             if "error" in data and not data.get("choices"):
-                raise _Fatal(f"stream error: {json.dumps(data['error'])[:300]}")
+                raise _Fatal(f"stream error: {one_line(json.dumps(data['error']), BODY_CHARS)}")
             _take_usage(reply, data)
             for choice in data.get("choices") or []:
                 if mode == "chat":

@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 import httpx
 
 from niah.errors import ServerError
+from niah.redact import redact_argv, redact_env
 
 HOST = "127.0.0.1"
 TAIL_LINES = 30
@@ -250,9 +251,10 @@ class ServerProcess:
         full_env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
         with open(self.log_path, "ab") as log:
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            env_s = " ".join(f"{k}={v}" if v is not None else f"-u {k}" for k, v in self.env.items())
+            shown = redact_env(self.env)  # the log is kept with the run: no secret in it
+            env_s = " ".join(f"{k}={v}" if v is not None else f"-u {k}" for k, v in shown.items())
             log.write(f"=== niah {stamp}: starting {self.name} on port {self.port}: "
-                      f"{env_s + ' ' if env_s else ''}{' '.join(self.argv)}\n".encode())
+                      f"{env_s + ' ' if env_s else ''}{' '.join(redact_argv(self.argv, self.env))}\n".encode())
             log.flush()
             with _signals_deferred():  # a Ctrl-C now is raised once the child is tracked
                 try:
@@ -369,8 +371,8 @@ class ServerProcess:
     def describe(self) -> dict:
         """What the manifest records about this server."""
         return {
-            "command": self.argv,
-            "env": self.env,
+            "command": redact_argv(self.argv, self.env),
+            "env": redact_env(self.env),
             "log": str(self.log_path),
             "endpoint": self.endpoint if self.port else None,
             "port": self.port,

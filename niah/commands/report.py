@@ -158,4 +158,6 @@ def compare_cmd(
         text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")
     typer.echo(text)
     if markdown:
-        markdown.write_text(text, encoding="utf-8")
+        from niah.errors import write_output
+
+        write_output(markdown, text)

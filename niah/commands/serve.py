@@ -1,12 +1,33 @@
 """`niah serve`: the embedded OpenAI-compatible server (SmolLM2-135M, dense or DSA), on the
 CPU (the default: DSA emulated in torch) or a CUDA GPU (`--device cuda`: DSA run by the
-bundled Triton kernels; docs/embedded-server.md, "On a GPU")."""
+bundled Triton kernels; docs/embedded-server.md, "On a GPU").
+
+Without the [serve] extra it refuses in one line (exit 2) before anything starts.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import typer
 
 from niah.cli import app
+
+# What the server imports (lazily, deep inside): tried first, so a missing or broken one is
+# one line here, never a traceback from the middle of the model's loading.
+SERVE_MODULES = ("fastapi", "uvicorn", "torch", "safetensors", "tokenizers", "jinja2", "gguf")
+
+
+def check_serve_extra() -> None:
+    """BadInput naming the first module of the [serve] extra that cannot be imported."""
+    from niah.errors import BadInput, one_line
+
+    for name in SERVE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise BadInput(f"niah serve needs the [serve] extra: {name} cannot be imported ({one_line(e, 160)}); "
+                           "pip install -e '.[serve]'") from None
 
 
 @app.command()
@@ -72,11 +93,8 @@ def serve(
     check_device(device)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be 0..65535, not {port}")
-    try:
-        from niah.serving.embedded.server import ServeConfig, serve as run
-    except ModuleNotFoundError as e:
-        raise BadInput(f"the embedded server needs the [serve] extra ({e.name} is missing): "
-                       "pip install -e '.[serve]'") from None
+    check_serve_extra()
+    from niah.serving.embedded.server import ServeConfig, serve as run
     from niah.serving.embedded.weights import gguf_path
 
     gguf_path()   # a clear error before anything heavy when the weights are missing

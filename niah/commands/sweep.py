@@ -161,6 +161,7 @@ def sweep(
     included); results go to OUT/manifest.json and OUT/trials.jsonl, one line per trial,
     and the prompts to OUT/prompts.jsonl. Ctrl-C or SIGTERM keeps every finished trial
     (exit 130 / 143): rerun with --resume to finish.
+    Without a terminal, a progress line every 30 s.
 
     Exits 0 only when every trial has an answer; 1 when any trial errored (no answer:
     HTTP errors, timeouts, a dead server; --resume retries them), 2 on bad input, 130 / 143
@@ -180,6 +181,13 @@ def sweep(
             raise BadInput("--dry-run needs --matrix")
         print_matrix_commands(matrix)
         return
+    if resume:  # before any probe: a mistyped folder is refused at once, never started afresh
+        from niah.errors import BadInput
+        from niah.runs.folder import check_resumable
+
+        if out is None:
+            raise BadInput("--resume needs --out RUN, the run folder to resume")
+        check_resumable(out)
     is_auto = lengths.strip() == "auto"
     topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto)
                       if matrix is not None or is_auto else ({}, None))

@@ -28,7 +28,7 @@ from typing import Any
 
 from niah.attestation import status
 from niah.axes import LABEL_KEYS
-from niah.errors import BadInput
+from niah.errors import BadInput, write_output
 from niah.report.data import aggregate, config_infos, load_frame, trials_frame
 from niah.runs.integrity import check_records, load_checked, manifest_problems, refuse
 
@@ -100,9 +100,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                                  "attestation": entry.get("attestation"),
                                  "attestation_status": {"state": state, "reason": reason},
                                  "summary": _summary(d), "trials": trials}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_output(out, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return data
 
 

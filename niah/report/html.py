@@ -24,6 +24,7 @@ from typing import Any
 
 from niah import __version__
 from niah.attestation import last_attestation, status
+from niah.errors import write_output
 from niah.report.compare import rows_markdown
 from niah.report.ranks import rank_markdown
 
@@ -228,6 +229,4 @@ def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
 
 def write_page(path: Path, *args, **kwargs) -> Path:
     """build_page(...) into `path` (UTF-8); returns the path."""
-    path = Path(path)
-    path.write_text(build_page(*args, **kwargs), encoding="utf-8")
-    return path
+    return write_output(path, build_page(*args, **kwargs))

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from niah.errors import BadInput
+from niah.errors import BadInput, write_output, writing
 from niah.report import curves, heatmaps, html, indexer_pairs, indexer_plots, summary
 from niah.report.compare import ALL, compare
 from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
@@ -43,7 +43,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     if df.empty:
         raise BadInput(f"{run} has no finished trials yet; nothing to report")
     out = Path(out) if out else run / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out):  # a file, or a place that cannot hold a folder: one line, exit 2
+        out.mkdir(parents=True, exist_ok=True)
     infos = config_infos(manifest, df)
     infos = {n: i for n, i in infos.items() if (df["config"] == n).any()}
     lengths = sorted(int(x) for x in df["length"].unique())
@@ -94,7 +95,7 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
 
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections, checked.problems, checked.notes)
-    rep.summary.write_text(text, encoding="utf-8")
+    write_output(rep.summary, text)
     blocks = {"meta": summary.integrity_rows(checked.problems, checked.notes)
               + summary.meta_rows(manifest, df, infos, lengths, depths),
               "recall": summary.recall_by_length_table(by_len, overall, infos, lengths),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from niah.errors import writing
+
 # The convention of the original NIAH plots (gkamradt): red -> yellow -> green.
 NIAH_COLOURS = ["#F0496E", "#EBB839", "#0CD79F"]
 OUTAGE = "#B8B8B8"  # cells where every trial errored
@@ -49,7 +51,10 @@ def fmt_depth(d: float) -> str:
 def save(fig, path: Path, svg: bool) -> Path:
     """Write fig as PNG (default) or SVG next to `path` (suffix replaced); close it."""
     path = Path(path).with_suffix(".svg" if svg else ".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight", facecolor="white")
-    plt().close(fig)
+    try:
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=130, bbox_inches="tight", facecolor="white")
+    finally:
+        plt().close(fig)
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from niah.errors import BadInput
+from niah.errors import BadInput, writing
 from niah.runs.trials import load_run
 
 FORMATS = ("csv", "parquet")
@@ -21,7 +21,7 @@ def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None)
 
     df = pd.DataFrame(records)  # the records as stored (niah.report.data.trials_frame adds columns)
     out = Path(out) if out else run / f"trials.{fmt}"
-    try:
+    with writing(out):
         if fmt == "csv":
             for col in df.columns:  # lists and objects (selection_recall, expected, indexer, ...) as JSON
                 if df[col].map(lambda v: isinstance(v, (list, dict))).any():
@@ -32,6 +32,4 @@ def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None)
                 df.to_parquet(out, index=False)
             except ImportError:
                 raise BadInput("parquet export needs pyarrow: pip install pyarrow") from None
-    except OSError as e:
-        raise BadInput(f"cannot write {out}: {e.strerror or e}") from None
     return out

@@ -20,6 +20,7 @@ from niah.prompts.builder import corpus_info
 from niah.prompts.haystacks import haystack_info
 from niah.prompts.needles import NEEDLE, QUESTION
 from niah.prompts.sets import RunPrompts
+from niah.redact import redact_argv
 from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
 from niah.runs.record import now
@@ -48,10 +49,22 @@ def _version() -> str | None:
         return None
 
 
-def start_run(out: Path | str, spec, resume: bool) -> RunStore:
-    """Lock and open the run folder (BadInput if in use, unwritable, or if resume changes
-    fixed args) and write the manifest's args; `spec` is a niah.sweep.SweepSpec."""
+def check_resumable(out: Path | str) -> None:
+    """`--resume` needs a run folder to resume: BadInput when `out` holds no manifest (a
+    mistyped folder would otherwise start a new run, silently)."""
     out = Path(out)
+    if not (out / MANIFEST).is_file():
+        what = "does not exist" if not out.exists() else f"is not a niah run folder (no {MANIFEST})"
+        raise BadInput(f"--resume: {out} {what}; nothing to resume (leave out --resume to start a new run)")
+
+
+def start_run(out: Path | str, spec, resume: bool) -> RunStore:
+    """Lock and open the run folder (BadInput if in use, unwritable, if resume finds no
+    run there, or if resume changes fixed args) and write the manifest's args; `spec` is a
+    niah.sweep.SweepSpec."""
+    out = Path(out)
+    if resume:
+        check_resumable(out)
     lock = RunLock(out).acquire()
     try:
         store = _open_run(out, spec, resume)
@@ -86,7 +99,7 @@ def _open_run(out: Path, spec, resume: bool) -> RunStore:
     def start(manifest: dict) -> None:
         if again:
             manifest.setdefault("resumed", []).append(now())
-        manifest.update(niah_version=_version(), git_sha=_git_sha(), command=list(sys.argv), args=args)
+        manifest.update(niah_version=_version(), git_sha=_git_sha(), command=redact_argv(sys.argv), args=args)
         manifest.setdefault("created", now())
         manifest.setdefault("configs", {})
 

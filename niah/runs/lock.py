@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from niah.errors import BadInput
+from niah.redact import redact_argv
 from niah.runs.record import now
 
 LOCK = ".niah.lock"
@@ -39,7 +40,7 @@ class RunLock:
             os.close(fd)
             raise BadInput(f"{self.path.parent} is in use by another sweep ({holder}); "
                            "wait for it to finish or stop it") from None
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": sys.argv, "since": now()}
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": redact_argv(sys.argv), "since": now()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self._fd = fd

@@ -1,7 +1,15 @@
-"""What a sweep shows: a rich progress bar (ETA, running recall) and the final tables."""
+"""What a sweep shows: a progress bar (ETA, running recall) and the final tables.
+
+On a terminal the bar is rich's, live. Without one (CI logs, a pipe) a live bar shows
+nothing until the end, so `SweepProgress` prints instead one plain line per
+configuration at most every `interval` seconds (30 by default):
+
+    niah: default: 12/45 trials, recall 92% (11/12), 1 error, elapsed 0:01:02, ETA 0:02:50
+"""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -9,14 +17,22 @@ from niah.runs.record import OUTCOMES
 from niah.tokens import length_tolerance
 
 
-class SweepProgress:
-    """A live bar per configuration; pass to `run_sweep(..., progress=SweepProgress())`."""
+PLAIN_INTERVAL_S = 30.0
 
-    def __init__(self, console=None):
+
+class SweepProgress:
+    """A live bar per configuration; pass to `run_sweep(..., progress=SweepProgress())`.
+    Without a terminal (`console.is_terminal` false), plain lines at most every `interval`
+    seconds per configuration instead (0: one per finished trial)."""
+
+    def __init__(self, console=None, interval: float = PLAIN_INTERVAL_S):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.console = console or Console(stderr=True)
+        self.live = self.console.is_terminal
+        self.interval = interval
+        self.plain: dict[str, list[float]] = {}  # name -> [total, done, started, last line]
         self.bar = Progress(
             TextColumn("[bold]{task.fields[name]}"),
             BarColumn(),
@@ -33,13 +49,19 @@ class SweepProgress:
         self.hits: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # correct, scored, errors
 
     def __enter__(self) -> "SweepProgress":
-        self.bar.start()
+        if self.live:
+            self.bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        if self.live:
+            self.bar.stop()
 
     def start_target(self, name: str, total: int) -> None:
+        if not self.live:
+            t = time.monotonic()
+            self.plain[name] = [total, 0, t, t]
+            return
         self.tasks[name] = self.bar.add_task(name, total=total, name=name, recall="-", errors="")
 
     def advance(self, name: str, rec: dict) -> None:
@@ -52,8 +74,30 @@ class SweepProgress:
             h[1] += 1
             h[0] += rec["outcome"] == "correct"
         recall = f"{h[0] / h[1]:.0%} ({h[0]}/{h[1]})" if h[1] else "-"
+        if not self.live:
+            self._plain_line(name, recall, h[2])
+            return
         errors = f"[red]{h[2]} errors" if h[2] else ""
         self.bar.update(self.tasks[name], advance=1, recall=recall, errors=errors)
+
+    def _plain_line(self, name: str, recall: str, errors: int) -> None:
+        state = self.plain.setdefault(name, [0, 0, time.monotonic(), time.monotonic()])
+        state[1] += 1
+        total, done, started, last = state
+        now = time.monotonic()
+        if now - last < self.interval:
+            return  # at most one line per interval (the sweep's own summary ends it)
+        state[3] = now
+        elapsed = now - started
+        eta = _clock(elapsed / done * (total - done)) if total and done else "-"
+        err = f", {errors} error{'s' if errors != 1 else ''}" if errors else ""
+        self.console.print(f"niah: {name}: {int(done)}/{int(total)} trials, recall {recall}{err}, "
+                           f"elapsed {_clock(elapsed)}, ETA {eta}", soft_wrap=True, markup=False, highlight=False)
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def recall_tables(records: Iterable[dict]) -> list:

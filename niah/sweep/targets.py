@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from niah.client import api_url, root_url
-from niah.errors import BadInput, ServerError
+from niah.client import BODY_CHARS, api_url, root_url
+from niah.errors import BadInput, ServerError, one_line
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
 from niah.sweep.counter import CounterCheck, resolve_counter
@@ -167,7 +167,7 @@ def _probe(endpoint: str, api_key: str | None) -> tuple[dict, Any]:
         except httpx.HTTPError as e:
             raise BadInput(f"cannot reach {endpoint}: {type(e).__name__}: {e}".rstrip(": ")) from None
         if r.status_code != 200:
-            raise BadInput(f"{endpoint}/models answered HTTP {r.status_code}: {r.text[:200].strip()}")
+            raise BadInput(f"{endpoint}/models answered HTTP {r.status_code}: {one_line(r.text, BODY_CHARS)}")
         try:
             models = r.json()
         except ValueError:

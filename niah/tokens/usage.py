@@ -17,8 +17,8 @@ import threading
 
 import httpx
 
-from niah.client import api_url
-from niah.errors import ServerError
+from niah.client import BODY_CHARS, api_url
+from niah.errors import ServerError, one_line
 from niah.tokens.counters import Messages, Tokenizer, http_client
 
 
@@ -62,7 +62,7 @@ class UsageTokenizer(Tokenizer):
                 last = f"HTTP {r.status_code}"
                 continue
             if r.status_code != 200:
-                raise ServerError(f"usage probe {path} answered HTTP {r.status_code}: {r.text[:200]}")
+                raise ServerError(f"usage probe {path} answered HTTP {r.status_code}: {one_line(r.text, BODY_CHARS)}")
             try:
                 n = r.json()["usage"]["prompt_tokens"]
             except (ValueError, KeyError, TypeError):

@@ -17,6 +17,7 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
+from niah.redact import redact_argv, redact_env
 from niah.serving.launch import HOST
 from niah.serving.matrix.keys import PORT_PLACEHOLDER
 from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
@@ -95,7 +96,9 @@ def server_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
 
 def format_command(argv: list[str], env: dict[str, str | None]) -> str:
     """A shell line: `[env -u NAME ...] NAME=value ... argv`, the port placeholder left
-    unquoted (a None value removes an inherited variable)."""
+    unquoted (a None value removes an inherited variable); secrets masked (niah.redact):
+    the line is printed and recorded in the manifest."""
+    argv, env = redact_argv(argv, env), redact_env(env)
     unset = [f"-u {k}" for k, v in env.items() if v is None]
     parts = (["env", *unset] if unset else []) + [f"{k}={shlex.quote(v)}" for k, v in env.items() if v is not None]
     parts += [a if a == PORT_PLACEHOLDER else shlex.quote(a) for a in argv]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from niah.attestation import open_segment
 from niah.errors import BadInput, LengthDrift, ServerError
+from niah.redact import redact_settings, redact_text, remember_from, remember_secret
 from niah.prompts.needles import trial_seed
 from niah.runs.folder import check_same_tokenizers, start_run
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest, record_config
@@ -50,14 +51,23 @@ def _target(cfg: MatrixConfig, endpoint: str, lifecycle=None) -> Target:
     api_key = os.environ.get(key_env) if key_env else None
     if key_env and not api_key:
         raise BadInput(f"{cfg.name}: api_key_env {key_env} is not set in the environment")
+    remember_secret(api_key)  # whatever its variable's name, it is masked in all niah records
     return Target(endpoint=endpoint, model=cfg.settings.get("model"), name=cfg.name,
                   engine=cfg.engine, axes=dict(cfg.axes), api_key=api_key, lifecycle=lifecycle)
+
+
+def remember_secrets(matrix: Matrix) -> None:
+    """Every token the matrix holds or names (a command's `--api-key`, a secret-named env
+    variable, api_key_env's value) is masked in whatever this sweep records (niah.redact)."""
+    for cfg in matrix.configs:
+        remember_secret(os.environ.get(cfg.settings.get("api_key_env") or ""))
+        remember_from([*(cfg.settings.get("command") or []), *(cfg.settings.get("args") or [])], cfg.env)
 
 
 def manifest_matrix(out: Path, matrix: Matrix) -> None:
     """Record the matrix (its text, commands, per-axis differences, arms) in the manifest."""
     try:
-        text = matrix.path.read_text(encoding="utf-8")
+        text = redact_text(matrix.path.read_text(encoding="utf-8"))
     except OSError:
         text = None
     record = {"path": str(matrix.path), "text": text, "configs": matrix.names(),
@@ -74,7 +84,7 @@ def _check_unchanged(out: Path, matrix: Matrix) -> None:
     old = read_manifest(out).get("configs", {})
     for cfg in matrix.configs:
         before = old.get(cfg.name, {})
-        if "settings" in before and (before["settings"], before.get("engine")) != (_jsonable(cfg.settings), cfg.engine):
+        if "settings" in before and (before["settings"], before.get("engine")) != (_jsonable(redact_settings(cfg.settings)), cfg.engine):
             raise BadInput(
                 f"{matrix.path}:{cfg.line}: configuration {cfg.name!r} differs from the one in {out} "
                 f"(was {before.get('engine')} {before['settings']}); rename it or use another --out"
@@ -98,6 +108,7 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
     check_spec(spec)
     out = Path(out)
     prompt_set = load_prompt_set(spec)
+    remember_secrets(matrix)  # before anything is compared with, or written to, the run folder
     if resume and not force_config:
         _check_unchanged(out, matrix)
     store = start_run(out, spec, resume)
@@ -139,7 +150,7 @@ class _MatrixRun:
         prepared = []
         for cfg in configs:
             p = self.prepare(cfg, cfg.settings["endpoint"])
-            record_config(self.out, cfg.name, {**p.info, "settings": cfg.settings})
+            record_config(self.out, cfg.name, {**p.info, "settings": redact_settings(cfg.settings)})
             prepared.append(p)
             say(f"{cfg.name}: external endpoint {p.endpoint}, model {p.model}")
         orchestrate(prepared, self.spec, self.store, self.progress, concurrent=True)
@@ -173,7 +184,7 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         cfg.name, partial(server_command, cfg), log_path=log,
         health_paths=cfg.health_paths, ready_timeout_s=cfg.ready_timeout_s,
     )
-    base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": cfg.settings, "log": str(log)}
+    base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": redact_settings(cfg.settings), "log": str(log)}
     why = f"{len(todo)} trials to run" if todo else "no trial left: its attestation is read to close the interrupted segment"
     say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({why}; log {log})")
     if not _start(cfg, tag, run, srv, base):
