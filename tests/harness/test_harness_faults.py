@@ -158,7 +158,7 @@ def test_ctrl_c_keeps_finished_trials(oracle_factory, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted: finished trials are saved" in err
+    assert "interrupted (SIGINT): finished trials are saved" in err and "--resume" in err
     kept = read_trials(out)
     assert not kept.skipped_lines and 3 <= len(kept.records) < 12
     r = niah(*args, "--resume", "--quiet")
