@@ -41,8 +41,10 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; }
 
+# ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)
 test: setup browser
+	$(BIN)/ruff check .
 	NIAH_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q
 
 demo: setup
