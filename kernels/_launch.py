@@ -99,7 +99,7 @@ def direct_ok() -> bool:
         return False
     rk = _RUNTIME_KNOBS
     if rk is None:
-        from triton import knobs
+        from triton import knobs  # noqa: PLC0415 (triton loads at first launch: TRITON_INTERPRET may be set until then)
 
         rk = _RUNTIME_KNOBS = knobs.runtime
     return not (getattr(rk.launch_enter_hook, "calls", rk.launch_enter_hook)
@@ -160,13 +160,13 @@ class DirectLauncher:
             raise ValueError(f"DirectLauncher: {kernel} has annotated or unspecialised parameters (not handled)")
         self.n_runtime = n_rt
         self.constexpr_names = tuple(p.name for p in params[n_rt:])
-        from triton import knobs
+        from triton import knobs  # noqa: PLC0415 (triton loads at first launch: TRITON_INTERPRET may be set until then)
 
         self._runtime_knobs = knobs.runtime
         self._stream = self._device = None  # Triton's driver lookups, resolved at the first call
 
     def _resolve_driver(self) -> None:
-        from triton.runtime import driver
+        from triton.runtime import driver  # noqa: PLC0415 (triton loads at first launch: TRITON_INTERPRET may be set until then)
 
         self._stream = driver.active.get_current_stream  # torch._C._cuda_getCurrentRawStream
         self._device = getattr(torch._C, "_cuda_getDevice", None) or driver.active.get_current_device

@@ -28,7 +28,7 @@ ROTATIONS = ("none", "hadamard")
 @functools.lru_cache(maxsize=8)
 def hadamard(d: int):
     """The normalised Hadamard matrix H_d / sqrt(d): [d, d] fp32, d a power of 2."""
-    import torch
+    import torch  # noqa: PLC0415 (heavy: `niah serve` and the matrix read ROTATIONS without torch)
 
     if d < 1 or d & (d - 1):
         raise ValueError(f"the Hadamard rotation needs a power-of-2 head dimension, not {d}")

@@ -61,8 +61,6 @@ def package_version() -> str:
         return "unknown"
 
 
-from niah.errors import NiahError
-
 app = typer.Typer(
     cls=Niah,
     help="niah: long-context recall for sparse-attention serving.",

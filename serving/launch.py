@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -145,8 +146,6 @@ def _track(srv: "ServerProcess") -> None:
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         except Exception:
             pass

@@ -1,11 +1,15 @@
-"""Shared pytest fixtures; each issue keeps its own marked block."""
+"""Shared pytest fixtures; each area keeps its own marked block."""
+
+import importlib as _importlib
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+from pathlib import Path as _Path
+
+import pytest as _pytest
 
 # ---- optional dependencies: `make test` sets NIAH_REQUIRE_EXTRAS=1, and then a missing
 # [serve]/[dev]/[kernels] extra is a failure, never a silently skipped test ----
-import importlib as _importlib
-import os as _os_extras
-
-import pytest as _pytest_extras
 
 
 def _strict_importorskip(modname, minversion=None, reason=None, **kw):
@@ -14,23 +18,15 @@ def _strict_importorskip(modname, minversion=None, reason=None, **kw):
 
 
 def pytest_configure(config):
-    if _os_extras.environ.get("NIAH_REQUIRE_EXTRAS") == "1":
-        _pytest_extras.importorskip = _strict_importorskip
+    if _os.environ.get("NIAH_REQUIRE_EXTRAS") == "1":
+        _pytest.importorskip = _strict_importorskip
 # ---- end optional dependencies ----
 
 # ---- the embedded model's converted weights: cached in the checkout, not in $HOME, so a
 # test run depends on no state outside it (the first run converts the GGUF, ~17 s) ----
-import os as _os
-
-_os.environ.setdefault("NIAH_CACHE", str(__import__("pathlib").Path(__file__).resolve().parents[1] / ".cache" / "niah"))
+_os.environ.setdefault("NIAH_CACHE", str(_Path(__file__).resolve().parents[1] / ".cache" / "niah"))
 
 # ---- harness: the oracle server, a real OpenAI-compatible process on loopback ----
-import subprocess as _subprocess
-import sys as _sys
-from pathlib import Path as _Path
-
-import pytest as _pytest
-
 ORACLE_SCRIPT = _Path(__file__).parent / "servers" / "oracle.py"
 
 

@@ -52,7 +52,7 @@ def _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8):
 
 @functools.cache
 def _launcher() -> DirectLauncher:
-    from niah.kernels.mqa_logits.kernel import mqa_logits_kernel
+    from niah.kernels.mqa_logits.kernel import mqa_logits_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     return DirectLauncher(mqa_logits_kernel)
 

@@ -126,7 +126,7 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
 
 @functools.cache
 def _launcher() -> DirectLauncher:
-    from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel
+    from niah.kernels.paged_logits.kernel import paged_mqa_logits_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     return DirectLauncher(paged_mqa_logits_kernel)
 

@@ -65,7 +65,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps)."""
-    from niah.kernels.topk.kernel import topk_kernel
+    from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
     rows, width = logits.shape
@@ -147,7 +147,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
     sized from the shapes alone (graph-safe)."""
-    from niah.kernels.topk.sample_kernel import sample_topk_kernel
+    from niah.kernels.topk.sample_kernel import sample_topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     if logits.stride(1) != 1:
         logits = logits.contiguous()

@@ -112,13 +112,13 @@ def _log_comb_table(n: int) -> list[float]:
 
 @lru_cache(maxsize=None)
 def _mcnemar_critical(d: int, alpha: float) -> int:
-    """Smallest number of losses l among d discordant pairs that the two-sided exact
-    test rejects at alpha (as a drop, so l > d / 2); d + 1 when none does."""
+    """Smallest number of losses among d discordant pairs that the two-sided exact
+    test rejects at alpha (as a drop, so losses > d / 2); d + 1 when none does."""
     tail, whole, crit = 0, 1 << d, d + 1
-    for l in range(d, d // 2, -1):
-        tail += math.comb(d, l)  # P(X >= l) * 2**d
+    for losses in range(d, d // 2, -1):
+        tail += math.comb(d, losses)  # P(X >= losses) * 2**d
         if 2 * tail / whole < alpha:
-            crit = l
+            crit = losses
         else:
             break
     return crit
@@ -147,8 +147,8 @@ def mcnemar_power(n: int, p_loss: float, p_win: float, alpha: float = 0.05) -> f
             sf = 1.0
         else:
             sf = 0.0
-            for l in range(crit, d + 1):
-                sf += math.exp(lf[d] - lf[l] - lf[d - l] + l * math.log(q) + (d - l) * math.log1p(-q))
+            for k in range(crit, d + 1):
+                sf += math.exp(lf[d] - lf[k] - lf[d - k] + k * math.log(q) + (d - k) * math.log1p(-q))
         power += math.exp(log_pd) * sf
     return min(1.0, power)
 

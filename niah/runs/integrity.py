@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from niah.errors import BadInput
+from niah.prompts.sets import RUN_PROMPTS
 from niah.runs.manifest import read_manifest
 from niah.runs.record import record_problem
 from niah.runs.trials import TRIALS, read_trials, record_key
@@ -110,8 +111,6 @@ def check_records(records: list[dict[str, Any]], lines: list[int] | None = None,
 def prompt_set(run_dir: Path | str) -> dict[str, set] | None:
     """prompt hash -> {(length, depth, trial, control)} of RUN/prompts.jsonl; None without one.
     A line that does not parse is skipped (a write cut short: the sweep writes it again)."""
-    from niah.prompts.sets import RUN_PROMPTS  # lazy: the prompt builder is not needed to read
-
     path = Path(run_dir) / RUN_PROMPTS
     if not path.exists():
         return None

@@ -13,6 +13,11 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable
 
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.table import Table
+
 from niah.runs.record import OUTCOMES
 from niah.tokens import length_tolerance
 
@@ -26,9 +31,6 @@ class SweepProgress:
     seconds per configuration instead (0: one per finished trial)."""
 
     def __init__(self, console=None, interval: float = PLAIN_INTERVAL_S):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
         self.console = console or Console(stderr=True)
         self.live = self.console.is_terminal
         self.interval = interval
@@ -102,8 +104,6 @@ def _clock(seconds: float) -> str:
 
 def recall_tables(records: Iterable[dict]) -> list:
     """One rich Table per configuration: recall by length (rows) x depth (columns)."""
-    from rich.table import Table
-
     by_cfg: dict[str, dict[tuple[int, float], list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if not r.get("control"):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import tiktoken
 
 from niah.client import BODY_CHARS, api_url, root_url
 from niah.errors import BadInput, ServerError, one_line
@@ -224,8 +225,6 @@ class TiktokenTokenizer(Tokenizer):
     exact = False
 
     def __init__(self, encoding: str):
-        import tiktoken
-
         self.spec = f"tiktoken:{encoding}"
         try:
             self.enc = tiktoken.get_encoding(encoding)
@@ -256,7 +255,7 @@ class HFTokenizer(Tokenizer):
         self.tok = None
         try:
             if p.is_file() and p.suffix == ".json":
-                from tokenizers import Tokenizer as FastTokenizer
+                from tokenizers import Tokenizer as FastTokenizer  # noqa: PLC0415 (the [serve] extra: ImportError below)
 
                 self.fast = FastTokenizer.from_file(str(p))
             elif p.is_file() and p.suffix == ".gguf":

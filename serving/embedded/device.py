@@ -33,8 +33,8 @@ def build_model(cfg, loaded):
     """The Transformer of ServeConfig cfg, weights `loaded`, attention installed."""
     import torch
 
-    from niah.serving.embedded.dsa import DSA
-    from niah.serving.embedded.model import Transformer
+    from niah.serving.embedded.dsa import DSA  # noqa: PLC0415 (imports torch; the CLI edge checks --device without it)
+    from niah.serving.embedded.model import Transformer  # noqa: PLC0415 (imports torch, as above)
 
     cuda = cfg.device.startswith("cuda")
     if cuda and ":" in cfg.device:
@@ -43,7 +43,7 @@ def build_model(cfg, loaded):
                                     rope_factor=cfg.rope_factor)
     attention = None
     if cfg.attention == "dsa" and cuda:
-        from niah.serving.embedded.cuda.indexer import CudaDSA
+        from niah.serving.embedded.cuda.indexer import CudaDSA  # noqa: PLC0415 (imports torch; CUDA only)
 
         a = model.args
         attention = CudaDSA(a.n_layer, a.n_local_heads, a.head_dim, a.block_size, cfg.index_dtype, cfg.index_topk,

@@ -12,6 +12,9 @@ from typing import Callable
 
 import torch
 
+from niah.serving.embedded.cuda.memory import PEAKS
+from niah.serving.embedded.probe import ProbeLog
+
 
 @dataclass
 class Generation:
@@ -31,10 +34,8 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
         stats["needle_positions"] = needle_positions
     if probe is not None:
         stats["probe"] = probe
-    peaks = None
-    if model.device.type == "cuda":                            # peak GPU memory per prompt length
-        from niah.serving.embedded.cuda.memory import PEAKS as peaks
-
+    peaks = PEAKS if model.device.type == "cuda" else None   # peak GPU memory per prompt length
+    if peaks is not None:
         peaks.begin()
     logits = model(torch.tensor([ids]), 0, stats=stats)       # [1, 1, V]
     if peaks is not None:
@@ -65,8 +66,6 @@ def new_probe(model, value_positions: tuple[int, int] | None):
     """A ProbeLog for this request, or None (not asked, or dense attention)."""
     if value_positions is None or model.attention_name == "dense":
         return None
-    from niah.serving.embedded.probe import ProbeLog
-
     topk = model.layers[0].attention.attend.topk
     return ProbeLog(value_positions, model.args.n_layer, topk)
 

@@ -20,8 +20,10 @@ within one layer's work and /server_info counts it under `requests`.
 
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -29,8 +31,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from niah.serving.embedded import weights
 from niah.serving.embedded.api import (  # noqa: F401 - _token_span: re-exported for benchmarks
     ApiError, Prepared, _token_span, parse_body, prepare, tokenize_text)
+from niah.serving.embedded.device import build_model, warm_up
+from niah.serving.embedded.lifecycle import Job, Jobs
+from niah.serving.sglang import attest
 
 EXTENSIONS = ["needle_span", "indexer_probe"]
 
@@ -72,16 +78,11 @@ class Engine:
     def __init__(self, cfg: ServeConfig):
         import torch
 
-        from niah.serving.embedded import weights
-        from niah.serving.embedded.device import build_model, warm_up
-
         torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()
         loaded = weights.load()
         self.model = build_model(cfg, loaded)
         if cfg.attention != "dsa":  # attested too: /server_info says no indexer ran
-            from niah.serving.sglang import attest
-
             attest.set_facts(attention=cfg.attention, **({"device": cfg.device} if cfg.device != "cpu" else {}))
         if cfg.device != "cpu":
             warm_up(self.model, cfg.index_topk)
@@ -111,8 +112,8 @@ class Engine:
 
 
 def _compile_template(src: str):
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.ext import loopcontrols  # noqa: PLC0415 (the [serve] extra, as fastapi)
+    from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415 (the [serve] extra)
 
     def raise_exception(msg):
         raise ApiError(f"chat template: {msg}")
@@ -134,14 +135,12 @@ def _extensions(p: Prepared, g) -> dict:
 
 # -- the app -----------------------------------------------------------------------------
 def create_app(engine: Engine):
-    from niah.serving.embedded.dsa import attestation as dsa_attestation
+    from niah.serving.embedded.dsa import attestation as dsa_attestation  # noqa: PLC0415 (imports torch)
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from niah.serving.embedded.lifecycle import Job, Jobs
 
     app = FastAPI(title="niah embedded server")
     lock = asyncio.Lock()
@@ -202,7 +201,7 @@ def create_app(engine: Engine):
     async def run_model(p: Prepared, job: Job, on_text=None):
         """Generate for the job once the model is free; None when it was cancelled first.
         The lock is held until the worker thread is done with the model, never less."""
-        from niah.serving.embedded.generate import generate
+        from niah.serving.embedded.generate import generate  # noqa: PLC0415 (imports torch)
 
         def work(cancelled):
             return generate(engine.model, engine.decode, p.ids, p.max_tokens, engine.eos_ids, p.stops,
@@ -312,9 +311,6 @@ def create_app(engine: Engine):
 
 
 def _server_class():
-    import contextlib
-    import signal
-
     import uvicorn
 
     class Server(uvicorn.Server):

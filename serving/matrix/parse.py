@@ -274,7 +274,7 @@ def matrix_topks(path, context_too: bool = False) -> tuple[dict[str, int | None]
         dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
         topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
         if context_too and c.engine == "embedded":
-            from niah.serving.embedded.model import ModelArgs
+            from niah.serving.embedded.model import ModelArgs  # noqa: PLC0415 (imports torch)
 
             context = ModelArgs.block_size
     return topks, context

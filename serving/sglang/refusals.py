@@ -95,7 +95,7 @@ def load_parser() -> Callable[[list[str]], Any]:
     if importlib.util.find_spec("sglang") is None:
         raise ParserMissing("SGLang is not installed in this environment (pip install sglang==0.5.23)")
     try:
-        from sglang.srt.server_args import prepare_server_args
+        from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415 (optional: SGLang, checked above)
     except Exception as e:  # a broken SGLang install: its parser is what decides, so say so
         raise ParserMissing(f"SGLang's argument parser cannot be imported here: {type(e).__name__}: {e}") from None
     return prepare_server_args
@@ -186,7 +186,7 @@ def architecture(args) -> str | None:
     config = os.path.join(path, "config.json")
     if not archs and not os.path.isfile(config) and path and not os.path.isdir(path):
         try:
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 (optional: ImportError is caught)
 
             cached = try_to_load_from_cache(path, "config.json", revision=getattr(args, "revision", None))
             config = cached if isinstance(cached, str) else config
@@ -221,7 +221,7 @@ def sm120_refusal(args, env: Mapping[str, str]) -> str | None:
     platform probe (NVML, no CUDA context) where the architecture can be told."""
     if args is None or TILELANG in env or architecture(args) != V4_ARCH:
         return None
-    from sglang.srt.runtime_context import get_platform
+    from sglang.srt.runtime_context import get_platform  # noqa: PLC0415 (optional: SGLang is there when args are)
 
     if not get_platform().is_sm120:
         return None

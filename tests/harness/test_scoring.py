@@ -1,5 +1,12 @@
 """Scoring edge cases found in review: distractors and separators between numbers."""
 
+import asyncio
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from niah.client import RequestConfig, complete, make_client
 from niah.sweep.scoring import score
 
 
@@ -18,13 +25,6 @@ def test_a_newline_separates_two_numbers():
 
 
 # -- a server that answers 200 with something that is not an OpenAI reply ----------------------
-import asyncio
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
-
-from niah.client import RequestConfig, complete, make_client
 
 
 class _Odd(BaseHTTPRequestHandler):

@@ -9,13 +9,14 @@ Scale D^-0.5 (SDPA's default, as the CPU server's attention).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel
+    from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel  # noqa: PLC0415 (imports triton: at first launch)
 
     _, H, T, D = q.shape
     Hkv = k.shape[1]
@@ -46,8 +47,6 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
 
 def sparse_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """SDPA over the whole cache prefix with everything but idx masked (what the CPU server does)."""
-    import torch.nn.functional as F
-
     T = q.shape[2]
     S = int(idx.max()) + 1
     mask = torch.full((T, S), float("-inf"), device=q.device)

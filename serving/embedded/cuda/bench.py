@@ -13,10 +13,12 @@ import argparse
 import json
 import time
 
+from niah.serving.embedded import weights
+from niah.serving.embedded.device import build_model, warm_up
+from niah.serving.embedded.server import ServeConfig
+
 
 def arm_config(arm: str, device: str):
-    from niah.serving.embedded.server import ServeConfig
-
     base = dict(device=device, rope_scaling="yarn", rope_factor=4.0, query_chunk=4096)
     if arm == "dense":
         return ServeConfig(attention="dense", **base)
@@ -28,9 +30,6 @@ def arm_config(arm: str, device: str):
 
 def main(argv: list[str] | None = None) -> None:
     import torch
-
-    from niah.serving.embedded import weights
-    from niah.serving.embedded.device import build_model, warm_up
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="4096,22600")

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import torch
 
+from niah.kernels import (bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits, fp8_paged_mqa_logits,
+                          store_index_keys, topk_indices)
 from niah.kernels.quant import INDEX_DTYPES, quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
+from niah.serving.embedded.cuda.attend import sparse_attention
 from niah.serving.embedded.cuda.paging import IndexKeyPool
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats_tensor
@@ -88,8 +91,6 @@ class CudaDSA:
     # -- the index-key store --------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
         """k: [1, Hkv, T, D] post-RoPE keys of positions start..start+T-1 -> the pool."""
-        from niah.kernels import store_index_keys
-
         _, Hkv, T, D = k.shape
         kk = rotate(k[0], self.rotation)                                   # [Hkv, T, D] fp32
         if cache.layer_id == 0:
@@ -130,8 +131,6 @@ class CudaDSA:
     def prefill_scores(self, layer: int, q: torch.Tensor, p0: int, path: str = "prefill_logits") -> torch.Tensor:
         """q: [1, H, C, D] index query of positions p0..p0+C-1 -> I [C, p0 + C] fp32, -inf where s > p.
         (path: what the call is attested as; decode steps of the gather and fp32 arms come here too.)"""
-        from niah.kernels import bf16_mqa_logits, fp8_mqa_logits
-
         _, H, C, D = q.shape
         G, S = H // self.n_kv, p0 + C
         qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
@@ -158,8 +157,6 @@ class CudaDSA:
 
     def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
         """q: [1, H, 1, D] index query of position S - 1 -> I [1, S] fp32."""
-        from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits
-
         _, H, _, D = q.shape
         G = H // self.n_kv
         qg = q[0, :, 0].view(self.n_kv, 1, G, D)                          # [Hkv, next_n=1, G, D]
@@ -197,8 +194,6 @@ class CudaDSA:
     # -- selection --------------------------------------------------------------------------
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         """scores [C, S] (-inf = not a candidate) -> kept positions int32 [C, min(K, S)], -1 pads."""
-        from niah.kernels import topk_indices
-
         k = min(self.topk, scores.shape[1])
         attest.record("topk", "fp32", self._topk_name())
         if self.topk_impl == "niah":
@@ -208,8 +203,6 @@ class CudaDSA:
 
     # -- the attention (installed by Transformer.set_attention) ----------------------------
     def __call__(self, q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
-        from niah.serving.embedded.cuda.attend import sparse_attention
-
         _, H, T, D = q.shape
         S = start + T
         needle = cache.stats.get("needle_positions")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import threading
 
+from niah.serving.sglang import attest
+
 SHAPES = {
     "smollm2-embedded": {"head_dim": 64, "elem_bytes": 2, "page": 64, "compress": 1, "key_heads": 1},
     "deepseek-v4-indexer": {"head_dim": 128, "elem_bytes": 2, "page": 64, "compress": 4, "key_heads": 1},
@@ -46,8 +48,6 @@ class PeakLog:
 
     def end(self, tokens: int) -> int:
         import torch
-
-        from niah.serving.sglang import attest
 
         peak = int(torch.cuda.max_memory_allocated())
         with self._lock:

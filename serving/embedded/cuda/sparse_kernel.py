@@ -46,7 +46,7 @@ def sparse_attention_kernel(
                 mask=g_mask[:, None], other=0.0)                                  # [BLOCK_G, D]
     q = q * scale
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_G], tl.float32)
+    denom = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, D], tl.float32)
     k_base = k_ptr + g.to(tl.int64) * stride_kh
     v_base = v_ptr + g.to(tl.int64) * stride_vh
@@ -65,8 +65,8 @@ def sparse_attention_kernel(
         alpha = tl.exp(m - m_safe)
         v = tl.load(v_base + rows[:, None] * stride_vs + offs_d[None, :], mask=valid[:, None], other=0.0)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)  # [BLOCK_G, D]
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         m = m_new
-    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], out,
              mask=g_mask[:, None])
