@@ -17,12 +17,15 @@ key store quantises, in the embedded server, the matrix, the manifest and the at
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from sglang_source import load_function, sglang_wheel  # noqa: E402
+
+from niah.errors import BadInput  # noqa: E402
 
 TEXT = ("The lighthouse keeper wrote every evening about the weather, the ships and the gulls. "
         "On Tuesday the fog came in early and the bell rang for hours. The secret number is 4817263. "
@@ -320,16 +323,28 @@ def test_label_contradicting_the_servers_rotation_is_invalid(tmp_path):
     att = {"index_dtype": "fp8", "kernels": "torch", "pool_bytes_per_token": 132,
            "facts": {"attention": "dsa", "rotation": "none"}, "calls": calls}
     no_fact = {**att, "facts": {"attention": "dsa"}}
-    cfgs = ""
-    for name, rot, a in (("plain", "none", att), ("claims-rotation", "hadamard", att),
-                         ("silent-none", "none", no_fact), ("silent-hadamard", "hadamard", no_fact)):
-        cmd = tiny_command("--attestation", json.dumps(a))
-        cfgs += f'\n[[config]]\nname = "{name}"\nindex_rotation = "{rot}"\ncommand = {toml_list(cmd)}\n'
-    (tmp_path / "m.toml").write_text('engine = "command"\nindex_dtype = "fp8"\n' + cfgs)
-    run = run_matrix(tmp_path / "m.toml", SweepSpec(lengths=[200], depths=[50.0], trials=1), tmp_path / "run")
+    def matrix(name: str, *entries) -> Path:
+        cfgs = ""
+        for cfg, rot, a in entries:
+            cmd = tiny_command("--attestation", json.dumps(a))
+            cfgs += f'\n[[config]]\nname = "{cfg}"\nindex_rotation = "{rot}"\ncommand = {toml_list(cmd)}\n'
+        (tmp_path / f"{name}.toml").write_text('engine = "command"\nindex_dtype = "fp8"\n' + cfgs)
+        return tmp_path / f"{name}.toml"
+
+    spec = SweepSpec(lengths=[200], depths=[50.0], trials=1)
+    run = run_matrix(matrix("ok", ("plain", "none", att), ("silent-none", "none", no_fact)), spec, tmp_path / "run")
     configs = read_manifest(run)["configs"]
     assert status(configs["plain"])[0] == VALID
-    assert status(configs["claims-rotation"]) == (INVALID, "labelled index_rotation hadamard but the server ran none")
     assert status(configs["silent-none"])[0] == UNATTESTED
-    assert status(configs["silent-hadamard"]) == (INVALID,
-                                                  "labelled index_rotation hadamard but its server attests none")
+    # a label the server contradicts at the start is refused before any trial, naming the axis
+    out = tmp_path / "claims"
+    why = "labelled index_rotation hadamard but the server ran none"
+    with pytest.raises(BadInput, match=why):
+        run_matrix(matrix("claims", ("claims-rotation", "hadamard", att)), spec, out)
+    state, reason = status(read_manifest(out)["configs"]["claims-rotation"])
+    assert state == INVALID and why in reason
+    assert not (out / "trials.jsonl").exists() or not (out / "trials.jsonl").read_text().strip()
+    # a server that states no rotation cannot attest "hadamard"
+    run = run_matrix(matrix("silent", ("silent-hadamard", "hadamard", no_fact)), spec, tmp_path / "silent")
+    assert status(read_manifest(run)["configs"]["silent-hadamard"]) == (
+        INVALID, "labelled index_rotation hadamard but its server attests none")
