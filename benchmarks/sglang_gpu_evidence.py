@@ -298,8 +298,10 @@ def decode(s: Setup, parts: dict, kv16, kv8, ks: list[int], res: Results) -> Non
                     set(a) == set(b) for a, b in zip(sel.tolist(), want.tolist()))
             out[arm] = row
         res.put(f"decode_next_n{next_n}", out)
-        res.check(f"decode next_n={next_n}: bf16 keys read exactly (< 5e-6)", out["bf16/niah"]["vs_own_keys_fp64"] < 5e-6)
-        res.check(f"decode next_n={next_n}: fp8/niah reads fp8 keys exactly (< 5e-6)", out["fp8/niah"]["vs_own_keys_fp64"] < 5e-6)
+        res.check(f"decode next_n={next_n}: bf16 keys read exactly (< 5e-6)",
+                  out["bf16/niah"]["vs_own_keys_fp64"] < 5e-6)
+        res.check(f"decode next_n={next_n}: fp8/niah reads fp8 keys exactly (< 5e-6)",
+                  out["fp8/niah"]["vs_own_keys_fp64"] < 5e-6)
         res.check(f"decode next_n={next_n}: niah top-k selects what SGLang's unfused top-k selects",
                   all(v for r in out.values() for key, v in r.items() if key.endswith("same_as_sglang_unfused")))
         if next_n == 1:
@@ -389,9 +391,12 @@ def graphs_and_timing(s: Setup, parts: dict, kv16, kv8, k: int, res: Results) ->
         res.check(f"CUDA graph replay of {arm} decode equals eager", same_logits and same_top)
     logits = replacements.paged_mqa_logits(q, kv8, w, s.ctx, s.table, None, width)
     out["eager_ms"] = {
-        "decode_logits bf16/niah": time_ms(lambda: replacements.paged_mqa_logits(q, kv16, w, s.ctx, s.table, None, width), 20),
-        "decode_logits fp8/niah": time_ms(lambda: replacements.paged_mqa_logits(q, kv8, w, s.ctx, s.table, None, width), 20),
-        "decode_logits fp8/stock-torch": time_ms(lambda: parts["paged_torch"](q, kv8, w, s.ctx, s.table, None, width, False), 20),
+        "decode_logits bf16/niah": time_ms(
+            lambda: replacements.paged_mqa_logits(q, kv16, w, s.ctx, s.table, None, width), 20),
+        "decode_logits fp8/niah": time_ms(
+            lambda: replacements.paged_mqa_logits(q, kv8, w, s.ctx, s.table, None, width), 20),
+        "decode_logits fp8/stock-torch": time_ms(
+            lambda: parts["paged_torch"](q, kv8, w, s.ctx, s.table, None, width, False), 20),
         f"topk{k} niah": time_ms(lambda: replacements.niah_topk(logits, s.ctx, k), 20),
         f"topk{k} sglang torch (_topk_unfused)": time_ms(lambda: parts["topk_unfused"](logits, s.ctx, k), 20),
     }

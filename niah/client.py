@@ -3,8 +3,9 @@
 Greedy (temperature 0). Retries with exponential backoff on 429, 5xx and connection
 errors (refused, reset, dropped mid-stream), at most `retries` times; a timeout is not
 retried (it would multiply the wait). Never raises for a failed request: the returned
-`Reply` carries `error` instead (a reply body in it cut to one line of BODY_CHARS), so a sweep records it and goes on. `root_url` and
-`api_url` turn a server's base URL into the two roots niah talks to.
+`Reply` carries `error` instead (a reply body in it cut to one line of BODY_CHARS), so a
+sweep records it and goes on. `root_url` and `api_url` turn a server's base URL into the
+two roots niah talks to.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def make_run(
                             "latency_s": None if err else 0.1 + length / 10000,
                             "ttft_s": None if err else 0.05 + length / 20000,
                             "error": "HTTP 503: server died" if err else None, "attempts": 3 if err else 1,
-                            "selection_recall": [1.0, max(0.0, 0.9 - length / 40960), 0.95] if selection and not err else None,
+                            "selection_recall": ([1.0, max(0.0, 0.9 - length / 40960), 0.95]
+                                                 if selection and not err else None),
                             "finished_at": created,
                         })
     return path

@@ -150,7 +150,8 @@ def key_pool(ns: dict, arm: str, pages: int, layers: int = 1):
 
 
 INDEXER_METHODS = ("_forward_cuda_k_only", "_fused_k_weights", "_fused_q_prepare_and_store",
-                   "_fused_k_prepare_and_store", "_store_index_k_cache", "_get_topk_paged", "_mask_init_and_local_tokens",
+                   "_fused_k_prepare_and_store", "_store_index_k_cache", "_get_topk_paged",
+                   "_mask_init_and_local_tokens",
                    "_aiter_fused_fp8_active", "_get_mqa_logits_budget_bytes")
 
 

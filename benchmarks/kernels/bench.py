@@ -81,7 +81,8 @@ def bench_prefill(results, ceil, dev, kind, seq, skv, heads=64, dim=128, tiny=Fa
         t = timeit(lambda: chunked_mqa_logits(q, k, w, ks, ke, sf=sf), rep_ms=100)
         p = peak_extra(lambda: chunked_mqa_logits(q, k, w, ks, ke, sf=sf))
         record(results, case, "chunked torch (256 queries)", t, floor, work, p, {"speedup_of_niah": t / ms})
-        print(f"  chunked torch (256 q)      {t:8.3f} ms  niah is {t / ms:6.1f}x faster  peak {p / GiB if p else 0:.2f} GiB")
+        print(f"  chunked torch (256 q)      {t:8.3f} ms  niah is {t / ms:6.1f}x faster  "
+              f"peak {p / GiB if p else 0:.2f} GiB")
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         record(results, case, "chunked torch (256 queries)", None, floor, work, None, {"error": "OOM"})
@@ -119,7 +120,8 @@ def bench_store(results, ceil, dev, kind, n_tokens, dim=128):
         extra["scale_mismatch_vs_tensor_div"] = int((sf != amax / torch.full_like(amax, 448.0)).sum())
         extra["bytes_differing"] = int((got != want).sum())
         print(f"  scales != amax/448.0 (python scalar): {extra['scale_mismatch_vs_scalar_div']}, "
-              f"!= amax/tensor(448): {extra['scale_mismatch_vs_tensor_div']}, bytes differing {extra['bytes_differing']}")
+              f"!= amax/tensor(448): {extra['scale_mismatch_vs_tensor_div']}, "
+              f"bytes differing {extra['bytes_differing']}")
     ms = timeit(lambda: store_index_keys(k, cache, slots))
     ref_ms = timeit(lambda: ref_store_index_keys(k, cache, slots))
     bytes_moved = n_tokens * per

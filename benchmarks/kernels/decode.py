@@ -86,7 +86,8 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
     del kvs
     extra = {"GBps": gbps, "config": best_cfg, "sweep": table, "calc_diff": diff, "mask_ok": mask_ok,
              "rerun_bitwise": rerun_ok, "graph_ms": g_ms, "graph_copies": copies,
-             "over_floor": (ms / floor) if floor else None, "graph_over_floor": (g_ms / floor) if (floor and g_ms) else None}
+             "over_floor": (ms / floor) if floor else None,
+             "graph_over_floor": (g_ms / floor) if (floor and g_ms) else None}
     if ragged and not tiny:  # clean_logits=False (SGLang's call): only the visited pages are written
         nb = decode_bytes(ctx, ctx_len, next_n, key_bytes, clean=False)
         t = timeit(lambda: fn(q, kv, w, ctx, block_table, meta, ctx_len, clean_logits=False, **best_cfg))
@@ -100,7 +101,8 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
           f"({extra['over_floor'] or float('nan'):.2f}x)  calc_diff {diff:.2e} masks {'ok' if mask_ok else 'DIFFER'}  "
           f"config {best_cfg}", flush=True)
     if next_n == 1 and alternatives:
-        alts = [("naive gather+bmm", naive_paged_mqa_logits)] + ([] if ragged else [("chunked torch (8 requests)", chunked_paged)])
+        alts = [("naive gather+bmm", naive_paged_mqa_logits)] + (
+            [] if ragged else [("chunked torch (8 requests)", chunked_paged)])
         for impl, f in alts:
             try:
                 t = timeit(lambda: f(q, kv, w, ctx, block_table, ctx_len), rep_ms=100)

@@ -5,7 +5,8 @@
 
 Cases: decode (paged logits, B=1, next_n=1, 64 heads x 128) over one row of 131,072 and of
 4,096 tokens, bf16 and fp8; prefill (mqa logits) of 128 queries over 4,096 keys, bf16 and
-fp8; timed as SGLang calls them (clean_logits=False). For each, `--calls` back-to-back eager calls, timed `--repeats` times (median):
+fp8; timed as SGLang calls them (clean_logits=False). For each, `--calls` back-to-back eager
+calls, timed `--repeats` times (median):
   wall_us  = (calls + one final synchronize) / calls: what a stream of eager calls costs
   host_us  = the loop alone / calls: the CPU time a call takes to enqueue
 (decode also: the wrapper's checks and output allocation alone, max_context_len=0)
@@ -159,7 +160,8 @@ def run_case(name, niah, deepgemm, dg, dev, calls, repeats) -> dict:
         row["niah_kernel_grid"] = eager_us(niah, dev, calls, repeats)
     row["ratio_kernel_grid_over_direct"] = row["niah_kernel_grid"]["wall_us"] / row["niah_direct"]["wall_us"]
     row["niah_graph_us"] = graph_us(niah, dev)
-    if name.startswith("decode"):  # the wrapper's checks and allocation alone (max_context_len=0 returns before the launch)
+    # the wrapper's checks and allocation alone (max_context_len=0 returns before the launch)
+    if name.startswith("decode"):
         row["niah_checks_only"] = eager_us(lambda: niah(n=0), dev, calls, repeats)
     if dg is not None and deepgemm is not None:
         try:

@@ -124,7 +124,8 @@ def record(results, case, impl, ms, floor_ms, work, peak, extra=None):
     results.append(row)
     if REPORT.get("path"):  # incremental: a run killed at its time limit keeps what it measured
         with open(REPORT["path"], "w") as f:
-            json.dump({"info": REPORT["info"], "ceilings": REPORT["ceilings"], "results": results}, f, indent=1, default=str)
+            json.dump({"info": REPORT["info"], "ceilings": REPORT["ceilings"], "results": results}, f, indent=1,
+                      default=str)
     return row
 
 
@@ -156,5 +157,6 @@ def host_overhead(call, eager_ms, graph_ms, n=200) -> dict:
     torch.cuda.synchronize()
     d = {"host_us_per_call": host_us,
          "eager_minus_graph_us": (eager_ms - graph_ms) * 1e3 if graph_ms else None}
-    print(f"  host overhead: {host_us:.1f} us CPU per call; eager - graph = {d['eager_minus_graph_us'] or float('nan'):.1f} us")
+    print(f"  host overhead: {host_us:.1f} us CPU per call; "
+          f"eager - graph = {d['eager_minus_graph_us'] or float('nan'):.1f} us")
     return d

@@ -77,7 +77,9 @@ def bench_topk(results, ceil, dev, rows, width, k, tiny=False, ragged=False, tie
     print(f"  best {best['config']}: {best['ms'] * 1e3:.1f} us"
           + (f" (graph {best['graph_ms'] * 1e3:.1f} us)" if best["graph_ms"] else "")
           + f"; torch.topk {t_ms * 1e3:.1f} us" + (f" (graph {t_g * 1e3:.1f} us)" if t_g else "")
-          + f"; {t_ms / best['ms']:.2f}x eager" + (f", {t_g / best['graph_ms']:.2f}x graph" if (t_g and best["graph_ms"]) else "")
+          + f"; {t_ms / best['ms']:.2f}x eager"
+          + (f", {t_g / best['graph_ms']:.2f}x graph" if (t_g and best["graph_ms"]) else "")
           + f"; floor {floor * 1e3 if floor else float('nan'):.1f} us; every config correct: {all_correct}", flush=True)
     if rows == 1 and not tiny:
-        results[-2].update(host_overhead(lambda: topk_indices(x, k, lens, **best["config"]), best["ms"], best["graph_ms"]))
+        results[-2].update(host_overhead(lambda: topk_indices(x, k, lens, **best["config"]), best["ms"],
+                                         best["graph_ms"]))

@@ -47,7 +47,8 @@ def main(argv=None) -> None:
                          "problem": problem})
             print(rows[-1], flush=True)
             with open(args.out, "w") as f:
-                json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "results": rows}, f, indent=1)
+                json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "results": rows}, f,
+                          indent=1)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8):
     if fp8 and (sf.dim() != 1 or sf.shape[0] != k.shape[0] or sf.dtype != torch.float32):
         raise ValueError(f"{name}: key scales must be float32 [{k.shape[0]}], got {sf.dtype} {tuple(sf.shape)}")
     if weights.shape != (seq, heads) or weights.dtype != torch.float32:
-        raise ValueError(f"{name}: weights must be float32 [{seq}, {heads}], got {weights.dtype} {tuple(weights.shape)}")
+        raise ValueError(f"{name}: weights must be float32 [{seq}, {heads}], "
+                         f"got {weights.dtype} {tuple(weights.shape)}")
     for label, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
         if t.shape != (seq,) or t.dtype != torch.int32:
             raise ValueError(f"{name}: {label} must be int32 [{seq}], got {t.dtype} {tuple(t.shape)}")

@@ -117,7 +117,8 @@ def _check(q, kv_cache, weights, context_lens, block_table, max_context_len, fp8
         )
     if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch:
         raise ValueError(
-            f"{name}: block_table must be int32 [{batch}, max_pages], got {block_table.dtype} {tuple(block_table.shape)}"
+            f"{name}: block_table must be int32 [{batch}, max_pages], "
+            f"got {block_table.dtype} {tuple(block_table.shape)}"
         )
     if max_context_len < 0:
         raise ValueError(f"{name}: max_context_len must be >= 0, got {max_context_len}")

@@ -58,7 +58,8 @@ def store_index_keys(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torc
         raise ValueError(f"store_index_keys: k must be bf16/fp16/fp32, got {k.dtype}")
     if slot_mapping.shape != (n,) or slot_mapping.dtype not in (torch.int32, torch.int64):
         raise ValueError(
-            f"store_index_keys: slot_mapping must be int32/int64 [{n}], got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
+            f"store_index_keys: slot_mapping must be int32/int64 [{n}], "
+            f"got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
         )
     fp8, block_kv = _layout(kv_cache, dim, block_kv)
     check_device(k, kv_cache, slot_mapping)

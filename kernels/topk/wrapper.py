@@ -45,7 +45,8 @@ def _check_args(logits: torch.Tensor, k, lengths: torch.Tensor | None) -> int:
     if k < 1:
         raise ValueError(f"topk_indices: k must be >= 1, got {k}")
     if 2 * next_pow2(k) > MAX_BLOCK:
-        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), got {k}")
+        raise ValueError(f"topk_indices: k must be <= {MAX_BLOCK // 2} (one program holds 2 * next_pow2(k) keys), "
+                         f"got {k}")
     rows = logits.shape[0]
     if lengths is not None and (lengths.shape != (rows,) or lengths.dtype != torch.int32):
         raise ValueError(f"topk_indices: lengths must be int32 [{rows}], got {lengths.dtype} {tuple(lengths.shape)}")
@@ -170,6 +171,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
         width, k, logits.stride(0), r_hi, r_lo,
         TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
-        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0, num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
+        HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
+        num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out

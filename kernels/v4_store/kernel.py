@@ -81,7 +81,8 @@ def v4_store_kernel(
     s = _pair_halves(s, BLOCK_T, 2)
     s = tl.reshape(_pair_halves(s, BLOCK_T, 1), [BLOCK_T])
     mean = tl.math.div_rn(s, tl.full([BLOCK_T], 128.0, tl.float32))
-    norm = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32), tl.math.sqrt_rn(mean + tl.full([BLOCK_T], eps, tl.float32)))
+    norm = tl.math.div_rn(tl.full([BLOCK_T], 1.0, tl.float32),
+                          tl.math.sqrt_rn(mean + tl.full([BLOCK_T], eps, tl.float32)))
     w = tl.load(w_ptr + offs_d).to(tl.float32)
     x = (x * norm[:, None]) * w[None, :]
 

@@ -108,7 +108,8 @@ def judge(entry: dict) -> tuple[str, str]:
     segments = _segments(entry)
     if not segments:
         if engine in LAUNCHED:
-            how = f" ({entry['status']}: {entry.get('cause') or 'no cause recorded'})" if entry.get("status") not in (None, "done") else ""
+            how = (f" ({entry['status']}: {entry.get('cause') or 'no cause recorded'})"
+                   if entry.get("status") not in (None, "done") else "")
             return INVALID, f"no attestation was read from its {engine} server{how}"
         if labels(entry):
             return UNATTESTED, f"labels {_fmt(labels(entry))} are not attested: no attestation was read from its server"
@@ -318,7 +319,8 @@ def _attested(A0: dict, A1: dict, label: dict, bridged: bool = False) -> tuple[s
         return INVALID, ("the sweep stopped without a reading at its end and the server came back different: "
                          + ", ".join(_changes(A0, A1))), None, set()
     if arm0 != arm1:
-        return INVALID, f"the server's arm changed during the sweep ({'/'.join(map(str, arm0))} -> {'/'.join(map(str, arm1))})", None, set()
+        return (INVALID, f"the server's arm changed during the sweep ({'/'.join(map(str, arm0))} -> "
+                         f"{'/'.join(map(str, arm1))})", None, set())
     if _changes(A0, A1):
         return INVALID, f"the server changed during the sweep: {', '.join(_changes(A0, A1))}", None, set()
     unreported: set = set()

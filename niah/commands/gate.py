@@ -14,15 +14,24 @@ from niah.cli import app, baseline_app
 def gate_cmd(
     baseline: Path = typer.Option(..., "--baseline", help="Baseline: run folder or exported baseline .json."),
     candidate: Path = typer.Option(..., "--candidate", help="Candidate: run folder (or baseline file)."),
-    config: Optional[str] = typer.Option(None, "--config", help="Gate only this configuration [default: all in common]."),
+    config: Optional[str] = typer.Option(None, "--config",
+                                         help="Gate only this configuration [default: all in common]."),
     tolerance: float = typer.Option(0.05, help="Drop (absolute recall) that is allowed before it can fail."),
     alpha: float = typer.Option(0.05, help="Significance level a drop must reach to fail."),
     max_error_rate: float = typer.Option(0.1, help="Largest share of error trials per length before it is an outage."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per length)."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Write the Markdown summary here."),
-    metric: str = typer.Option("answer", "--metric", help="answer (recall), rank (the needle's rank / k in the index scores, paired Wilcoxon; keeps outage checks) or both."),
-    rank_tolerance: float = typer.Option(0.10, "--rank-tolerance", help="With --metric rank/both: allowed median increase of the needle's rank (0.10 = 10% deeper)."),
-    accept_unattested: bool = typer.Option(False, "--accept-unattested", help="Gate configurations whose labels their server does not attest (external / command servers, baselines exported before attestation), on the labels' word; the summary says so. An INVALID configuration is refused regardless."),
+    metric: str = typer.Option("answer", "--metric",
+                               help="answer (recall), rank (the needle's rank / k in the index scores, paired "
+                                    "Wilcoxon; keeps outage checks) or both."),
+    rank_tolerance: float = typer.Option(0.10, "--rank-tolerance",
+                                         help="With --metric rank/both: allowed median increase of the needle's rank "
+                                              "(0.10 = 10% deeper)."),
+    accept_unattested: bool = typer.Option(False, "--accept-unattested",
+                                           help="Gate configurations whose labels their server does not attest "
+                                                "(external / command servers, baselines exported before attestation), "
+                                                "on the labels' word; the summary says so. An INVALID configuration is "
+                                                "refused regardless."),
 ) -> None:
     """CI regression gate: exit 0 holds, 1 regression or outage, 2 bad input.
 
@@ -48,8 +57,11 @@ def plan_cmd(
     drop: float = typer.Option(0.10, "--drop", help="Drop in recall that must be detectable (absolute)."),
     alpha: float = typer.Option(0.05, help="Two-sided significance level (as the gate uses)."),
     power: float = typer.Option(0.8, help="Probability of detecting a drop of that size."),
-    depths: int = typer.Option(1, "--depths", help="Depths per length: also say trials per cell for a per-length test."),
-    run: Optional[Path] = typer.Option(None, "--run", help="Instead: resample the paired trials of this run (--a vs --b) and say how many pairs the needle-rank and the answer metric each need."),
+    depths: int = typer.Option(1, "--depths",
+                               help="Depths per length: also say trials per cell for a per-length test."),
+    run: Optional[Path] = typer.Option(None, "--run",
+                                       help="Instead: resample the paired trials of this run (--a vs --b) and say how "
+                                            "many pairs the needle-rank and the answer metric each need."),
     a: Optional[str] = typer.Option(None, "--a", help="With --run: configuration A (the reference)."),
     b: Optional[str] = typer.Option(None, "--b", help="With --run: configuration B."),
     reps: int = typer.Option(400, "--reps", help="With --run: bootstrap resamples per n."),

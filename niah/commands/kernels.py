@@ -23,7 +23,8 @@ def bench_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the JSON report here."),
     tiny: bool = typer.Option(False, "--tiny", help="Small shapes on CPU under TRITON_INTERPRET=1 (wiring check)."),
     quick: bool = typer.Option(False, "--quick", help="Skip the secondary cases."),
-    only: Optional[str] = typer.Option(None, "--only", help="Comma list of sections: decode,ragged,prefill,topk,store."),
+    only: Optional[str] = typer.Option(None, "--only",
+                                       help="Comma list of sections: decode,ragged,prefill,topk,store."),
 ) -> None:
     """Time the kernels, the naive gather-then-bmm and chunked torch side by side on one GPU,
     with the roofline floor, peak extra memory and a full-size correctness check

@@ -15,9 +15,11 @@ from niah.commands.sweep import DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, TOK
 @needle_options
 def build_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
-    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
+    endpoint: Optional[str] = typer.Option(None,
+                                           help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+                                          help="Bearer token, if the server wants one."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
@@ -36,7 +38,8 @@ def build_cmd(
     from niah.prompts.sets import build_set, write_set
     from niah.sweep import Target, prepare_target
 
-    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths, **kinds)
+    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths,
+                     **kinds)
     prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
     entries = build_set(prepared.tokenizer, spec)
     write_set(out, entries)

@@ -82,7 +82,8 @@ def rank_section(da, db, name_a: str, name_b: str, alpha: float) -> str:
                        "than k).\n")
     f = fidelity_row(rank_pairs(da, db))
     fid = ("" if not f.n else
-           f"\nFidelity (top-k overlap with exact fp32 keys), paired: {name_a} {f.mean_a:.3f}, {name_b} {f.mean_b:.3f}; "
+           f"\nFidelity (top-k overlap with exact fp32 keys), paired: {name_a} {f.mean_a:.3f}, "
+           f"{name_b} {f.mean_b:.3f}; "
            f"B lower in {f.lower}, higher in {f.higher} of {f.n} pairs; Wilcoxon p = {f.p:.2g}, r = {f.r:+.2f}.\n")
     return head + ("Per trial: geometric mean over layers and probed steps of the worst needle-value token's rank / k "
                    "(> 1: below the cut). Paired on identical prompts; Wilcoxon signed-rank on log2(rank_B / rank_A) "
@@ -99,7 +100,11 @@ def compare_cmd(
     alpha: float = typer.Option(0.05, help="Significance level."),
     by_depth: bool = typer.Option(False, "--by-depth", help="Also compare every (length, depth) cell."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables to this file."),
-    accept_unattested: bool = typer.Option(False, "--accept-unattested", help="Compare configurations whose labels (index_dtype, kernels, attention, index_topk, window) their server does not attest, on the labels' word (external / command servers); the output says so. An INVALID configuration is refused regardless."),
+    accept_unattested: bool = typer.Option(False, "--accept-unattested",
+                                           help="Compare configurations whose labels (index_dtype, kernels, attention, "
+                                                "index_topk, window) their server does not attest, on the labels' word "
+                                                "(external / command servers); the output says so. An INVALID "
+                                                "configuration is refused regardless."),
 ) -> None:
     """Compare two runs, or two configurations of one run (--a, --b), per length.
 

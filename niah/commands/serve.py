@@ -33,7 +33,8 @@ def check_serve_extra() -> None:
 @app.command()
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
-    index_dtype: str = typer.Option("fp8", "--index-dtype", help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32."),
+    index_dtype: str = typer.Option("fp8", "--index-dtype",
+                                    help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32."),
     index_rotation: str = typer.Option(
         "none", "--index-rotation",
         help="none (SGLang's fused V3.2 path) or hadamard (DeepSeek's reference: index query and keys "
@@ -41,15 +42,19 @@ def serve(
     index_topk: int = typer.Option(512, "--index-topk", help="Keys each query keeps (DSA)."),
     window: int = typer.Option(0, help="The last W tokens are always kept too (DSA)."),
     query_chunk: int = typer.Option(None, "--query-chunk",
-                                    help="Queries scored at once (bounds memory; default 512 on the CPU, 4096 on CUDA)."),
-    device: str = typer.Option("cpu", help="cpu (DSA emulated in torch) or cuda / cuda:N (DSA by niah's Triton kernels)."),
+                                    help="Queries scored at once (bounds memory; default 512 on the CPU, 4096 on "
+                                         "CUDA)."),
+    device: str = typer.Option("cpu",
+                               help="cpu (DSA emulated in torch) or cuda / cuda:N (DSA by niah's Triton kernels)."),
     rope_scaling: str = typer.Option("none", "--rope-scaling",
-                                     help="none, or yarn: YaRN over the original 8,192 tokens, context x --rope-factor."),
+                                     help="none, or yarn: YaRN over the original 8,192 tokens, context x "
+                                          "--rope-factor."),
     rope_factor: float = typer.Option(4.0, "--rope-factor", help="YaRN factor (with --rope-scaling yarn)."),
     bf16_read: str = typer.Option("fused", "--bf16-read",
                                   help="CUDA with bf16 keys: fused (the kernels read pages in place) or gather "
                                        "(the naive read: every page copied for every query)."),
-    topk_impl: str = typer.Option("niah", "--topk", help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
+    topk_impl: str = typer.Option("niah", "--topk",
+                                  help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     threads: int = typer.Option(2, help="torch CPU threads."),

@@ -27,12 +27,15 @@ def needle_options(f):
     import inspect
 
     extra = {
-        "needles": typer.Option(1, "--keys", "--needles", help="Keys in each haystack: the asked one(s) plus distractors at random depths."),
+        "needles": typer.Option(1, "--keys", "--needles",
+                                help="Keys in each haystack: the asked one(s) plus distractors at random depths."),
         "needle_key": typer.Option("city", "--needle-key", help="city | word."),
         "needle_value": typer.Option("number", "--needle-value", help="number (7 digits) | uuid | word."),
-        "values": typer.Option(1, "--values", help="Values per key; all of an asked key's values are asked, each scored."),
+        "values": typer.Option(1, "--values",
+                               help="Values per key; all of an asked key's values are asked, each scored."),
         "queries": typer.Option(1, "--queries", help="Keys asked at once (<= --keys)."),
-        "haystack": typer.Option("prose", "--haystack", help="prose | book (Pride and Prejudice) | noise | needles | file:PATH."),
+        "haystack": typer.Option("prose", "--haystack",
+                                 help="prose | book (Pride and Prejudice) | noise | needles | file:PATH."),
     }
     types = {"needles": int, "needle_key": str, "needle_value": str, "values": int, "queries": int, "haystack": str}
     sig = inspect.signature(f)
@@ -130,7 +133,8 @@ def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[
 @needle_options
 def sweep(
     ctx: typer.Context,
-    endpoint: Optional[str] = typer.Option(None, help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
+    endpoint: Optional[str] = typer.Option(None,
+                                           help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
@@ -139,20 +143,34 @@ def sweep(
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens the model may generate."),
     mode: str = typer.Option("chat", help="chat (/v1/chat/completions) or completion (/v1/completions)."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
-    approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Run even when no counter is exact (drift recorded per trial, flagged in the report)."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Run a frozen prompt set (niah prompts build) instead of building prompts."),
+    approximate_lengths: bool = typer.Option(False, "--approximate-lengths",
+                                             help="Run even when no counter is exact (drift recorded per trial, "
+                                                  "flagged in the report)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts",
+                                           help="Run a frozen prompt set (niah prompts build) instead of building "
+                                                "prompts."),
     concurrency: int = typer.Option(1, help="Requests in flight at once."),
     timeout: float = typer.Option(600.0, help="Per-request timeout, seconds."),
     retries: int = typer.Option(3, help="Retries on 429/5xx/connection errors (with backoff)."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: results/<timestamp>)."),
-    resume: bool = typer.Option(False, "--resume", help="Fill the gaps of an existing run folder; never writes a trial twice."),
-    force_config: bool = typer.Option(False, "--force-config", help="With --resume: allow another endpoint or model under the same configuration."),
+    resume: bool = typer.Option(False, "--resume",
+                                help="Fill the gaps of an existing run folder; never writes a trial twice."),
+    force_config: bool = typer.Option(False, "--force-config",
+                                      help="With --resume: allow another endpoint or model under the same "
+                                           "configuration."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Do not stream (no TTFT)."),
-    matrix: Optional[Path] = typer.Option(None, help="A matrix file: launch one server per configuration (niah.serving.matrix)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    matrix: Optional[Path] = typer.Option(None,
+                                          help="A matrix file: launch one server per configuration "
+                                               "(niah.serving.matrix)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+                                          help="Bearer token, if the server wants one."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-    control: bool = typer.Option(False, "--control", help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak / hallucinated)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="With --matrix: print each configuration's exact command and environment; start nothing."),
+    control: bool = typer.Option(False, "--control",
+                                 help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak "
+                                      "/ hallucinated)."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="With --matrix: print each configuration's exact command and environment; start "
+                                      "nothing."),
     **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -290,9 +308,11 @@ def prompt(
     seed: int = typer.Option(0, help="Base seed."),
     mode: str = typer.Option("chat", help="chat or completion."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
-    endpoint: Optional[str] = typer.Option(None, help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
+    endpoint: Optional[str] = typer.Option(None,
+                                           help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
     model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY", help="Bearer token, if the server wants one."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+                                          help="Bearer token, if the server wants one."),
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
     json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
     **kinds,

@@ -96,7 +96,8 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
         state, reason = status(entry)
         data["configs"][name] = {"model": infos[name].model, "axes": infos[name].axes,
                                  "engine": entry.get("engine"),
-                                 "settings": {k: v for k, v in (entry.get("settings") or {}).items() if k in LABEL_KEYS},
+                                 "settings": {k: v for k, v in (entry.get("settings") or {}).items()
+                                              if k in LABEL_KEYS},
                                  "attestation": entry.get("attestation"),
                                  "attestation_status": {"state": state, "reason": reason},
                                  "summary": _summary(d), "trials": trials}
@@ -130,7 +131,8 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
-    manifest = {"created": (data.get("source") or {}).get("created"), "git_sha": (data.get("source") or {}).get("git_sha"),
+    manifest = {"created": (data.get("source") or {}).get("created"),
+                "git_sha": (data.get("source") or {}).get("git_sha"),
                 "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {},
                                 **{k: c[k] for k in kept if c.get(k)}}
                             for n, c in configs.items()}}

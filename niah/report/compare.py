@@ -81,7 +81,8 @@ def _unpaired_row(group: Any, a, b, alpha: float) -> Row:
                ra, rb, rb - ra, 0, 0, tp.p, tp.lo, tp.hi, sig)
 
 
-def compare(a, b, by: list[str] | None = None, alpha: float = 0.05, overall: bool = True) -> tuple[list[Row], str | None]:
+def compare(a, b, by: list[str] | None = None, alpha: float = 0.05,
+            overall: bool = True) -> tuple[list[Row], str | None]:
     """Compare trial frames A and B per group of `by` columns (default: length), plus an
     overall row. Returns (rows, pairing method or None when unpaired)."""
     by = by or ["length"]
@@ -137,6 +138,7 @@ def rows_markdown(rows: list[Row], name_a: str = "A", name_b: str = "B", group_n
         err_b = f", {r.errors_b} err" if r.errors_b else ""
         diff = "—" if r.diff != r.diff else f"{100 * r.diff:+.1f} pp"
         lines.append(
-            f"| {g} | {r.basis} | {_pct(r.recall_a)} ({r.k_a}/{r.n_a}{err_a}) | {_pct(r.recall_b)} ({r.k_b}/{r.n_b}{err_b}) "
+            f"| {g} | {r.basis} | {_pct(r.recall_a)} ({r.k_a}/{r.n_a}{err_a}) "
+            f"| {_pct(r.recall_b)} ({r.k_b}/{r.n_b}{err_b}) "
             f"| {diff} | {dis} | {_p(r.p)} | {r.verdict} |")
     return head + "\n".join(lines) + "\n"

@@ -102,7 +102,8 @@ def aggregate(df, keys: list[str], confidence: float = 0.95):
     }).reset_index()
     for c in ("n", "answered", "correct", "errors", "sel_n"):
         out[c] = out[c].astype(int)
-    out["recall"] = np.where(out["answered"] > 0, out["correct"] / out["answered"].where(out["answered"] > 0, 1), np.nan)
+    out["recall"] = np.where(out["answered"] > 0,
+                             out["correct"] / out["answered"].where(out["answered"] > 0, 1), np.nan)
     bounds = [wilson(int(k), int(n), confidence) if n else (np.nan, np.nan)
               for k, n in zip(out["correct"], out["answered"])]
     out["lo"] = [b[0] for b in bounds]

@@ -35,8 +35,8 @@ with duplicated trial keys, unreadable lines or fields, or trials outside its pr
 is bad input.
 
 Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
-overlap, schema mismatch, a side that fails its integrity check). Each test is at level alpha with no multiplicity correction;
-the overall row pools every common length.
+overlap, schema mismatch, a side that fails its integrity check). Each test is at level
+alpha with no multiplicity correction; the overall row pools every common length.
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def _uncovered(b, c, method: str | None) -> dict[int, str]:
         if missing:
             what = "prompt(s)" if by_prompt else "trial(s)"
             parts.append(f"candidate lacks {len(missing)} of the baseline's {len(bl)} {what} here ("
-                         + ", ".join(missing[:4]) + (f", and {len(missing) - 4} more" if len(missing) > 4 else "") + ")")
+                         + ", ".join(missing[:4])
+                         + (f", and {len(missing) - 4} more" if len(missing) > 4 else "") + ")")
         if silent:
             parts.append("candidate answered nothing at depth " + ", ".join(map(_depth, silent)))
         if parts:
@@ -263,7 +264,8 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         for L in sorted(bl - cl):
             n = int((whole["length"] == L).sum())
             res.cases.append(Case(label, int(L), OUTAGE, None,
-                                  f"length not in the candidate: none of the baseline's {n} trial(s) here was measured"))
+                                  f"length not in the candidate: none of the baseline's {n} trial(s) here was "
+                                  "measured"))
         extra = sorted(cl - bl)
         if extra:
             res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
@@ -296,7 +298,8 @@ def markdown(res: GateResult) -> str:
         out.append(f"- note: {n}\n")
     for cfg in dict.fromkeys(c.config for c in res.cases):
         basis = res.pairing.get(cfg)
-        out.append(f"\n### `{cfg}` ({'paired by ' + ('prompt hash' if basis == 'prompt' else 'seed') if basis else 'unpaired'})\n\n")
+        out.append(f"\n### `{cfg}` ("
+                   f"{'paired by ' + ('prompt hash' if basis == 'prompt' else 'seed') if basis else 'unpaired'})\n\n")
         out.append("| length | baseline | candidate | diff | evidence | status |\n|---|---|---|---|---|---|\n")
         for c in (x for x in res.cases if x.config == cfg):
             r = c.row
@@ -328,7 +331,8 @@ def junit(res: GateResult) -> str:
         cases = [c for c in res.cases if c.config == cfg]
         lines.append(
             f'  <testsuite name={quoteattr("niah gate: " + cfg)} tests="{len(cases)}" '
-            f'failures="{sum(c.status == REGRESSION for c in cases)}" errors="{sum(c.status == OUTAGE for c in cases)}" '
+            f'failures="{sum(c.status == REGRESSION for c in cases)}" '
+            f'errors="{sum(c.status == OUTAGE for c in cases)}" '
             f'skipped="{sum(c.status == SKIPPED for c in cases)}">')
         for c in cases:
             head = f'    <testcase classname={quoteattr("niah.gate." + cfg)} name={quoteattr(c.name)} time="0"'

@@ -240,7 +240,8 @@ def diff_figure(rows, grid: Axes2D, name_a: str, name_b: str, label: str, overal
         x, y = li[length], di[depth]
         seen.add((x, y))
         if r.diff != r.diff:
-            ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=style.OUTAGE, edgecolor="#555555", hatch="///", linewidth=0))
+            ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=style.OUTAGE, edgecolor="#555555", hatch="///",
+                                   linewidth=0))
             ax.text(x, y, "no answered\ntrials", ha="center", va="center", fontsize=fs - 1, color="#333333",
                     bbox=dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.75, edgecolor="none"))
             continue

@@ -70,7 +70,8 @@ def indexer_figure(by_len, layers: dict[str, list[float]], infos: dict, lengths:
         ax.minorticks_off()
         ax.set_xlabel("context length (tokens)")
     axes[0].set_ylabel("needle rank / k (median)")
-    axes[0].set_title("Where the needle ranks against k\n(worst value token; geometric mean over layers x steps; median over trials)",
+    axes[0].set_title("Where the needle ranks against k\n"
+                      "(worst value token; geometric mean over layers x steps; median over trials)",
                       fontsize=10, loc="left")
     axes[1].set_ylabel("top-k overlap with exact fp32 keys")
     axes[1].set_title("Fidelity: this top-k vs the exact-key top-k\n(same query; the precision effect alone)",

@@ -192,7 +192,8 @@ def trials_needed(
         out.append(Plan(design, n, pw, method))
     pbar = (recall_a + recall_b) / 2
     n_u = math.ceil(
-        (za * math.sqrt(2 * pbar * (1 - pbar)) + zb * math.sqrt(recall_a * (1 - recall_a) + recall_b * (1 - recall_b))) ** 2
+        (za * math.sqrt(2 * pbar * (1 - pbar))
+         + zb * math.sqrt(recall_a * (1 - recall_a) + recall_b * (1 - recall_b))) ** 2
         / delta**2
     )
     se = math.sqrt((recall_a * (1 - recall_a) + recall_b * (1 - recall_b)) / n_u)

@@ -31,7 +31,8 @@ def recall_cmap():
 def diff_cmap():
     from matplotlib.colors import LinearSegmentedColormap
 
-    return LinearSegmentedColormap.from_list("niah_diff", [NIAH_COLOURS[0], "#FFFFFF", NIAH_COLOURS[2]]).with_extremes(bad=EMPTY)
+    return LinearSegmentedColormap.from_list(
+        "niah_diff", [NIAH_COLOURS[0], "#FFFFFF", NIAH_COLOURS[2]]).with_extremes(bad=EMPTY)
 
 
 def fmt_len(n: int) -> str:

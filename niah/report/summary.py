@@ -39,7 +39,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def recall_by_length_table(by_len, overall, infos, lengths) -> str:
     idx = {(r.config, r.length): r for r in by_len.itertuples(index=False)}
     ov = {r.config: r for r in overall.itertuples(index=False)}
-    rows = [[f"`{n}`", *[_cell(idx.get((n, L)), interval=True) for L in lengths], _cell(ov.get(n), interval=True)] for n in infos]
+    rows = [[f"`{n}`", *[_cell(idx.get((n, L)), interval=True) for L in lengths], _cell(ov.get(n), interval=True)]
+            for n in infos]
     return _table(["config", *[style.fmt_len(L) for L in lengths], "all"], rows)
 
 
@@ -87,12 +88,12 @@ def indexer_section(idx, infos, lengths, topks: dict, layers: dict, figure: str 
     out = ["\n## The indexer: where the needle ranks against k\n"]
     if figure:
         out.append(f"![indexer]({figure})\n")
-    out.append("Per cell: **needle rank / k** (median over trials of the geometric mean over layers and probed steps of the "
-               "worst needle-value token's rank / k; > 1 = below the cut) · **fidelity** (mean top-k overlap with "
-               "exact fp32 keys for the same query) · **kept** (mean share of the value's tokens kept). Probed steps: "
-               "the last prompt token and each decode step until the answer holds the value. A prompt no longer than k "
-               "has no selection at the prompt; decode steps whose context (prompt + generated tokens) passes k do "
-               "select, and only those count there.\n")
+    out.append("Per cell: **needle rank / k** (median over trials of the geometric mean over layers and probed steps "
+               "of the worst needle-value token's rank / k; > 1 = below the cut) · **fidelity** (mean top-k overlap "
+               "with exact fp32 keys for the same query) · **kept** (mean share of the value's tokens kept). Probed "
+               "steps: the last prompt token and each decode step until the answer holds the value. A prompt no "
+               "longer than k has no selection at the prompt; decode steps whose context (prompt + generated tokens) "
+               "passes k do select, and only those count there.\n")
     out.append(_table(["config", *[style.fmt_len(L) for L in lengths]], rows))
     for n, per_layer in layers.items():
         ranked = sorted((v, i) for i, v in enumerate(per_layer) if v == v)[::-1][:4]
@@ -131,10 +132,12 @@ def error_table(df, limit: int = 5) -> str | None:
     e = df[df["is_error"]]
     if e.empty:
         return None
-    msgs = e["error"].fillna("(no message)").astype(str).str.slice(0, 120).str.replace("|", "\\|").str.replace("\n", " ")
+    msgs = (e["error"].fillna("(no message)").astype(str).str.slice(0, 120)
+            .str.replace("|", "\\|").str.replace("\n", " "))
     top = e.assign(msg=msgs).groupby(["config", "msg"]).size().reset_index(name="n")
     top = top.sort_values(["config", "n"], ascending=[True, False]).groupby("config").head(limit)
-    return _table(["config", "error", "trials"], [[f"`{r.config}`", r.msg, str(r.n)] for r in top.itertuples(index=False)])
+    return _table(["config", "error", "trials"],
+                  [[f"`{r.config}`", r.msg, str(r.n)] for r in top.itertuples(index=False)])
 
 
 def _med(s) -> str:
@@ -146,7 +149,8 @@ def timing_table(df, infos) -> str:
     rows = []
     for n in infos:
         d = df[(df["config"] == n) & (df["answered"])]
-        rows.append([f"`{n}`", _med(d["latency_s"]), _med(d["ttft_s"]), str(int(d["ttft_s"].notna().sum())), str(len(d))])
+        rows.append([f"`{n}`", _med(d["latency_s"]), _med(d["ttft_s"]), str(int(d["ttft_s"].notna().sum())),
+                     str(len(d))])
     return _table(["config", "median latency (s)", "median TTFT (s)", "trials with TTFT", "answered"], rows)
 
 
@@ -270,7 +274,8 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
             basis = d["method"]
             out.append(("Paired by " + ("prompt hash" if basis == "prompt" else "(length, depth, trial, seed)")
                         + "; McNemar's exact test on discordant pairs (losses: A right and B wrong).\n")
-                       if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, z-test p).\n")
+                       if basis else "No trials pair up: unpaired two-proportion comparison (Newcombe interval, "
+                                     "z-test p).\n")
             out.append(rows_markdown(d["rows"], d["a"], d["b"]))
             if any(r.n for r in d.get("ranks") or []):
                 out.append("\nNeedle rank / k on the same pairs (Wilcoxon signed-rank on log2(rank_B / rank_A); "
@@ -280,7 +285,8 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
                 out.append("\nNo cell has answered trials on both sides.\n")
             elif sig:
                 out.append("\nSignificant cells: " + ", ".join(
-                    f"{style.fmt_len(r.group[0])} @ {style.fmt_depth(r.group[1])} ({100 * r.diff:+.0f} pp, p={r.p:.2g})" for r in sig) + "\n")
+                    f"{style.fmt_len(r.group[0])} @ {style.fmt_depth(r.group[1])} ({100 * r.diff:+.0f} pp, p={r.p:.2g})"
+                    for r in sig) + "\n")
             else:
                 out.append("\nNo single cell differs significantly.\n")
 

@@ -81,7 +81,8 @@ def _check_resume(out: Path, spec, args: dict) -> None:
     old = read_manifest(out).get("args", {})
     for k in _FIXED_ON_RESUME:
         if old.get(k, defaults[k]) != args[k]:
-            raise BadInput(f"--resume with a different {k} ({args[k]!r}, the run has {old.get(k)!r}): use another --out")
+            raise BadInput(f"--resume with a different {k} ({args[k]!r}, the run has {old.get(k)!r}): "
+                           "use another --out")
 
 
 def _open_run(out: Path, spec, resume: bool) -> RunStore:

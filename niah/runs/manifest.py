@@ -49,7 +49,8 @@ def write_manifest(run_dir: Path | str, manifest: dict[str, Any]) -> None:
     os.replace(tmp, run_dir / MANIFEST)
 
 
-def change_manifest(run_dir: Path | str, change: Callable[[dict[str, Any]], Any], fresh: bool = False) -> dict[str, Any]:
+def change_manifest(run_dir: Path | str, change: Callable[[dict[str, Any]], Any],
+                    fresh: bool = False) -> dict[str, Any]:
     """Read RUN/manifest.json (`fresh`: start from an empty one), let `change(manifest)`
     change it in place, write it back; under the manifest lock. Returns the new manifest
     (without schema_version)."""

@@ -147,7 +147,8 @@ class ServerTokenizer(Tokenizer):
             try:
                 n = token_count(r.json())
             except ValueError:
-                raise ServerError(f"/tokenize answered something that is not JSON: {one_line(r.text, BODY_CHARS)}") from None
+                raise ServerError("/tokenize answered something that is not JSON: "
+                                  f"{one_line(r.text, BODY_CHARS)}") from None
             text = body.get("prompt") if "prompt" in body else body.get("messages")
             if n == 0 and text:
                 raise ServerError("/tokenize counted 0 tokens in a non-empty text; it is not a tokenizer")

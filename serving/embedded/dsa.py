@@ -29,7 +29,8 @@ does), plus the last W positions when W > 0. The main attention then reads only 
 keys: an additive mask per query chunk fed to SDPA (rows 128 at a time; when their kept
 keys are few, only that union of columns is gathered). Memory stays bounded: scores exist
 for one chunk of `chunk` queries at a time ([chunk, S], plus the per-head products of one
-256-key tile, [H, chunk, 256]; reused buffers), never [H, T, S]. Decode steps run the same code with one query against the cached index keys.
+256-key tile, [H, chunk, 256]; reused buffers), never [H, T, S]. Decode steps run the same
+code with one query against the cached index keys.
 
 The index cache holds each key as the indexer reads it back (fp32 values after the
 store round-trip): numerically the same as keeping e4m3 + scale and dequantising on read.

@@ -84,7 +84,8 @@ def _check_unchanged(out: Path, matrix: Matrix) -> None:
     old = read_manifest(out).get("configs", {})
     for cfg in matrix.configs:
         before = old.get(cfg.name, {})
-        if "settings" in before and (before["settings"], before.get("engine")) != (_jsonable(redact_settings(cfg.settings)), cfg.engine):
+        if "settings" in before and ((before["settings"], before.get("engine"))
+                                     != (_jsonable(redact_settings(cfg.settings)), cfg.engine)):
             raise BadInput(
                 f"{matrix.path}:{cfg.line}: configuration {cfg.name!r} differs from the one in {out} "
                 f"(was {before.get('engine')} {before['settings']}); rename it or use another --out"
@@ -185,7 +186,8 @@ def _run_launched(cfg: MatrixConfig, tag: str, run: _MatrixRun) -> None:
         health_paths=cfg.health_paths, ready_timeout_s=cfg.ready_timeout_s,
     )
     base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": redact_settings(cfg.settings), "log": str(log)}
-    why = f"{len(todo)} trials to run" if todo else "no trial left: its attestation is read to close the interrupted segment"
+    why = (f"{len(todo)} trials to run" if todo
+           else "no trial left: its attestation is read to close the interrupted segment")
     say(f"{tag} {cfg.name}: starting the {cfg.engine} server ({why}; log {log})")
     if not _start(cfg, tag, run, srv, base):
         return

@@ -50,7 +50,8 @@ def torch_facts(f: Facts) -> None:
         n = torch.cuda.device_count()
         for i in range(n):
             p = torch.cuda.get_device_properties(i)
-            f.add(f"GPU {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
+            f.add(f"GPU {i}",
+                  f"{p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
     else:
         f.add("GPUs", "none visible to torch")
     tv = _version("triton")

@@ -78,7 +78,8 @@ def test_pool_layout_is_sglangs_and_paged(dtype):
             if dtype == "fp8":
                 k8, sf = quantize_fp8(k[0, g, t].cpu())
                 assert torch.equal(buf[page, off * D:(off + 1) * D], k8.view(torch.uint8))
-                assert torch.equal(buf[page, PAGE * D + 4 * off:PAGE * D + 4 * off + 4], sf.reshape(1).view(torch.uint8))
+                assert torch.equal(buf[page, PAGE * D + 4 * off:PAGE * D + 4 * off + 4],
+                                   sf.reshape(1).view(torch.uint8))
             else:
                 assert torch.equal(buf[page, off * D:(off + 1) * D], k[0, g, t].cpu().to(torch.bfloat16))
         assert torch.equal(pool.dequantized(0, g, T).cpu(), store_roundtrip(k[0, g].cpu(), dtype))

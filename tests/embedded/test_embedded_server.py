@@ -63,7 +63,8 @@ def test_models_health_and_info(server):
     assert len(models) == 1
     m = models[0].model_dump()
     assert m["id"] == "SmolLM2-135M-Instruct" and m["max_model_len"] == 8192
-    assert m["niah_extensions"] == ["needle_span", "indexer_probe"] and m["attention"] == "dsa" and m["index_dtype"] == "fp8"
+    assert (m["niah_extensions"] == ["needle_span", "indexer_probe"] and m["attention"] == "dsa"
+            and m["index_dtype"] == "fp8")
     info = httpx.get(server["base"] + "/server_info").json()
     assert (info["index_topk"], info["window"], info["max_model_len"]) == (TOPK, WINDOW, 8192)
 
@@ -370,7 +371,8 @@ def test_a_client_that_leaves_mid_prefill_frees_the_model_within_a_layer(server)
     ref = _chat(server["client"], "Say hello in French.", max_tokens=6).choices[0].message.content
     n_layers = httpx.get(base + "/server_info", timeout=60).json()["n_layers"]
     before = _requests(base)
-    s = _raw_post(base, "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "word " * 7000}],
+    s = _raw_post(base, "/v1/chat/completions", {"model": "x",
+                                                 "messages": [{"role": "user", "content": "word " * 7000}],
                                                  "max_tokens": 64})
     _wait_for(base, "the prefill's first layer running",
               lambda r: (r["running"] or {}).get("stage") == "prefill" and r["running"]["prefill_layers"] >= 1)

@@ -86,7 +86,8 @@ def test_external_labels_without_server_info_are_refused_unless_accepted(tmp_pat
     rep = _niah("report", run)
     assert rep.returncode == 0, rep.stderr
     assert "attestation: fp8, bf16 unattested" in rep.stdout
-    assert "| `bf16` | external | *unattested* | — | — | labels index_dtype=bf16" in (run / "report" / "summary.md").read_text()
+    assert ("| `bf16` | external | *unattested* | — | — | labels index_dtype=bf16"
+            in (run / "report" / "summary.md").read_text())
     entry = read_manifest(run)["configs"]["bf16"]
     assert entry["attestation_verdict"]["state"] == "unattested"
     assert entry["attestation"]["segments"][0]["start"]["error"].endswith("/server_info answered HTTP 404")
@@ -135,7 +136,8 @@ def test_launched_servers_must_prove_their_label_through_the_sweep(tmp_path):
         line = _one_line_2(_niah("compare", run, "--a", "fp8", "--b", name))
         assert line == f"niah: error: {run}: configuration {name!r} is INVALID: {reason}"
         # --accept-unattested does not accept an INVALID configuration
-        line = _one_line_2(_niah("gate", "--baseline", run, "--candidate", run, "--config", name, "--accept-unattested"))
+        line = _one_line_2(_niah("gate", "--baseline", run, "--candidate", run, "--config", name,
+                                 "--accept-unattested"))
         assert line == f"niah: error: run {run}: configuration {name!r} is INVALID: {reason}"
     ok = _niah("compare", run, "--a", "fp8", "--b", "bf16")
     assert ok.returncode == 0, ok.stderr
@@ -146,7 +148,8 @@ def test_launched_servers_must_prove_their_label_through_the_sweep(tmp_path):
                                                                 cause=configs[name].get("cause"))), name
     seg = configs["bf16"]["attestation"]["segments"][0]
     assert seg["start"]["attestation"]["counts"] == {"store.bf16": 4}
-    assert seg["end"]["attestation"]["counts"] == {"decode_logits.bf16": 18, "prefill_logits.bf16": 2, "store.bf16": 404}
+    assert seg["end"]["attestation"]["counts"] == {"decode_logits.bf16": 18, "prefill_logits.bf16": 2,
+                                                   "store.bf16": 404}
     assert status(configs["bf16"]) == (VALID, "bf16/niah, 256 B/token; during the sweep: store +400 "
                                               "(niah.store_index_keys); prefill_logits +2 (niah.bf16_mqa_logits); "
                                               "decode_logits +18 (niah.bf16_paged_mqa_logits)")
@@ -213,7 +216,8 @@ def test_sglang_arms_prove_the_plugin_ran_or_did_not(tmp_path):
                                 "SGLang's scheduler processes (SGLANG_PLUGINS set without niah?)",
         "bf16-one-scheduler": "niah_attestation in only 1 of 2 SGLang scheduler(s) at the start",
         "bf16-500": "/server_info at the end of the sweep: http://127.0.0.1:{port}/server_info answered HTTP 500",
-        "stock-with-plugin": "niah's plugin ran in the stock arm (2 of 2 scheduler(s) report niah_attestation at the start)",
+        "stock-with-plugin": "niah's plugin ran in the stock arm (2 of 2 scheduler(s) report niah_attestation at the "
+                             "start)",
     }
     for name, reason in why.items():
         reason = reason.format(port=ports[name])

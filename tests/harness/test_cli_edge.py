@@ -122,7 +122,8 @@ def test_resume_of_a_missing_folder_refuses_and_creates_nothing(oracle, tmp_path
 
 
 # -- failed replies' bodies on one line ------------------------------------------------------------
-HTML = "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n" + "<p>upstream\tdown</p>\n" * 400 + "</body></html>\n"
+HTML = ("<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n"
+        + "<p>upstream\tdown</p>\n" * 400 + "</body></html>\n")
 
 
 class _HtmlErrors(BaseHTTPRequestHandler):

@@ -114,7 +114,8 @@ def test_kinds_build_deterministic_prompts(tok, kind):
     for f in p.facts:
         assert p.content.count(f.value) == 1 and p.content[f.span[0]:f.span[1]] == kind.sentence(f.key, f.value)
     if kind.value == "uuid":
-        assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", v) for v in p.expected)
+        assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", v)
+                   for v in p.expected)
     for key in p.asked_keys:
         assert key in p.content.rsplit("\n\n", 1)[1]  # every asked key is in the question
 
@@ -205,7 +206,8 @@ def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
 
 
 # The harness's layers, lowest first; a module imports only from its own package or a lower layer.
-LAYERS = (("niah.errors",), ("niah.axes", "niah.client", "niah.redact"), ("niah.kernels",), ("niah.tokens",), ("niah.prompts",),
+LAYERS = (("niah.errors",), ("niah.axes", "niah.client", "niah.redact"), ("niah.kernels",), ("niah.tokens",),
+          ("niah.prompts",),
           ("niah.runs", "niah.attestation"), ("niah.sweep",), ("niah.report",))
 
 
@@ -217,7 +219,8 @@ def _harness_imports():
     out: dict[str, set[str]] = {}
     for f in ROOT.glob("niah/**/*.py"):
         rel = f.relative_to(ROOT / "niah").with_suffix("")
-        if rel.parts[0] in ("commands", "corpus", "serving", "kernels") or str(rel) in ("cli", "demo", "__main__", "__init__"):
+        if (rel.parts[0] in ("commands", "corpus", "serving", "kernels")
+                or str(rel) in ("cli", "demo", "__main__", "__init__")):
             continue
         mod = ".".join(("niah", *rel.parts)).removesuffix(".__init__")
         names = out.setdefault(mod, set())

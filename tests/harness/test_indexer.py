@@ -97,7 +97,8 @@ def _add_indexer(run, rank_fn, k=64):
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     for r in recs:
         active = r["length"] > k
-        r["indexer"] = {"selection_active": active, "k": k, "rank_worst": rank_fn(r["config"], r["length"], r["depth"], r["trial"]) if active else None}
+        r["indexer"] = {"selection_active": active, "k": k,
+                        "rank_worst": rank_fn(r["config"], r["length"], r["depth"], r["trial"]) if active else None}
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 

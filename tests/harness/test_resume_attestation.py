@@ -71,7 +71,8 @@ def test_sigterm_keeps_trials_says_how_to_resume_and_the_resumed_run_gates_pass(
         assert proc.returncode == 143, err
         lines = [ln for ln in err.splitlines() if "interrupted" in ln]
         assert len(lines) == 1 and lines[0].startswith("niah: interrupted (SIGTERM)"), err
-        assert lines[0].endswith("--resume") and f"--out {run}" in lines[0] and "resume with: niah sweep --matrix" in lines[0]
+        assert (lines[0].endswith("--resume") and f"--out {run}" in lines[0]
+                and "resume with: niah sweep --matrix" in lines[0])
         seg = read_manifest(run)["configs"]["k128"]["attestation"]["segments"]
         assert len(seg) == 1 and seg[0]["end"]["attestation"]["facts"] == {"index_topk": 128}  # read at the end
         kept = len(read_trials(run))

@@ -41,7 +41,8 @@ def test_some_failed_exits_1_and_the_resume_that_answers_them_exits_0(oracle_fac
 def test_every_answer_exits_0_and_bad_input_exits_2(oracle, tmp_path):
     r = _sweep(oracle.url, tmp_path / "run")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert all(json.loads(x)["outcome"] == "correct" for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines())
+    assert all(json.loads(x)["outcome"] == "correct"
+               for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines())
     r = _sweep(oracle.url, tmp_path / "run")  # the folder holds trials: --resume or another --out
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     r = _sweep(oracle.url, tmp_path / "bad", "--depths", "150")

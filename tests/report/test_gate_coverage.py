@@ -49,7 +49,8 @@ def test_a_whole_missing_length_is_an_outage_not_skipped(tmp_path):
 
 def test_a_missing_depth_or_trial_within_a_length_is_an_outage_that_names_it(tmp_path):
     base = _run(tmp_path / "base")
-    cand = _run(tmp_path / "cand", skip=lambda c, n, d, t: (n == 1024 and d == 100.0) or (n == 2048 and d == 50.0 and t == 3))
+    cand = _run(tmp_path / "cand",
+                skip=lambda c, n, d, t: (n == 1024 and d == 100.0) or (n == 2048 and d == 50.0 and t == 3))
     r, cases, md, step = _gate(tmp_path, base, cand)
     assert r.returncode == 1, r.stdout + r.stderr
     kind, msg = cases["length 1024"]
@@ -85,7 +86,8 @@ def test_a_baseline_file_candidate_that_lacks_trials_is_an_outage(tmp_path):
 
 
 def test_an_exported_baseline_gates_pass_against_its_own_run(tmp_path):
-    run = _run(tmp_path / "run", outcome=lambda c, n, d, t, rng: "wrong" if t == 0 else ("error" if t == 1 and n == 1024 else "correct"))
+    run = _run(tmp_path / "run",
+               outcome=lambda c, n, d, t, rng: "wrong" if t == 0 else ("error" if t == 1 and n == 1024 else "correct"))
     assert niah("baseline", "export", run, "-o", tmp_path / "b.json").returncode == 0
     for base, cand in ((tmp_path / "b.json", run), (run, run), (tmp_path / "b.json", tmp_path / "b.json")):
         res = run_gate(base, cand, max_error_rate=0.5)

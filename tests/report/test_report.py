@@ -147,7 +147,8 @@ def test_compare_cli_paired_and_unpaired(tmp_path):
     r = _niah("compare", a, b)
     assert r.returncode == 0, r.stderr
     assert "paired by prompt hash" in r.stdout
-    assert "| 2,048 | paired (prompt) | 100.0% (10/10) | 0.0% (0/10) | -100.0 pp | 10 / 0 | 0.002 | B worse |" in r.stdout
+    assert ("| 2,048 | paired (prompt) | 100.0% (10/10) | 0.0% (0/10) | -100.0 pp | 10 / 0 | 0.002 | B worse |"
+            in r.stdout)
     # different seeds: nothing pairs, the comparison says so
     c = make_run(tmp_path / "c", {"cfg": {}}, lengths=(1024, 2048), depths=(0.0, 50.0), trials=5, seed=2, outcome=worse)
     r = _niah("compare", a, c, "--markdown", tmp_path / "cmp.md")

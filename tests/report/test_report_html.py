@@ -41,7 +41,8 @@ def browser(tmp_path_factory):
     """A headless chromium (selenium + chromedriver, both from Debian); FAILS when missing."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.fail("the report page test needs Debian's chromium and chromedriver: run `make browser` (part of `make test`), or "
+        pytest.fail("the report page test needs Debian's chromium and chromedriver: run `make browser` "
+                    "(part of `make test`), or "
                     "`apt-get install -y chromium chromium-driver` (as root)", pytrace=False)
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
@@ -140,7 +141,8 @@ def test_real_run_page_renders_and_filters(browser, real_run, tmp_path):
     assert "Paired comparisons" in body and "Wilcoxon p" in body and "McNemar" in body
     states = browser.execute_script(
         "return Array.from(document.querySelectorAll('table.attestation tbody tr')).map(r => r.innerText)")
-    assert sorted(s.split("\t")[:2] for s in states) == [["dense", "valid"], ["k512", "valid"], ["k64", "valid"]]  # the servers attest
+    # the servers attest
+    assert sorted(s.split("\t")[:2] for s in states) == [["dense", "valid"], ["k512", "valid"], ["k64", "valid"]]
 
 
 # -- hostile answers and every attestation state ----------------------------------------------

@@ -31,7 +31,8 @@ def test_sweep_report_export_gate(oracle_factory, tmp_path):
     assert r.returncode == 0, r.stderr
     md = (base / "report" / "summary.md").read_text()
     assert (base / "report" / "heatmap_default.png").exists() and (base / "report" / "recall_vs_length.png").exists()
-    assert "| `default` | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) | 100.0% [82–100] (18/18) |" in md
+    assert ("| `default` | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) | 100.0% [61–100] (6/6) "
+            "| 100.0% [82–100] (18/18) |" in md)
     assert "Last-prompt-token selection recall" in md  # the oracle returns selection_recall
     assert "Every reported length is within max(4 tokens, 0.5%) of the request." in md
 
@@ -49,4 +50,5 @@ def test_sweep_report_export_gate(oracle_factory, tmp_path):
     assert failing == {"length 2000", "all lengths"}
 
     r = _niah("compare", base, worse)
-    assert r.returncode == 0 and "| 2,000 | paired (prompt) | 100.0% (6/6) | 0.0% (0/6) | -100.0 pp | 6 / 0 | 0.031 | B worse |" in r.stdout
+    assert r.returncode == 0 and (
+        "| 2,000 | paired (prompt) | 100.0% (6/6) | 0.0% (0/6) | -100.0 pp | 6 / 0 | 0.031 | B worse |" in r.stdout)

@@ -94,7 +94,8 @@ def _power_bruteforce(n, p_loss, p_win, alpha):
 
 @pytest.mark.parametrize("n,p_loss,p_win", [(12, 0.2, 0.0), (15, 0.25, 0.05), (20, 0.1, 0.1), (9, 0.5, 0.1)])
 def test_mcnemar_power_exact(n, p_loss, p_win):
-    assert stats.mcnemar_power(n, p_loss, p_win, 0.05) == pytest.approx(_power_bruteforce(n, p_loss, p_win, 0.05), abs=1e-9)
+    assert stats.mcnemar_power(n, p_loss, p_win, 0.05) == pytest.approx(_power_bruteforce(n, p_loss, p_win, 0.05),
+                                                                       abs=1e-9)
 
 
 def test_trials_needed():

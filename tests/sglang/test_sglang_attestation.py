@@ -231,7 +231,8 @@ def test_a_niah_arm_needs_the_attestation_in_every_scheduler_and_a_steady_counte
 def test_launched_configurations_without_readings_are_invalid():
     assert status({"engine": "sglang", "status": "failed to start", "cause": "CUDA out of memory"}) == (
         INVALID, "no attestation was read from its sglang server (failed to start: CUDA out of memory)")
-    died = _entry("embedded", {}, _sglang(BF16_START), {"error": "the server died before it was asked: killed by SIGKILL"})
+    died = _entry("embedded", {}, _sglang(BF16_START),
+                  {"error": "the server died before it was asked: killed by SIGKILL"})
     assert status(died) == (INVALID, "/server_info at the end of the sweep: the server died before it was asked: "
                                      "killed by SIGKILL")
     legacy = {"engine": "sglang", "settings": {"index_dtype": "bf16"},
@@ -268,5 +269,6 @@ def test_segments_are_judged_one_by_one():
     # a segment without an end reading is closed by the resumed sweep's start reading
     assert status(entry)[0] == VALID
     assert status({**entry, "attestation": {"segments": [good, died]}}) == (
-        INVALID, "segment 2 of 2: /server_info at the end of the sweep: the server died before it was asked: exit code 1")
+        INVALID, "segment 2 of 2: /server_info at the end of the sweep: the server died before it was asked: "
+                 "exit code 1")
     assert status({**entry, "attestation": {"segments": [good, good]}})[0] == VALID

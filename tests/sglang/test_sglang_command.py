@@ -37,9 +37,11 @@ def test_stock_is_plain_sglang_with_only_the_users_flags_and_env(k):
                     "--json-model-override-args", json.dumps({"index_topk": k}), "--mem-fraction-static", "0.85"]
     # the user's env, and every NIAH_* variable of niah's environment removed (None): the plugin cannot run
     assert env == {"NIAH_CACHE": None, "NIAH_INDEX_DTYPE": None, **user_env}
-    assert format_command(argv, env).startswith(f"env -u NIAH_CACHE -u NIAH_INDEX_DTYPE CUDA_VISIBLE_DEVICES=0,1 {PY} -m sglang.launch_server ")
+    assert format_command(argv, env).startswith(
+        f"env -u NIAH_CACHE -u NIAH_INDEX_DTYPE CUDA_VISIBLE_DEVICES=0,1 {PY} -m sglang.launch_server ")
     plain_argv, plain_env = build_sglang_command(_cfg("fp8", k), environ={"HOME": "/h"})
-    assert plain_env == {} and format_command(plain_argv, plain_env).startswith(f"{PY} -m sglang.launch_server --model-path")
+    assert plain_env == {} and format_command(plain_argv, plain_env).startswith(
+        f"{PY} -m sglang.launch_server --model-path")
 
 
 @pytest.mark.parametrize("dtype, kernels", [("bf16", "niah"), ("fp8", "niah")])

@@ -62,7 +62,8 @@ def test_renamed_symbol_fails_naming_it(tree):
 
 def test_removed_parameter_fails_naming_symbol(tree):
     mod = "sglang.srt.layers.attention.dsa.dsa_indexer"
-    _edit(tree, mod, "        out_cache_loc: Optional[torch.Tensor] = None,\n    ) -> None:\n        \"\"\"\n        Store DSA",
+    _edit(tree, mod,
+          "        out_cache_loc: Optional[torch.Tensor] = None,\n    ) -> None:\n        \"\"\"\n        Store DSA",
           "    ) -> None:\n        \"\"\"\n        Store DSA")
     report = check_contract(AstSource(tree))
     assert not report.ok

@@ -62,7 +62,8 @@ DSA_IDX = "sglang/srt/layers/attention/dsa/dsa_indexer.py"
 def test_mutated_wheel_new_direct_deep_gemm_call_next_to_the_resolver(tmp_path):
     """A caller change the symbol checks cannot see: decode calls DeepGEMM directly."""
     old = "                return resolve_fp8_paged_mqa_logits_fn()("
-    new = ("                import deep_gemm\n\n                deep_gemm.fp8_paged_mqa_logits(q_fp8, kv_cache_fp8, weights)\n"
+    new = ("                import deep_gemm\n\n"
+           "                deep_gemm.fp8_paged_mqa_logits(q_fp8, kv_cache_fp8, weights)\n"
            + old)
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})
     brk, flow = _breaks(_doctor("--sglang-source", str(whl)))
@@ -75,28 +76,33 @@ def test_mutated_wheel_new_direct_deep_gemm_call_next_to_the_resolver(tmp_path):
 
 def test_mutated_wheel_scale_bytes_changed(tmp_path):
     ikc = "sglang/srt/mem_cache/index_key_cache.py"
-    whl = mutated_wheel(tmp_path, {ikc: ("pool.index_head_dim // pool.quant_block_size * 4", "pool.index_head_dim // pool.quant_block_size * 8")})
+    whl = mutated_wheel(tmp_path, {ikc: ("pool.index_head_dim // pool.quant_block_size * 4",
+                                         "pool.index_head_dim // pool.quant_block_size * 8")})
     (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
-    assert brk.startswith(f"{ikc}:40: layout changed: sglang.srt.mem_cache.index_key_cache.IndexKeyCache._buffer_shape"), brk
+    assert brk.startswith(
+        f"{ikc}:40: layout changed: sglang.srt.mem_cache.index_key_cache.IndexKeyCache._buffer_shape"), brk
 
 
 def test_mutated_wheel_quant_block_changed(tmp_path):
     mp = "sglang/srt/mem_cache/memory_pool.py"
     whl = mutated_wheel(tmp_path, {mp: ("    quant_block_size = 128\n", "    quant_block_size = 64\n")})
     (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
-    assert brk.startswith(f"{mp}:5280: layout changed: sglang.srt.mem_cache.memory_pool.DSATokenToKVPool.quant_block_size"), brk
+    assert brk.startswith(
+        f"{mp}:5280: layout changed: sglang.srt.mem_cache.memory_pool.DSATokenToKVPool.quant_block_size"), brk
 
 
 def test_mutated_wheel_accounting_row_changed(tmp_path):
     pc = "sglang/srt/model_executor/pool_configurator.py"
-    whl = mutated_wheel(tmp_path, {pc: ("index_head_dim + index_head_dim // DSATokenToKVPool.quant_block_size * 4,\n            get_dsa_index_kpool",
+    whl = mutated_wheel(tmp_path, {pc: ("index_head_dim + index_head_dim // DSATokenToKVPool.quant_block_size * 4,\n"
+                                        "            get_dsa_index_kpool",
                                         "index_head_dim + 8,\n            get_dsa_index_kpool")})
     brks = _breaks(_doctor("--sglang-source", str(whl)))
     assert any(b.startswith(f"{pc}:560: layout changed: ") and "132 bytes a token" in b for b in brks), brks
 
 
 def test_mutated_wheel_page_size_changed(tmp_path):
-    whl = mutated_wheel(tmp_path, {DSA_IDX: ("block_tables = metadata.get_page_table_64()", "block_tables = metadata.get_page_table_1()")})
+    whl = mutated_wheel(tmp_path, {DSA_IDX: ("block_tables = metadata.get_page_table_64()",
+                                             "block_tables = metadata.get_page_table_1()")})
     brks = _breaks(_doctor("--sglang-source", str(whl)))
     assert any(b.startswith(f"{DSA_IDX}:1219: layout changed: ") and "get_page_table_64()" in b for b in brks), brks
 
@@ -111,7 +117,8 @@ def test_mutated_wheel_removed_parameter_names_file_and_line(tmp_path):
 
 def test_mutated_wheel_dropped_reference_names_file_and_line(tmp_path):
     utils = "sglang/srt/layers/attention/dsa/utils.py"
-    whl = mutated_wheel(tmp_path, {utils: ("    if _use_torch_mqa_logits():\n        return _fp8_paged_mqa_logits_torch",
+    whl = mutated_wheel(tmp_path, {utils: ("    if _use_torch_mqa_logits():\n"
+                                           "        return _fp8_paged_mqa_logits_torch",
                                            "    if False:\n        return _fp8_paged_mqa_logits_torch")})
     (brk,) = _breaks(_doctor("--sglang-source", str(whl)))
     assert brk.startswith(f"{utils}:457: sglang.srt.layers.attention.dsa.utils.resolve_fp8_paged_mqa_logits_fn "
@@ -174,7 +181,8 @@ def test_a_new_place_writing_the_row_width_is_a_break(tmp_path):
 
 def test_duplicated_call_site_is_a_break(tmp_path):
     """A site is (file, function, callee, count): a second identical call is new."""
-    old = "        self._store_index_k_cache(\n            forward_batch=forward_batch,\n            layer_id=layer_id,\n"
+    old = ("        self._store_index_k_cache(\n            forward_batch=forward_batch,\n"
+           "            layer_id=layer_id,\n")
     new = ("        self._store_index_k_cache(forward_batch=forward_batch, layer_id=layer_id, key=key, "
            "act_quant=act_quant, out_cache_loc=out_cache_loc)\n" + old)
     whl = mutated_wheel(tmp_path, {DSA_IDX: (old, new)})

@@ -57,7 +57,8 @@ def test_mutated_wheel_breaks_the_v4_contract(tmp_path, old, new, where):
     mod = "sglang/srt/layers/attention/dsv4/" + ("indexer.py" if where == "forward_c4_indexer" else "compressor_v2.py")
     text = (tree / mod).read_text()
     if old == "c4_indexer_kv_cache.shape[0], 64, 1, head_dim_with_sf":
-        old, new = "head_dim_with_sf = 68 if use_fp4_indexer else 132", "head_dim_with_sf = 68 if use_fp4_indexer else 136"
+        old, new = ("head_dim_with_sf = 68 if use_fp4_indexer else 132",
+                    "head_dim_with_sf = 68 if use_fp4_indexer else 136")
     assert old in text
     (tree / mod).write_text(text.replace(old, new))
     report = check_contract(AstSource(tree), points_for("bf16"))

@@ -56,7 +56,8 @@ def sparse_attention_kernel(
         idx = tl.load(idx_row + n, mask=n < K, other=-1)
         valid = idx >= 0
         rows = tl.where(valid, idx, 0).to(tl.int64)
-        k = tl.load(k_base + rows[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)  # [BLOCK_N, D]
+        # [BLOCK_N, D]
+        k = tl.load(k_base + rows[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)
         s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                          # [BLOCK_G, BLOCK_N]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))

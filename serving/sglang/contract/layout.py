@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from niah.serving.sglang.contract.sites import LAYOUT_SCOPE, ROW_NUMBERS, ROW_WIDTH, Site, _enclosing, _LAYOUT_TEXT, _scopes
+from niah.serving.sglang.contract.sites import (LAYOUT_SCOPE, ROW_NUMBERS, ROW_WIDTH, Site, _enclosing, _LAYOUT_TEXT,
+                                                _scopes)
 from niah.serving.sglang.contract.sources import ContractImportError
 
 
