@@ -295,7 +295,8 @@ def test_every_snippet_of_docs_ci_parses_and_names_real_options(workflow):
     root = typer.main.get_command(app)
     def runs(node) -> list[str]:  # the `run:` scripts of a parsed YAML block
         if isinstance(node, dict):
-            return [v for k, v in node.items() if k == "run" and isinstance(v, str)] + [r for v in node.values() for r in runs(v)]
+            return ([v for k, v in node.items() if k == "run" and isinstance(v, str)]
+                    + [r for v in node.values() for r in runs(v)])
         return [r for v in node for r in runs(v)] if isinstance(node, list) else []
 
     scripts = [r for block in _blocks("yaml") for r in runs(yaml.safe_load(block))] + runs(workflow)
