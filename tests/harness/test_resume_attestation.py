@@ -91,12 +91,14 @@ def test_sigterm_keeps_trials_says_how_to_resume_and_the_resumed_run_gates_pass(
 
 
 def test_a_server_restarted_with_another_index_topk_is_refused_naming_the_axis(tmp_path):
-    srv = OracleServer(*attesting(128, "--delay", "0.3"))
+    # 1 s a reply: the sweep cannot finish its 8 trials before the signal after the second
+    srv = OracleServer(*attesting(128, "--delay", "1.0"))
     port = srv.port
     matrix, run = topk_matrix(tmp_path, port), tmp_path / "run"
     try:
         proc = start_sweep("--matrix", str(matrix), *GRID, "--out", str(run))
-        interrupt(proc, run, signal.SIGTERM)
+        _, err = interrupt(proc, run, signal.SIGTERM)
+        assert proc.returncode == 143 and len(read_trials(run)) < 8, err  # interrupted, trials left
     finally:
         srv.stop()
     srv = OracleServer("--port", str(port), *attesting(512))  # the "same" server, restarted with top-k 512
