@@ -27,6 +27,10 @@ KERNEL_OWNERS = ("niah", "sglang", "deep_gemm", "torch", "flashinfer")
 FIELD = "niah_attestation"  # the key under which servers report their record
 FP8_PATHS = ("store", "prefill_logits", "decode_logits")
 KINDS = ("eager", "captured", "replayed")  # how a call was seen
+# Facts that are measurements, not what the server is: they change between readings by
+# nature (peak GPU memory per prompt length, the memory taken before the first request),
+# so they are never compared across readings (niah.attestation.rules).
+MEASURED_FACTS = ("peak_gpu_bytes", "base_gpu_bytes")
 
 
 def derive(calls: dict, index_dtype: str | None) -> dict:

@@ -47,7 +47,7 @@ INVALID or UNATTESTED, and why; report, compare and gate all use it. Pure functi
 
 from __future__ import annotations
 
-from niah.attestation.format import add_calls
+from niah.attestation.format import MEASURED_FACTS, add_calls
 from niah.axes import stated_labels
 
 VALID, INVALID, UNATTESTED = "valid", "INVALID", "unattested"
@@ -155,7 +155,8 @@ def _identity(a: dict) -> dict:
     if a.get("pool_bytes_per_token") is not None:  # known once a key was stored
         out["pool_bytes_per_token"] = a["pool_bytes_per_token"]
     for k, v in (a.get("facts") or {}).items():
-        out.setdefault(k, v)
+        if k not in MEASURED_FACTS:
+            out.setdefault(k, v)
     return out
 
 

@@ -187,3 +187,21 @@ def test_an_interrupted_sweep_of_niah_serve_resumes_valid_and_gates_pass(tmp_pat
     assert "INVALID" not in done.stderr
     gate = niah("gate", "--baseline", str(run), "--candidate", str(run))
     assert gate.returncode == 0, gate.stdout + gate.stderr
+
+
+def test_measured_facts_may_change_between_readings_what_the_server_is_may_not():
+    """The committed H200 run: its GPU server reports peak memory per prompt length as facts,
+    which grow during a sweep; every arm stays valid. The same run with index_topk changed in
+    its end reading is INVALID, naming the axis."""
+    import copy
+
+    from niah.attestation import INVALID, VALID, status
+
+    configs = read_manifest(ROOT / "results" / "h200-seed-sweep")["configs"]
+    for name, entry in configs.items():
+        assert status(entry)[0] == VALID, (name, status(entry))
+    entry = copy.deepcopy(configs["fp8-k512"])
+    end = entry["attestation"]["segments"][-1]["end"]["attestation"]
+    end["facts"]["index_topk"] = 1024
+    state, reason = status(entry)
+    assert state == INVALID and "index_topk 512 -> 1024" in reason, reason
