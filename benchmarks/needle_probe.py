@@ -54,7 +54,8 @@ def main() -> None:
 
     from niah.serving.embedded.dsa import DSA
     from niah.serving.embedded.generate import generate
-    from niah.serving.embedded.server import Engine, ServeConfig, _token_span
+    from niah.serving.embedded.api import _token_span
+    from niah.serving.embedded.server import Engine, ServeConfig
 
     engine = Engine(ServeConfig("dense"))
     hay = haystack_text()

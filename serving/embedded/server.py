@@ -32,8 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from niah.serving.embedded import weights
-from niah.serving.embedded.api import (  # noqa: F401 - _token_span: re-exported for benchmarks
-    ApiError, Prepared, _token_span, parse_body, prepare, tokenize_text)
+from niah.serving.embedded.api import ApiError, Prepared, parse_body, prepare, tokenize_text
 from niah.serving.embedded.device import build_model, warm_up
 from niah.serving.embedded.lifecycle import Job, Jobs
 from niah.serving.sglang import attest
