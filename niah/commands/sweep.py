@@ -169,8 +169,14 @@ def sweep(
                                  help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak "
                                       "/ hallucinated)."),
     dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="With --matrix: print each configuration's exact command and environment; start "
-                                      "nothing."),
+                                 help="With --matrix: print each configuration's exact command and environment (and "
+                                      "the job scripts of a slurm executor); start nothing."),
+    executor: Optional[str] = typer.Option(None, "--executor",
+                                           help="With --matrix: local | slurm, over the file's [executor] table "
+                                                "(docs/matrix.md)."),
+    executor_set: list[str] = typer.Option([], "--executor-set",
+                                           help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
+                                                "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
     **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -191,13 +197,17 @@ def sweep(
     from niah.sweep import Target, run_sweep
 
     _refuse_ignored(ctx, matrix, prompts)
+    if matrix is None and (executor is not None or executor_set):
+        from niah.errors import BadInput
+
+        raise BadInput("--executor and --executor-set need --matrix")
     if dry_run:
         from niah.errors import BadInput
         from niah.serving.matrix.commands import print_matrix_commands
 
         if matrix is None:
             raise BadInput("--dry-run needs --matrix")
-        print_matrix_commands(matrix)
+        print_matrix_commands(matrix, executor=_executor(matrix, executor, executor_set), out=out)
         return
     if resume:  # before any probe: a mistyped folder is refused at once, never started afresh
         from niah.errors import BadInput
@@ -236,7 +246,8 @@ def sweep(
             if matrix is not None:
                 from niah.serving.matrix import run_matrix
 
-                run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config)
+                run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config,
+                           executor=_executor(matrix, executor, executor_set))
             else:
                 target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
                 run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
@@ -250,6 +261,14 @@ def sweep(
         print(f"niah: {errored} of {total} trial(s) got no answer (outcome error: see the run's trials.jsonl); "
               f"exit 1. Retry them with: {resume_command(sys.argv[1:], out)}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def _executor(matrix: Path, kind: Optional[str], pairs: list[str]):
+    """The matrix file's [executor] table with --executor / --executor-set over it."""
+    from niah.serving.matrix import load_matrix
+    from niah.serving.matrix.executor import override
+
+    return override(load_matrix(matrix).executor, kind, pairs)
 
 
 def resume_command(argv: list[str], out: Path) -> str:

@@ -19,6 +19,7 @@ from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
 from niah.redact import redact_argv, redact_env
 from niah.serving.launch import HOST
+from niah.serving.matrix.backends import print_jobs
 from niah.serving.matrix.keys import PORT_PLACEHOLDER
 from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
 from niah.serving.sglang import refusals
@@ -214,11 +215,13 @@ def describe_difference(d: dict[str, Any]) -> str:
     return f"{n} difference{'s' if n != 1 else ''}: {'; '.join(parts)}" if parts else "nothing"
 
 
-def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
+def print_matrix_commands(matrix_path: Path | str, file=None, executor=None, out: Path | str | None = None) -> None:
     """The dry run: each configuration's exact command line and environment, then what
-    differs between the arms of each axis."""
+    differs between the arms of each axis; with a spread `executor` (default: the file's),
+    the jobs it would run into `out` (serving/matrix/backends.py `print_jobs`)."""
     file = file or sys.stdout
     matrix = load_matrix(matrix_path)
+    executor = executor or matrix.executor
     rows = matrix_commands(matrix)
     print(f"# {len(rows)} configuration(s) from {matrix_path}; "
           f"{PORT_PLACEHOLDER} is a free loopback port chosen at launch", file=file)
@@ -240,3 +243,5 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
         print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
     for d in diffs:
         print(f"# {d['axis']}: {d['a']} -> {d['b']}: {describe_difference(d)}", file=file)
+    if executor.spread:
+        print_jobs(matrix, executor, Path(out) if out is not None else Path("RUN"), file)

@@ -97,10 +97,18 @@ def _jsonable(v):
 
 
 def run_matrix(matrix_path: Path | str, spec: SweepSpec, out: Path | str, resume: bool = False, progress=None,
-               force_config: bool = False) -> Path:
+               force_config: bool = False, executor=None) -> Path:
     """Sweep every configuration of the matrix file on identical prompts into one run
-    folder; `progress` is a niah.sweep.progress.SweepProgress or None."""
-    return sweep_matrix(load_matrix(matrix_path), spec, Path(out), resume, progress, force_config)
+    folder; `progress` is a niah.sweep.progress.SweepProgress or None. `executor`
+    (serving/matrix/executor.py; default: the file's [executor] table) says where: here one
+    server at a time, or as jobs at once (serving/matrix/spread.py)."""
+    matrix = load_matrix(matrix_path)
+    executor = executor or matrix.executor
+    if executor.spread:
+        from niah.serving.matrix.spread import spread_matrix  # noqa: PLC0415 (it builds on this module)
+
+        return spread_matrix(matrix, spec, Path(out), executor, resume, progress, force_config)
+    return sweep_matrix(matrix, spec, Path(out), resume, progress, force_config)
 
 
 def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = False, progress=None,
