@@ -29,7 +29,7 @@ from niah.runs.manifest import MANIFEST, change_manifest, read_manifest, record_
 from niah.runs.record import error_record
 from niah.serving.launch import ServerProcess
 from niah.serving.matrix.commands import arm_of, axis_differences, matrix_commands, server_command
-from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
+from niah.serving.matrix.parse import Matrix, MatrixConfig
 from niah.sweep import SweepSpec, Target, check_spec, prepare_target
 from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, orchestrate, say
@@ -94,21 +94,6 @@ def _check_unchanged(out: Path, matrix: Matrix) -> None:
 
 def _jsonable(v):
     return json.loads(json.dumps(v))
-
-
-def run_matrix(matrix_path: Path | str, spec: SweepSpec, out: Path | str, resume: bool = False, progress=None,
-               force_config: bool = False, executor=None) -> Path:
-    """Sweep every configuration of the matrix file on identical prompts into one run
-    folder; `progress` is a niah.sweep.progress.SweepProgress or None. `executor`
-    (serving/matrix/executor.py; default: the file's [executor] table) says where: here one
-    server at a time, or as jobs at once (serving/matrix/spread.py)."""
-    matrix = load_matrix(matrix_path)
-    executor = executor or matrix.executor
-    if executor.spread:
-        from niah.serving.matrix.spread import spread_matrix  # noqa: PLC0415 (it builds on this module)
-
-        return spread_matrix(matrix, spec, Path(out), executor, resume, progress, force_config)
-    return sweep_matrix(matrix, spec, Path(out), resume, progress, force_config)
 
 
 def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = False, progress=None,

@@ -36,15 +36,29 @@ from niah.runs.manifest import change_manifest, read_manifest, update_config
 from niah.runs.record import now
 from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
 from niah.serving.matrix.executor import Executor
-from niah.serving.matrix.parse import Matrix, MatrixConfig
+from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
 from niah.serving.matrix.parts import merge_part, part_dir, read_status, write_job_spec
-from niah.serving.matrix.run import _check_unchanged, _MatrixRun, manifest_matrix, record_errors, remember_secrets
+from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, manifest_matrix, record_errors, remember_secrets,
+                                     sweep_matrix)
 from niah.sweep import SweepSpec, check_spec
 from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, say
 from niah.sweep.run import pending_trials
 
 STATUS = {"CANCELLED": "cancelled", "TIMEOUT": "timed out", "DEADLINE": "timed out", "PREEMPTED": "preempted"}
+
+
+def run_matrix(matrix_path: Path | str, spec: SweepSpec, out: Path | str, resume: bool = False, progress=None,
+               force_config: bool = False, executor: Executor | None = None) -> Path:
+    """Sweep every configuration of the matrix file on identical prompts into one run
+    folder; `progress` is a niah.sweep.progress.SweepProgress or None. `executor`
+    (serving/matrix/executor.py; default: the file's [executor] table) says where: here,
+    one server at a time (serving/matrix/run.py), or as jobs at once (below)."""
+    matrix = load_matrix(matrix_path)
+    executor = executor or matrix.executor
+    if executor.spread:
+        return spread_matrix(matrix, spec, Path(out), executor, resume, progress, force_config)
+    return sweep_matrix(matrix, spec, Path(out), resume, progress, force_config)
 
 
 def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor, resume: bool = False,
