@@ -34,6 +34,7 @@ from niah.redact import redact_settings
 from niah.runs.folder import start_run
 from niah.runs.manifest import change_manifest, read_manifest, update_config
 from niah.runs.record import now
+from niah.serving.launch import cause_from_log, log_tail
 from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
@@ -174,7 +175,8 @@ class _Coordinator:
         changes = {"ended": now(), "host": status.get("host"), "gpus": status.get("gpus") or self.gpus(job_id)}
         ok = info.state == "COMPLETED" and status.get("exit") == 0
         if not ok:
-            cause = cause or describe(self.backend.tool, job_id, info, status)
+            cause = cause or describe(self.backend.tool, job_id, info, status,
+                                      part_dir(self.out, cfg.name) / JOB_OUTPUT)
             changes["cause"] = cause
         self.record_job(cfg.name, changes)
         if ok:
@@ -208,12 +210,12 @@ class _Coordinator:
             update_config(self.out, cfg.name, lambda e: {"status": "cancelled", "cause": cause})
 
 
-def describe(tool: str, job_id: str, info: JobInfo, status: dict) -> str:
-    """One line: why a job did not complete."""
+def describe(tool: str, job_id: str, info: JobInfo, status: dict, output: Path | None = None) -> str:
+    """One line: why a job did not complete (the job's own error, else its output's telling line)."""
     head = f"{tool} job {job_id} {info.state}"
     if info.state == "TIMEOUT":
         return f"{head}: reached its time limit" + (f" ({info.time_limit})" if info.time_limit else "")
-    why = status.get("error")
+    why = status.get("error") or (cause_from_log(log_tail(output)) if output is not None else None)
     if info.state == "CANCELLED":
         return head + (f" ({info.reason})" if info.reason else " (scancel, or the cluster cancelled it)")
     bits = [b for b in (info.reason, f"exit code {info.exit_code}" if info.exit_code else None, why) if b]
