@@ -244,4 +244,4 @@ def print_matrix_commands(matrix_path: Path | str, file=None, executor=None, out
     for d in diffs:
         print(f"# {d['axis']}: {d['a']} -> {d['b']}: {describe_difference(d)}", file=file)
     if executor.spread:
-        print_jobs(matrix, executor, Path(out) if out is not None else Path("RUN"), file)
+        print_jobs(matrix, executor, Path(out) if out is not None else Path("results") / "<timestamp>", file)

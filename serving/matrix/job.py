@@ -47,7 +47,8 @@ def run_job(path: Path | str) -> int:
             if not cfgs:
                 raise BadInput(f"{job['matrix']} has no configuration {job['config']!r} any more")
             spec = SweepSpec(**job["spec"])
-            sweep_matrix(Matrix(matrix.path, cfgs), spec, part, resume=(part / MANIFEST).is_file())
+            sweep_matrix(Matrix(matrix.path, cfgs), spec, part, resume=(part / MANIFEST).is_file(),
+                         force_config=bool(job.get("force_config")))
     except KeyboardInterrupt as e:
         name = str(e.args[0]) if e.args else "SIGINT"
         code, error = EXIT_ON_SIGNAL.get(name, 130), f"interrupted ({name})"

@@ -42,11 +42,11 @@ def part_dir(out: Path, name: str) -> Path:
     return Path(out) / PARTS / name
 
 
-def write_job_spec(out: Path, name: str, matrix_path: Path, spec) -> Path:
+def write_job_spec(out: Path, name: str, matrix_path: Path, spec, force_config: bool = False) -> Path:
     """RUN/parts/<name>/job.json: what the job runs (absolute paths: it may run elsewhere)."""
     part = part_dir(out, name)
     part.mkdir(parents=True, exist_ok=True)
-    data = job_spec(out, name, matrix_path, spec)
+    data = {**job_spec(out, name, matrix_path, spec), "force_config": force_config}
     _write_json(part / JOB_SPEC, data)
     return part / JOB_SPEC
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from niah.attestation import open_segment
+from niah.errors import BadInput
 from niah.redact import redact_settings
 from niah.runs.folder import start_run
 from niah.runs.manifest import change_manifest, read_manifest, update_config
@@ -38,7 +39,7 @@ from niah.serving.launch import cause_from_log, log_tail
 from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
-from niah.serving.matrix.parts import merge_part, part_dir, read_status, write_job_spec
+from niah.serving.matrix.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
 from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, manifest_matrix, record_errors, remember_secrets,
                                      sweep_matrix)
 from niah.sweep import SweepSpec, check_spec
@@ -71,6 +72,9 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
     remember_secrets(matrix)
     if resume and not force_config:
         _check_unchanged(out, matrix)
+    if not resume and (out / PARTS).is_dir() and any((out / PARTS).iterdir()):
+        raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
+                       "or choose another --out")
     backend = make_backend(executor, out, job_gpus(matrix))  # bad GPU settings fail before the folder changes
     store = start_run(out, spec, resume)
     try:
@@ -122,7 +126,7 @@ class _Coordinator:
             say(f"{cfg.name}: every trial is already in the run folder; not submitted")
             return
         part = part_dir(self.out, cfg.name)
-        write_job_spec(self.out, cfg.name, self.matrix.path, self.spec)
+        write_job_spec(self.out, cfg.name, self.matrix.path, self.spec, self.local.force)
         base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": redact_settings(cfg.settings),
                 "log": str(part.resolve() / "logs" / f"{cfg.name}.log")}
         update_config(self.out, cfg.name, lambda e: {**base, "status": "submitted", "cause": None})
@@ -215,7 +219,8 @@ def describe(tool: str, job_id: str, info: JobInfo, status: dict, output: Path |
     head = f"{tool} job {job_id} {info.state}"
     if info.state == "TIMEOUT":
         return f"{head}: reached its time limit" + (f" ({info.time_limit})" if info.time_limit else "")
-    why = status.get("error") or (cause_from_log(log_tail(output)) if output is not None else None)
+    tail = log_tail(output, 5) if output is not None and not status.get("error") else []
+    why = status.get("error") or cause_from_log(tail) or (tail[-1][:300] if tail else None)
     if info.state == "CANCELLED":
         return head + (f" ({info.reason})" if info.reason else " (scancel, or the cluster cancelled it)")
     bits = [b for b in (info.reason, f"exit code {info.exit_code}" if info.exit_code else None, why) if b]
