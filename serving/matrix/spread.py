@@ -114,14 +114,16 @@ class _Coordinator:
     def start(self, cfg: MatrixConfig) -> None:
         entry = (read_manifest(self.out).get("configs") or {}).get(cfg.name) or {}
         old = entry.get("job") or {}
-        if old.get("executor") == self.backend.tool == "slurm" and old.get("state") in (None, "PENDING", "RUNNING") \
-                and old.get("id"):
-            self.backend.adopt(old["id"], cfg.name)
+        if old.get("executor") == self.backend.tool == "slurm" and old.get("id") and "ended" not in old:
+            self.backend.adopt(old["id"], cfg.name)  # an earlier niah submitted it and did not see it end
             info = self.backend.poll([old["id"]]).get(old["id"])
             if info is not None and info.active:
                 say(f"{cfg.name}: slurm job {old['id']} (submitted by an earlier niah) is {info.state}; waiting for it")
                 self.active[old["id"]] = cfg
                 return
+            if info is not None:  # it ended meanwhile: its part was merged above
+                self.record_job(cfg.name, {"state": info.state, "reason": info.reason, "nodes": info.nodes,
+                                           "exit_code": info.exit_code, "ended": now()})
         if not pending_trials(cfg.name, self.spec, self.store.done) and not open_segment(entry):
             say(f"{cfg.name}: every trial is already in the run folder; not submitted")
             return
