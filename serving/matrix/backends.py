@@ -80,6 +80,13 @@ class SlurmBackend:
         self.gpus = gpus or {}  # per configuration, where the table does not say (an SGLang arm's tp)
         self.names: dict[str, str] = {}
 
+    def check(self) -> None:
+        """BadInput unless Slurm's commands are here (before the run folder changes)."""
+        missing = [c for c in ("sbatch", "scontrol", "scancel") if shutil.which(c) is None]
+        if missing:
+            raise BadInput(f"executor slurm: {', '.join(missing)} not on PATH (run niah where Slurm's commands are; "
+                           "--dry-run prints the job scripts anywhere)")
+
     def job_script(self, name: str) -> str:
         s, part = self.settings, part_dir(self.out, name).resolve()
         opts = [f"--job-name=niah-{name}", f"--output={part / JOB_OUTPUT}", "--open-mode=append",
@@ -158,6 +165,9 @@ class LocalBackend:
         self.queue: list[str] = []  # job ids waiting for a GPU set, in submission order
         self.jobs: dict[str, dict] = {}  # id -> {name, proc, slot, state}
         self.n = 0
+
+    def check(self) -> None:
+        pass
 
     def submit(self, name: str) -> str:
         self.n += 1

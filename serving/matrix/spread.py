@@ -76,6 +76,7 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
         raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
                        "or choose another --out")
     backend = make_backend(executor, out, job_gpus(matrix))  # bad GPU settings fail before the folder changes
+    backend.check()
     store = start_run(out, spec, resume)
     try:
         manifest_matrix(out, matrix)
