@@ -106,7 +106,7 @@ ARMS: dict[str, dict[str, str]] = {
         "launcher": SGLANG_MODULE, "plugin": "not loaded (NIAH_* variables removed)",
         "index_keys": "MXFP4 (e2m1 codes + one ue8m0 exponent per 32 values), 68 B/token, written by SGLang "
                       f"(DeepSeek-V4's {FP4_FLAG}; SGLang accepts it on SM100, SM120 and gfx95 only)",
-        "query": "fp4, SGLang's (rotated, then quantised as the keys are)", "logits": "SGLang's (DeepGEMM's "
+        "query": "fp4, SGLang's (rotated, then quantised to MXFP4)", "logits": "SGLang's (DeepGEMM's "
         "fp8_fp4_paged_mqa_logits)", "top_k": "SGLang's",
         "paths": f"SGLang's defaults plus {FP4_FLAG}: the fp8/stock command with that one flag added"},
     "fp8/niah": {
