@@ -23,6 +23,7 @@ from niah.serving.matrix.backends import print_jobs
 from niah.serving.matrix.keys import PORT_PLACEHOLDER
 from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
 from niah.serving.sglang import refusals
+from niah.serving.sglang.arms import default_kernels
 from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
 from niah.serving.sglang.refusals import parser_status
 
@@ -58,7 +59,7 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
         argv, env = build_sglang_command(launch)
         merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
         override = {} if launch.index_topk is None else {"index_topk": launch.index_topk}
-        refusals.check_command(argv, merged, override)  # where SGLang's parser is importable
+        refusals.check_command(argv, merged, override, launch.index_dtype)  # where SGLang's parser is importable
     except BadInput as e:
         raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
     return _with_placeholder(argv, port), env
@@ -112,7 +113,7 @@ def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
         return None
 
     dtype = cfg.settings.get("index_dtype", "fp8")
-    kernels = cfg.settings.get("kernels") or ("niah" if dtype == "bf16" else "stock")
+    kernels = cfg.settings.get("kernels") or default_kernels(dtype)
     return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
 
 

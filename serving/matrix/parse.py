@@ -161,7 +161,7 @@ def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixC
         name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
         settings = {**base, **point}
         if _impossible(engine, settings):
-            continue  # bf16 keys run on niah's kernels: no bf16/stock arm
+            continue  # bf16 keys run on niah's kernels, fp4 keys on SGLang's: no bf16/stock or fp4/niah arm
         _check_required(settings, engine, lines.of("axes"), fail)
         if engine == "command":
             _check_placeholders(settings, lines.of("", "command"), fail)
@@ -188,14 +188,22 @@ def _listed(explicit: list, defaults: dict, lines: TomlLines, fail) -> list[Matr
         settings = _check_settings(merged, section, lines, fail, partial=False, own=set(entry))
         engine = settings.pop("engine")
         if _impossible(engine, settings):
-            raise fail(lines.of(section, "kernels"), "sglang: bf16 index keys run on kernels = \"niah\", not stock")
+            raise fail(lines.of(section, "kernels"), _impossible(engine, settings))
         axes_of = {k: entry[k] for k in AXIS_KEYS if k in entry}
         configs.append(MatrixConfig(name, engine, settings, axes_of, line))
     return configs
 
 
-def _impossible(engine: str, settings: dict[str, Any]) -> bool:
-    return engine == "sglang" and settings.get("index_dtype") == "bf16" and settings.get("kernels") == "stock"
+def _impossible(engine: str, settings: dict[str, Any]) -> str | None:
+    """Why an SGLang arm cannot exist (bf16 keys on stock kernels, fp4 keys on niah's), or None."""
+    if engine != "sglang":
+        return None
+    dtype, kernels = settings.get("index_dtype"), settings.get("kernels")
+    if dtype == "bf16" and kernels == "stock":
+        return "sglang: bf16 index keys run on kernels = \"niah\", not stock"
+    if dtype == "fp4" and kernels == "niah":
+        return "sglang: fp4 index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
+    return None
 
 
 def _check_engine(engine: Any, line: int, fail, hint: str = "") -> None:

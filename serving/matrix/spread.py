@@ -40,8 +40,8 @@ from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gp
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
 from niah.serving.matrix.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
-from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, manifest_matrix, record_errors, remember_secrets,
-                                     sweep_matrix)
+from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_fp4_platform, manifest_matrix, record_errors,
+                                     remember_secrets, sweep_matrix)
 from niah.sweep import SweepSpec, check_spec
 from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, say
@@ -67,6 +67,7 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
                   progress=None, force_config: bool = False) -> Path:
     """Run every configuration of `matrix` as a job of `executor` into the run folder `out`."""
     check_spec(spec)
+    check_fp4_platform(matrix)
     out = Path(out)
     prompt_set = load_prompt_set(spec)
     remember_secrets(matrix)
