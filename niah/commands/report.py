@@ -100,6 +100,9 @@ def compare_cmd(
     alpha: float = typer.Option(0.05, help="Significance level."),
     by_depth: bool = typer.Option(False, "--by-depth", help="Also compare every (length, depth) cell."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables to this file."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print one JSON object (schema niah.compare/1, docs/json.md) instead of the "
+                                       "tables; --markdown still writes them."),
     accept_unattested: bool = typer.Option(False, "--accept-unattested",
                                            help="Compare configurations whose labels (index_dtype, kernels, attention, "
                                                 "index_topk, window) their server does not attest, on the labels' word "
@@ -113,7 +116,9 @@ def compare_cmd(
 
     Per length and overall: recall of each side, B - A, McNemar's exact test on trials
     that saw the same prompt, and a verdict. Runs whose prompts do not pair are compared
-    unpaired (two-proportion) and the output says so.
+    unpaired (two-proportion) and the output says so. With --json: the same as one JSON
+    object whose `verdict` is the overall row's (B worse, B better, no significant
+    difference, no data).
     """
     from niah.errors import BadInput
     from niah.report.baseline import load_side
@@ -158,10 +163,21 @@ def compare_cmd(
     text += "".join(f"- attestation: {n}\n" for n in notes) + ("\n" if notes else "")
     text += rows_markdown(rows, name_a, name_b)
     text += rank_section(da, db, name_a, name_b, alpha)
+    cells = None
     if by_depth:
         cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
         text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")
-    typer.echo(text)
+    if json_out:
+        from niah.report import jsonout
+        from niah.report.ranks import fidelity_row, rank_compare, rank_pairs
+
+        ranks = rank_compare(da, db, alpha)
+        fid = fidelity_row(rank_pairs(da, db)) if any(r.n for r in ranks) else None
+        typer.echo(jsonout.dumps(jsonout.compare_json(
+            {"run": str(run_a), "config": ca}, {"run": str(run_b or run_a), "config": cb}, alpha, method, notes,
+            rows, ranks, fid, cells)))
+    else:
+        typer.echo(text)
     if markdown:
         from niah.errors import write_output
 

@@ -353,10 +353,11 @@ def prompt(
 @app.command()
 def export(
     run: Path = typer.Argument(..., help="A run folder."),
-    format: str = typer.Option("csv", "--format", "-f", help="csv or parquet."),
+    format: str = typer.Option("csv", "--format", "-f", help="csv, parquet or json."),
     out: Optional[Path] = typer.Option(None, help="Output file (default: RUN/trials.<format>)."),
 ) -> None:
-    """Write a run's trials as one table (CSV or parquet, through pandas)."""
+    """Write a run's trials as one table (CSV or parquet, through pandas) or one JSON array
+    of the records as trials.jsonl holds them."""
     from niah.runs.export import export_run
 
     path = export_run(run, format, out)
