@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from niah.client import BODY_CHARS, api_url, root_url
+from niah.client import BODY_CHARS, api_url, pass_through_record, request_headers, root_url
 from niah.errors import BadInput, ServerError, one_line
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
@@ -89,6 +89,8 @@ class PreparedTarget:
             "indexer_probe": self.indexer_probe,
             "index_topk": self.index_topk,
         }
+        if (passed := pass_through_record()) is not None:  # --header / --extra-body (secret values masked)
+            info["request"] = passed
         if tok is None:  # a frozen prompt set: counted when it was built
             info.update(tokenizer=",".join(self.prompts.tokenizers), tokenizer_exact=None,
                         prompts=str(self.prompts.path))
@@ -160,8 +162,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
 
 def _probe(endpoint: str, api_key: str | None) -> tuple[dict, Any]:
     """GET /v1/models (BadInput when it fails) and /server_info (None when absent)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(timeout=30.0, headers=headers) as client:
+    with httpx.Client(timeout=30.0, headers=request_headers(api_key)) as client:
         try:
             r = client.get(endpoint + "/models")
         except httpx.HTTPError as e:
