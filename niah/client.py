@@ -14,9 +14,8 @@ the extra body fields (`request_body`, the usage-probe counter; the /tokenize co
 `chat_template_kwargs` only, the one such field /tokenize takes). A header given with
 --header wins over the bearer token of --api-key. Body fields niah sets itself (model,
 messages, prompt, max_tokens, stream, temperature, top_p, niah_*) are refused: they would
-change what is measured. `pass_through_record()` is what the manifest keeps: the extra
-body as given and the header names, with the values of secret-named headers
-(Authorization, Cookie, X-Api-Key, ...: niah.redact.is_secret_header) masked.
+change what is measured. `pass_through_state()` is (headers, body) as set; what the
+manifest keeps of it (secret header values masked) is niah.sweep.targets' business.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from typing import Any, Iterable, Iterator
 import httpx
 
 from niah.errors import BadInput, one_line
-from niah.redact import MASK, is_secret_header, remember_secret
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 BODY_CHARS = 200  # of a failed reply's body, on one line, in a trial's `error` and in messages
@@ -73,8 +71,7 @@ def parse_extra_body(text: str | None) -> dict:
 
 def parse_headers(items: Iterable[str] | None) -> dict[str, str]:
     """`--header 'X-Team: ml' --header 'Authorization: Basic abc'` -> {name: value}; BadInput
-    for an item without `NAME:` or with a name HTTP does not allow. Secret values are
-    remembered (niah.redact) so no recorded text holds them."""
+    for an item without `NAME:` or with a name HTTP does not allow."""
     out: dict[str, str] = {}
     for item in items or ():
         name, sep, value = str(item).partition(":")
@@ -83,9 +80,6 @@ def parse_headers(items: Iterable[str] | None) -> dict[str, str]:
             raise BadInput(f"--header {item!r} is not NAME:VALUE (e.g. --header 'X-Team: ml')")
         if "\n" in value or "\r" in value:
             raise BadInput(f"--header {name}: its value holds a line break")
-        if is_secret_header(name):
-            remember_secret(value)
-            remember_secret(value.split(None, 1)[-1])  # "Basic abc..." -> also "abc..."
         out[name] = value
     return out
 
@@ -122,12 +116,9 @@ def template_fields() -> dict:
     return {"chat_template_kwargs": b["chat_template_kwargs"]} if "chat_template_kwargs" in b else {}
 
 
-def pass_through_record() -> dict | None:
-    """What the manifest records of the pass-through (None when there is none)."""
-    h, b = _PASS["headers"], _PASS["body"]
-    if not (h or b):
-        return None
-    return {"headers": {k: MASK if is_secret_header(k) else v for k, v in h.items()}, "extra_body": extra_body()}
+def pass_through_state() -> tuple[dict[str, str], dict]:
+    """(headers, body) of the pass-through now in force (copies; both empty outside one)."""
+    return dict(_PASS["headers"]), extra_body()
 
 
 @dataclass

@@ -53,6 +53,20 @@ def _header_arg(value: str) -> str:
     return f"{name}: {keep}{MASK}"  # Authorization: Bearer ***
 
 
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """HTTP headers as recorded: secret-like ones' values masked, the others as they are."""
+    return {k: MASK if is_secret_header(k) else redact_text(v) for k, v in headers.items()}
+
+
+def remember_headers(headers: Mapping[str, str]) -> None:
+    """Remember the values of secret-like headers (and the credential after an auth scheme,
+    `Basic abc...` -> `abc...`), so no recorded text quotes them."""
+    for k, v in headers.items():
+        if is_secret_header(k):
+            remember_secret(v)
+            remember_secret(v.split(None, 1)[-1] if v.split() else v)
+
+
 def remember_secret(value: str | None) -> None:
     """Mask `value` wherever it appears in what this process records from now on."""
     if value:

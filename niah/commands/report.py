@@ -16,6 +16,10 @@ def report_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: RUN/report]."),
     svg: bool = typer.Option(False, "--svg", help="Write SVG instead of PNG."),
     alpha: float = typer.Option(0.05, help="Significance level of the difference heatmaps."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline",
+                                            help="A baseline (exported .json or run folder): the headline gives each "
+                                                 "configuration PASS / REGRESSION / OUTAGE against it, as niah gate "
+                                                 "would [default: against the run's dense control, where it has one]."),
 ) -> None:
     """Draw a run's heatmaps, comparisons, summary.md and index.html into RUN/report/.
 
@@ -25,10 +29,12 @@ def report_cmd(
     them, the failure taxonomy, latency/TTFT medians and the length check. index.html is
     all of it in one self-contained page (figures inside, no network), with the attestation
     of each configuration and a table of every trial to filter: open it in any browser.
+    Both open with a headline per configuration: recall by length, where it drops, and
+    PASS / REGRESSION / OUTAGE against --baseline or the run's dense control.
     """
     from niah.report.render import render_report
 
-    rep = render_report(run, out, svg=svg, alpha=alpha)
+    rep = render_report(run, out, svg=svg, alpha=alpha, baseline=baseline)
     if rep.problems:
         typer.echo(f"WARNING: {run} has {len(rep.problems)} integrity problem(s); compare and gate refuse it:")
     for line in rep.problems:

@@ -138,13 +138,15 @@ def test_headers_and_extra_body_reach_the_server_on_every_request_and_secret_val
 
 
 def test_header_redaction_rules():
-    from niah.client import parse_headers, pass_through, pass_through_record, request_headers
-    from niah.redact import is_secret_header
+    from niah.client import parse_headers, pass_through, request_headers
+    from niah.redact import is_secret_header, remember_headers
+    from niah.sweep.targets import pass_through_record
 
     assert [n for n in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "api-key", "X-Auth-Token",
                         "X-Team", "Accept", "X-Request-Id", "Keep-Alive") if is_secret_header(n)] == \
         ["Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "api-key", "X-Auth-Token"]
     headers = parse_headers(["Authorization: Basic dXNlcjpwYXNzd29yZA==", "X-Team: ml"])
+    remember_headers(headers)  # as the command line does, once parsed
     with pass_through(headers, {"seed": 1}):
         # a pass-through Authorization replaces the bearer token of --api-key
         assert request_headers("sk-from-flag") == headers
