@@ -13,6 +13,9 @@ One `Headline` per configuration, in the report's order:
   configuration), else the run's own dense control (a sparse configuration against the
   dense one, as the paired comparisons pair them). The control itself, and a configuration
   with neither, gets no verdict ("no baseline") unless it is an outage on its own;
+- **lengths at or below k**: a sparse configuration's lengths no longer than its index_topk
+  keep every token, so they do not exercise the indexer; the card marks them, and says so
+  when every length is one;
 - **small sample**: when the fewest answered trials at any length is below what detecting
   a 10-point drop from 95% recall needs (niah.report.stats.trials_needed, paired with
   independent errors, at `alpha` and 80% power), a flag with the `niah plan` command to run.
@@ -57,6 +60,20 @@ class Headline:
     failing: list[str] = field(default_factory=list)  # "4K: recall 100% -> 50% ..." per failed length
     small: str | None = None  # the small-sample flag
     attestation: str = ""  # valid | INVALID | unattested
+    topk: int | None = None  # the configuration's index_topk (None: dense or unknown)
+
+    @property
+    def below_k(self) -> str | None:
+        """A word on the lengths at or below k, or None."""
+        if not self.topk:
+            return None
+        low = [x.length for x in self.lengths if x.length <= self.topk]
+        if not low:
+            return None
+        if len(low) == len(self.lengths):
+            return f"every length is at or below k = {self.topk}: every token is kept, the indexer is not tested"
+        return (f"{', '.join(style.fmt_len(L) for L in low)} at or below k = {self.topk}: every token kept there, "
+                "the indexer not tested")
 
 
 def _pct(x: float) -> str:
@@ -124,7 +141,7 @@ def own_outage(df, max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
 
 
 def headlines(df, infos: dict, pairs: list[tuple[str, str, str]], states: dict[str, str], depths: int,
-              alpha: float, baseline=None, run=None) -> tuple[list[Headline], list[str]]:
+              alpha: float, baseline=None, run=None, topks: dict | None = None) -> tuple[list[Headline], list[str]]:
     """The headline of each configuration in `infos`, and notes (a baseline that could not be
     used, and why). `pairs`: niah.report.data.one_axis_pairs (the dense controls); `states`:
     config -> attestation state; `baseline` (a path) with `run` (this run's folder): gate
@@ -148,7 +165,7 @@ def headlines(df, infos: dict, pairs: list[tuple[str, str, str]], states: dict[s
         d = df[df["config"] == name]
         lengths = recall_lengths(d)
         h = Headline(name, lengths, where_it_drops(lengths), attestation=states.get(name, ""),
-                     small=small_sample(lengths, depths, alpha))
+                     small=small_sample(lengths, depths, alpha), topk=(topks or {}).get(name))
         if name in gated:
             h.verdict, h.failing = gated[name]
             h.against = f"baseline `{baseline}`"
@@ -182,6 +199,8 @@ def markdown(items: list[Headline], notes: list[str]) -> str:
                            for x in h.lengths)
         out.append(f"- `{h.config}`: {verdict}. Recall {recall}; {h.drop}.")
         out += [f"  - {f}" for f in h.failing]
+        if h.below_k:
+            out.append(f"  - {h.below_k}")
         if h.small:
             out.append(f"  - ⚠ {h.small}")
     out += [f"- note: {n}" for n in notes]

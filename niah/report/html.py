@@ -136,12 +136,16 @@ def headline_card(h) -> str:
     cells = "".join(
         f'<td class="{"outage" if not x.answered else ""}">{_pct(x.recall)}<small>{x.correct}/{x.answered}'
         + (f" · {x.errors} err" if x.errors else "") + "</small></td>" for x in h.lengths)
-    heads = "".join(f"<th>{_e(style.fmt_len(x.length))}</th>" for x in h.lengths)
+    heads = "".join(f"<th>{_e(style.fmt_len(x.length))}"
+                    + ('<small title="at or below k: every token kept">≤k</small>' if h.topk and x.length <= h.topk
+                       else "") + "</th>" for x in h.lengths)
     out = [f'<article class="card card-{_e(vcls)}" data-config="{_e(h.config)}">',
            f'<h3><code>{_e(h.config)}</code> <span class="verdict v-{_e(vcls)}">{_e(verdict)}</span>{weak}</h3>',
            f'<p class="against">{_inline(against)}</p>',
            f'<table class="by-length"><tr><th>length</th>{heads}</tr><tr><th>recall</th>{cells}</tr></table>',
            f'<p class="drop">{_inline(h.drop[:1].upper() + h.drop[1:])}.</p>']
+    if h.below_k:
+        out.append(f'<p class="below-k">{_inline(h.below_k[:1].upper() + h.below_k[1:])}.</p>')
     if h.failing:
         first = h.failing[0].split(":")[0]
         more = f" and {len(h.failing) - 1} more" if len(h.failing) > 1 else ""

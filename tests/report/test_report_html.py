@@ -219,6 +219,8 @@ def test_headline_first_above_the_fold_and_readable_at_1400_px(browser, real_run
     assert verdicts["dense"] == "control" and {verdicts["k64"], verdicts["k512"]} <= {"PASS", "REGRESSION", "OUTAGE"}
     text = {s: browser.execute_script(f"return document.getElementById('{s}').innerText") for s in ids}
     assert "against dense control dense" in text["headline"]
+    k512 = browser.execute_script("return document.querySelector('#headline .card[data-config=\"k512\"]').innerText")
+    assert "400 at or below k = 512" in k512  # a length that keeps every token is named, not passed off
     assert all(w in text["terms"] for w in ("Index keys", "Top-k", "Precision", "fp8", "bf16"))
     above = "".join(text[s] for s in ids[:ids.index("attestation")])
     assert "niah." not in above and "store_roundtrip" not in above  # counters only in the detail
