@@ -25,7 +25,7 @@ import httpx
 
 from niah.attestation.format import FIELD, from_server_info
 from niah.attestation.rules import came_back_different, label_contradiction, status
-from niah.client import root_url
+from niah.client import request_headers, root_url
 
 
 # SGLang's own arguments a reading keeps: what proves a stock arm's index dtype (rules.py).
@@ -50,9 +50,8 @@ def reading_of(info: Any) -> dict:
 def read_server(endpoint: str, api_key: str | None = None) -> dict:
     """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
     base = root_url(endpoint)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(timeout=10.0, headers=headers) as client:
+        with httpx.Client(timeout=10.0, headers=request_headers(api_key)) as client:
             r = client.get(base + "/server_info")
             if r.status_code == 404:
                 r = client.get(base + "/get_server_info")
