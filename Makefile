@@ -49,11 +49,16 @@ slurm:
 	  command -v munged >/dev/null || \
 	  { $(APT) update -qq && $(APT) install -y -qq slurmctld slurmd slurm-client munge; }
 
+# pytest-xdist: four workers on two cores (much of the suite waits on servers, signals and
+# subprocesses); tests/conftest.py keeps each module, and modules sharing a session fixture,
+# on one worker, and hands out the longest first. `make test PYTEST_PARALLEL=` runs serially.
+PYTEST_PARALLEL ?= -n 4 --dist loadgroup --no-loadscope-reorder
+
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)
 test: setup browser
 	$(BIN)/ruff check .
-	NIAH_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q
+	NIAH_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 demo: setup
 	$(BIN)/python -m niah.demo

@@ -230,3 +230,37 @@ def embedded_server():
         assert code == 0, f"`niah serve {' '.join(key)}` exited {code} on SIGTERM:\n" + "".join(s.lines[-20:])
         assert any("stopped" in line for line in s.lines), "".join(s.lines[-20:])
 # ---- end embedded model servers ------------------------------------------------------------
+
+# ---- parallel runs (`make test` runs pytest-xdist: -n 4 --dist loadgroup) -----------------------
+# Each test module is one unit of work, kept on one worker, so its module fixtures are built once;
+# modules that share a session fixture (a swept run folder, a model server, the Slurm daemons) are
+# one unit together, so the fixture is built once for the run. The kernel tests share nothing and
+# go out one test at a time. Units are handed out longest first (the order below, the rest after),
+# so that no long unit starts last and alone. Without -n only the order of modules changes.
+SHARED_UNITS = {
+    "e2e/test_ci_workflow.py": "ci-job", "e2e/test_gate_selfgate.py": "ci-job",
+    "e2e/test_indexer_sweep.py": "indexer-run", "report/test_report_html.py": "indexer-run",
+    "matrix/test_slurm.py": "slurm",
+}
+LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "slurm",
+                 "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "embedded/test_embedded_dsa.py",
+                 "sglang/test_sglang_v4.py", "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py",
+                 "sglang/test_sglang_kernels.py", "matrix/test_lifecycle.py"]
+PER_TEST_FOLDERS = ("kernels/",)
+
+
+def _unit(item) -> str | None:
+    rel = _Path(str(item.fspath)).resolve().relative_to(_Path(__file__).resolve().parent).as_posix()
+    if rel.startswith(PER_TEST_FOLDERS):
+        return None
+    return SHARED_UNITS.get(rel, rel)
+
+
+def pytest_collection_modifyitems(config, items):
+    units = {id(item): _unit(item) for item in items}
+    for item in items:
+        if units[id(item)] is not None:
+            item.add_marker(_pytest.mark.xdist_group(units[id(item)]))
+    rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(units[id(item)], len(rank)))   # stable: the rest keep their order
+# ---- end parallel runs -----------------------------------------------------------------------
