@@ -217,4 +217,4 @@ def test_serve_without_its_extra_is_one_line_exit_2(mod, exc):
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr, r.stderr
     assert f"niah serve needs the [serve] extra: {mod} cannot be imported" in r.stderr
-    assert "pip install -e '.[serve]'" in r.stderr
+    assert "pip install 'niah-lab[serve]' (in a checkout: pip install -e '.[serve]')" in r.stderr
