@@ -448,8 +448,12 @@ def test_the_action_declares_its_inputs_and_installs_only_itself(action):
     ids = {s.get("id") for s in steps}
     for out in action["outputs"].values():
         assert re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.[\w-]+ \}\}", out["value"]).group(1) in ids
-    # the docs' job passes only inputs the action declares
+    # the docs' job and the README's snippet pass only inputs the action declares
     assert set(_docs_action_step()["with"]) <= set(inputs)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ((step,),) = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.S)]
+    assert step["uses"] == "<owner>/<repo>@<tag>" and set(step["with"]) <= set(inputs)
+    assert {"endpoint", "baseline"} <= set(step["with"])
 
 
 @pytest.fixture(scope="module")

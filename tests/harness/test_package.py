@@ -15,13 +15,17 @@ What is checked:
   blocker, so nothing can reach torch even where this environment has it): `niah --version`,
   `niah sweep --help`, a real sweep, report, baseline export, compare and gate against the
   oracle server on loopback, all from the installed copy, not the checkout; `niah serve`
-  refuses with one line naming the [serve] extra.
+  refuses with one line naming the [serve] extra;
+- README.md, the wheel's long description and a user's first page: at most 120 lines, a
+  sweep of one's own server in its first 40, links that resolve, and every `niah` command of
+  it naming real commands and options.
 """
 
 from __future__ import annotations
 
 import email
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +180,52 @@ def test_the_installed_wheel_runs_without_torch(venv, oracle, tmp_path):
     r = _run(venv, tmp_path, "serve", "--port", "0")
     assert r.returncode == 2 and "niah serve needs the [serve] extra" in r.stderr and "niah-lab[serve]" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# -- README.md: the distribution's long description, a user's first page -----------------------
+README = ROOT / "README.md"
+
+
+def _readme_commands() -> list[list[str]]:
+    import shlex
+
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    out = []
+    for line in "\n".join(blocks).replace("\\\n", " ").splitlines():
+        toks = shlex.split(line, comments=True)
+        if toks[:1] == ["niah"]:
+            out.append(toks[1:])
+    return out
+
+
+def test_the_readme_is_short_and_starts_with_the_users_server():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 120
+    assert any(ln.startswith("niah sweep --endpoint ") for ln in lines[:40])
+    assert "pip install niah-lab" in "\n".join(lines[:40])
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", "\n".join(lines)):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README links {target}, which does not exist"
+    for page in ("docs/demo.md", "docs/workflow.md"):
+        for img in re.findall(r"!\[[^]]*\]\(([^)]+)\)", (ROOT / page).read_text(encoding="utf-8")):
+            assert (ROOT / "docs" / img).is_file(), f"{page} shows {img}, which does not exist"
+
+
+def test_every_command_of_the_readme_names_real_options():
+    import typer.main
+
+    from niah.cli import _register, app
+
+    _register()
+    root = typer.main.get_command(app)
+    commands = _readme_commands()
+    assert {c[0] for c in commands} >= {"sweep", "report", "compare", "prompts", "plan"}
+    for toks in commands:
+        cmd, rest = root, list(toks)
+        while hasattr(cmd, "commands"):
+            assert rest and rest[0] in cmd.commands, f"`niah {' '.join(toks)}`: no such command"
+            cmd, rest = cmd.commands[rest[0]], rest[1:]
+        opts = {o for p in cmd.params for o in p.opts + p.secondary_opts}
+        for t in rest:
+            if t.startswith("-"):
+                assert t.split("=")[0] in opts, f"`niah {' '.join(toks)}`: {t} is not an option of it"
