@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.niah-setup
 SGLANG_VERSION := 0.5.23
 export SGLANG_SRC_CACHE := $(CURDIR)/.cache/sglang
 
-.PHONY: setup browser test demo clean
+.PHONY: setup browser slurm test demo clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,14 @@ browser:
 	  echo "installing Debian's chromium and chromium-driver through apt-get"; \
 	  $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; \
 	fi
+
+# The Slurm tests (tests/matrix/test_slurm.py) start a single-node Slurm on this machine
+# (Debian 12's slurmctld, slurmd, slurm-client and munge 22.05, ~15 s) as root; installed
+# where missing. The tests start and configure the daemons themselves.
+slurm:
+	@command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null && \
+	  command -v munged >/dev/null || \
+	  { $(APT) update -qq && $(APT) install -y -qq slurmctld slurmd slurm-client munge; }
 
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)

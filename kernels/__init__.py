@@ -4,6 +4,9 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     fp8_paged_mqa_logits, bf16_paged_mqa_logits, get_paged_mqa_logits_metadata   (decode)
     fp8_mqa_logits, bf16_mqa_logits                                             (prefill)
     store_index_keys                                                            (key store)
+    store_fp4_index_keys                              (MXFP4 key store, SGLang's DeepSeek-V4 fp4 page)
+    fp4_paged_mqa_logits                                               (decode, fp4 keys)
+    fp4_mqa_logits                                                     (prefill, fp4 keys)
     store_v4_index_keys                                          (DeepSeek-V4 C4 indexer key store)
     store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
@@ -22,6 +25,9 @@ _EXPORTS = {
     "fp8_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "store_index_keys": "niah.kernels.store.wrapper",
+    "store_fp4_index_keys": "niah.kernels.fp4_store.wrapper",
+    "fp4_paged_mqa_logits": "niah.kernels.fp4_paged_logits.wrapper",
+    "fp4_mqa_logits": "niah.kernels.fp4_mqa_logits.wrapper",
     "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
     "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",

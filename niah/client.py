@@ -6,6 +6,16 @@ retried (it would multiply the wait). Never raises for a failed request: the ret
 `Reply` carries `error` instead (a reply body in it cut to one line of BODY_CHARS), so a
 sweep records it and goes on. `root_url` and `api_url` turn a server's base URL into the
 two roots niah talks to.
+
+Pass-through (`niah sweep --header K:V --extra-body JSON`): inside `with pass_through(headers,
+body):` every request niah sends carries the headers (`request_headers(api_key)`: the
+probes, the counters, the attestation reads and the trials) and every generation request
+the extra body fields (`request_body`, the usage-probe counter; the /tokenize counters get
+`chat_template_kwargs` only, the one such field /tokenize takes). A header given with
+--header wins over the bearer token of --api-key. Body fields niah sets itself (model,
+messages, prompt, max_tokens, stream, temperature, top_p, niah_*) are refused: they would
+change what is measured. `pass_through_state()` is (headers, body) as set; what the
+manifest keeps of it (secret header values masked) is niah.sweep.targets' business.
 """
 
 from __future__ import annotations
@@ -13,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import httpx
 
-from niah.errors import one_line
+from niah.errors import BadInput, one_line
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 BODY_CHARS = 200  # of a failed reply's body, on one line, in a trial's `error` and in messages
@@ -33,6 +44,81 @@ def root_url(endpoint: str) -> str:
 def api_url(endpoint: str) -> str:
     """`http://h:p` or `http://h:p/v1` -> `http://h:p/v1`."""
     return root_url(endpoint) + "/v1"
+
+
+# -- pass-through: extra headers and body fields on every request ---------------------------
+RESERVED_BODY = frozenset({"model", "messages", "prompt", "max_tokens", "stream", "stream_options",
+                           "temperature", "top_p"})
+_PASS: dict[str, dict] = {"headers": {}, "body": {}}
+
+
+def parse_extra_body(text: str | None) -> dict:
+    """`--extra-body '{"chat_template_kwargs": {"thinking": true}}'` -> a dict; BadInput for
+    anything but a JSON object, or for a field niah sets itself."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        body = json.loads(text)
+    except ValueError as e:
+        raise BadInput(f"--extra-body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BadInput(f"--extra-body must be a JSON object ({{\"field\": value}}), not {type(body).__name__}")
+    taken = sorted(k for k in body if k in RESERVED_BODY or k.startswith("niah_"))
+    if taken:
+        raise BadInput(f"--extra-body cannot set {', '.join(taken)}: niah sets it (it is part of what is measured)")
+    return body
+
+
+def parse_headers(items: Iterable[str] | None) -> dict[str, str]:
+    """`--header 'X-Team: ml' --header 'Authorization: Basic abc'` -> {name: value}; BadInput
+    for an item without `NAME:` or with a name HTTP does not allow."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = str(item).partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name):
+            raise BadInput(f"--header {item!r} is not NAME:VALUE (e.g. --header 'X-Team: ml')")
+        if "\n" in value or "\r" in value:
+            raise BadInput(f"--header {name}: its value holds a line break")
+        out[name] = value
+    return out
+
+
+@contextmanager
+def pass_through(headers: dict[str, str] | None = None, body: dict | None = None) -> Iterator[None]:
+    """Within: every request niah sends carries `headers`, every generation request `body`."""
+    old = dict(_PASS)
+    _PASS.update(headers=dict(headers or {}), body=dict(body or {}))
+    try:
+        yield
+    finally:
+        _PASS.update(old)
+
+
+def request_headers(api_key: str | None = None) -> dict[str, str]:
+    """The headers of every request: the bearer token (if any), then the pass-through headers
+    (a pass-through Authorization replaces the token's)."""
+    out = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    for k, v in _PASS["headers"].items():
+        out = {a: b for a, b in out.items() if a.lower() != k.lower()}
+        out[k] = v
+    return out
+
+
+def extra_body() -> dict:
+    """The pass-through body fields (a copy)."""
+    return json.loads(json.dumps(_PASS["body"]))
+
+
+def template_fields() -> dict:
+    """The pass-through fields a /tokenize of chat messages takes: chat_template_kwargs."""
+    b = _PASS["body"]
+    return {"chat_template_kwargs": b["chat_template_kwargs"]} if "chat_template_kwargs" in b else {}
+
+
+def pass_through_state() -> tuple[dict[str, str], dict]:
+    """(headers, body) of the pass-through now in force (copies; both empty outside one)."""
+    return dict(_PASS["headers"]), extra_body()
 
 
 @dataclass
@@ -74,7 +160,7 @@ class _Retryable(Exception):
 
 def make_client(cfg: RequestConfig, concurrency: int = 1):
     """An httpx.AsyncClient sized for the sweep (the caller closes it)."""
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    headers = request_headers(cfg.api_key)
     limits = httpx.Limits(max_connections=max(1, concurrency) + 2, max_keepalive_connections=max(1, concurrency))
     timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 30.0))
     return httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout)
@@ -91,6 +177,7 @@ def request_body(cfg: RequestConfig, prompt_fields: dict) -> dict:
     }
     if cfg.stream:
         body["stream_options"] = {"include_usage": True}
+    body.update(_PASS["body"])
     body.update(cfg.extra)
     return body
 

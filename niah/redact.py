@@ -11,7 +11,10 @@ A secret is the value of a secret-named flag (`--api-key VALUE`, `--api-key=VALU
 `--hf-token`, `--password`, ...), the value of a secret-named environment variable
 (NIAH_API_KEY, OPENAI_API_KEY, HF_TOKEN, ..._SECRET, ...), a `Bearer` token, or any value
 remembered or found in such a variable of this process's environment, wherever it appears
-in the recorded text. Each becomes `***`. Pure: nothing here writes anything.
+in the recorded text. Each becomes `***`. A header given on the command line (`--header
+NAME:VALUE`, `-H`) has its value masked when NAME is secret-like (is_secret_header:
+Authorization, Proxy-Authorization, Cookie, X-Api-Key, anything with token / secret / auth
+/ key in its name). Pure: nothing here writes anything.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ MASK = "***"
 _SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|token|secret|password|passwd|auth)$", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)[^\s\"',;]+", re.IGNORECASE)
 _INLINE_FLAG = re.compile(r"(--[A-Za-z0-9_-]+)=(.*)", re.DOTALL)
+_SECRET_HEADER = re.compile(r"auth|token|secret|passw|cookie|session|(^|[-_])(api[-_]?)?key($|[-_])", re.IGNORECASE)
+_HEADER_FLAGS = ("--header", "-H")
 _MIN_SECRET = 8  # shorter values are not searched for in free text (they would mask innocent words)
 _remembered: set[str] = set()
 
@@ -31,6 +36,35 @@ _remembered: set[str] = set()
 def is_secret_name(name: str) -> bool:
     """A flag (`--api-key`) or environment variable (`OPENAI_API_KEY`) whose value is a secret."""
     return bool(_SECRET_NAME.search(name.lstrip("-")))
+
+
+def is_secret_header(name: str) -> bool:
+    """An HTTP header whose value is a credential (Authorization, Cookie, X-Api-Key, ...)."""
+    return bool(_SECRET_HEADER.search(name.strip()))
+
+
+def _header_arg(value: str) -> str:
+    """`NAME: VALUE` of a --header flag, VALUE masked when NAME is secret-like."""
+    name, sep, rest = value.partition(":")
+    if not (sep and is_secret_header(name)):
+        return redact_text(value)
+    scheme = rest.split(None, 1)
+    keep = f"{scheme[0]} " if len(scheme) == 2 and scheme[0].isalpha() and "authorization" in name.lower() else ""
+    return f"{name}: {keep}{MASK}"  # Authorization: Bearer ***
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """HTTP headers as recorded: secret-like ones' values masked, the others as they are."""
+    return {k: MASK if is_secret_header(k) else redact_text(v) for k, v in headers.items()}
+
+
+def remember_headers(headers: Mapping[str, str]) -> None:
+    """Remember the values of secret-like headers (and the credential after an auth scheme,
+    `Basic abc...` -> `abc...`), so no recorded text quotes them."""
+    for k, v in headers.items():
+        if is_secret_header(k):
+            remember_secret(v)
+            remember_secret(v.split(None, 1)[-1] if v.split() else v)
 
 
 def remember_secret(value: str | None) -> None:
@@ -72,17 +106,25 @@ def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
 def redact_argv(argv: Iterable[object], env: Mapping[str, str | None] | None = None) -> list[str]:
     """A command line with the value of every secret-named flag, and every known secret, masked."""
     out: list[str] = []
-    hide_next = False
+    hide_next = header_next = False
     for arg in map(str, argv):
         if hide_next:
             out.append(MASK)
             hide_next = False
             continue
+        if header_next:
+            out.append(_header_arg(arg))
+            header_next = False
+            continue
         m = _INLINE_FLAG.fullmatch(arg)
         if m and is_secret_name(m.group(1)):
             out.append(f"{m.group(1)}={MASK}")
             continue
+        if m and m.group(1) in _HEADER_FLAGS:
+            out.append(f"{m.group(1)}={_header_arg(m.group(2))}")
+            continue
         hide_next = arg.startswith("--") and is_secret_name(arg)
+        header_next = arg in _HEADER_FLAGS
         out.append(redact_text(arg, env))
     return out
 

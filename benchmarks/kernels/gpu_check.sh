@@ -4,6 +4,7 @@
 #   OUTDIR defaults to $OUT (set by the device tool), else bench-output/kernels (git-ignored).
 # Env: TESTS (test files), TEST_TIMEOUT, SKIP_BENCH, BENCH_TIMEOUT, BENCH_ARGS (e.g. "--only topk,ragged"),
 #      HOST_BENCH=1 (also benchmarks/kernels/host.py: eager host cost at B=1, DeepGEMM if importable),
+#      FP4_BENCH=1 (also benchmarks/kernels/fp4.py: fp4 decode logits beside niah fp8 / bf16 and DeepGEMM fp8),
 #      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
@@ -21,6 +22,8 @@ timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconf
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
 [ -z "${HOST_BENCH:-}" ] || timeout "${HOST_BENCH_TIMEOUT:-240}" python3 $B/host.py \
   --out "$OUT_DIR/bench_host.json" 2>&1 | tee "$OUT_DIR/bench_host.log" | tail -45
+[ -z "${FP4_BENCH:-}" ] || timeout "${FP4_BENCH_TIMEOUT:-300}" python3 $B/fp4.py \
+  --out "$OUT_DIR/bench_fp4.json" 2>&1 | tee "$OUT_DIR/bench_fp4.log" | tail -30
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
 profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) of the kernel, under ncu

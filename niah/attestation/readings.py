@@ -6,7 +6,9 @@ probed) and when it ends (before teardown); both readings go in the manifest:
     configs.<name>.attestation = {"segments": [{"start": READING, "end": READING}, ...]}
     READING = {"error": None | why it could not be read, "version", "internal_states":
                SGLang schedulers (None: not SGLang-shaped), "attested_states": how many of
-               them carry niah_attestation, "attestation": from_server_info(...) | None}
+               them carry niah_attestation, "attestation": from_server_info(...) | None,
+               "server_args": {name: value} of SERVER_ARGS that an SGLang-shaped body
+               reports at its top level (SGLang's own resolved arguments)}
 
 One segment per invocation that ran trials (`--resume` adds one). `begin_segment(entry,
 reading)` and `end_segment(entry, reading)` return the changes to a manifest
@@ -23,7 +25,11 @@ import httpx
 
 from niah.attestation.format import FIELD, from_server_info
 from niah.attestation.rules import came_back_different, label_contradiction, status
-from niah.client import root_url
+from niah.client import request_headers, root_url
+
+
+# SGLang's own arguments a reading keeps: what proves a stock arm's index dtype (rules.py).
+SERVER_ARGS = ("enable_deepseek_v4_fp4_indexer",)
 
 
 def reading_of(info: Any) -> dict:
@@ -32,18 +38,20 @@ def reading_of(info: Any) -> dict:
         return {"error": "/server_info did not answer a JSON object"}
     states = info.get("internal_states")
     states = [s for s in states if isinstance(s, dict)] if isinstance(states, list) else None
-    return {"error": None, "version": info.get("version"),
-            "internal_states": None if states is None else len(states),
-            "attested_states": sum(isinstance(s.get(FIELD), dict) for s in states or []),
-            "attestation": from_server_info(info)}
+    reading = {"error": None, "version": info.get("version"),
+               "internal_states": None if states is None else len(states),
+               "attested_states": sum(isinstance(s.get(FIELD), dict) for s in states or []),
+               "attestation": from_server_info(info)}
+    if states is not None:
+        reading["server_args"] = {k: info[k] for k in SERVER_ARGS if k in info}
+    return reading
 
 
 def read_server(endpoint: str, api_key: str | None = None) -> dict:
     """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
     base = root_url(endpoint)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(timeout=10.0, headers=headers) as client:
+        with httpx.Client(timeout=10.0, headers=request_headers(api_key)) as client:
             r = client.get(base + "/server_info")
             if r.status_code == 404:
                 r = client.get(base + "/get_server_info")

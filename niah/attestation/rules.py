@@ -14,8 +14,10 @@ and end, of every segment.
   answered; otherwise INVALID (a server that died, a /server_info that errors or is
   missing).
   - SGLang, kernels "stock": the plugin did NOT run: every reading shows SGLang's
-    `internal_states` and none carries niah_attestation. SGLang's own kernels are
-    unattested beyond that.
+    `internal_states` and none carries niah_attestation. The index dtype is proven from
+    SGLang's own arguments in the same /server_info: fp4 needs
+    `enable_deepseek_v4_fp4_indexer` true in every reading (absent: INVALID), fp8 is
+    INVALID where a reading shows it true. SGLang's own kernels are unattested beyond that.
   - every other arm (and the embedded server): every scheduler reports niah_attestation
     at start and end, same arm at both, counters that only grew, index dtype, kernels and
     reported facts (attention, index_topk, window) as labelled, and:
@@ -200,7 +202,7 @@ def _segment(seg: dict, engine: str | None, label: dict, stated: dict,
         if problem:
             return INVALID, problem, None
         if engine == "sglang" and label.get("kernels") == "stock":
-            return (*_stock(S, E), None)
+            return (*_stock(S, E, label.get("index_dtype", "fp8")), None)
         for r, when in ((S, "start"), (E, "end")):
             bad = _coverage(r, when, engine)
             if bad:
@@ -227,8 +229,12 @@ def _absent(r: dict) -> bool:
     return bool(r.get("internal_states")) and not r.get("attested_states")
 
 
-def _stock(S: dict, E: dict) -> tuple[str, str]:
-    """SGLang's stock arm: the plugin must not have run."""
+FP4_ARG = "enable_deepseek_v4_fp4_indexer"  # SGLang's own argument: the fp4 index-key cache
+
+
+def _stock(S: dict, E: dict, index_dtype: str = "fp8") -> tuple[str, str]:
+    """SGLang's stock arm: the plugin must not have run; its index dtype as SGLang's own
+    arguments report it (fp4: the fp4 indexer on in every reading; fp8: never on)."""
     for r, when in ((S, "start"), (E, "end")):
         if r.get("internal_states") is None:
             return INVALID, (f"/server_info at the {when} has no internal_states: not SGLang's, so it cannot "
@@ -238,8 +244,20 @@ def _stock(S: dict, E: dict) -> tuple[str, str]:
         if r.get("attested_states"):
             return INVALID, (f"niah's plugin ran in the stock arm ({r['attested_states']} of "
                              f"{r['internal_states']} scheduler(s) report niah_attestation at the {when})")
+    fp4 = {when: (r.get("server_args") or {}).get(FP4_ARG) for r, when in ((S, "start"), (E, "end"))}
+    for when, on in fp4.items():
+        if index_dtype == "fp4" and on is not True:
+            shown = "does not report it" if on is None else f"reports {FP4_ARG}={on!r}"
+            return INVALID, (f"labelled index_dtype fp4 but its SGLang {shown} in its own arguments at the {when} "
+                             f"(/server_info; fp4 keys need {FP4_ARG} true)")
+        if index_dtype != "fp4" and on is True:
+            return INVALID, (f"labelled index_dtype {index_dtype} but its SGLang reports {FP4_ARG}=true in its own "
+                             f"arguments at the {when} (fp4 index keys)")
+    args = (f"; {FP4_ARG}={str(fp4['end']).lower()} in SGLang's own arguments at start and end"
+            if fp4["start"] is not None and fp4["end"] is not None else "")
+    keys = "its fp4 index keys and kernels" if index_dtype == "fp4" else "its kernels"
     return VALID, (f"SGLang's own paths: niah's plugin absent in all {E['internal_states']} scheduler(s) at "
-                   "start and end (its kernels are SGLang's, unattested beyond that)")
+                   f"start and end{args} ({keys} are SGLang's, unattested beyond that)")
 
 
 def _coverage(r: dict, when: str, engine: str | None) -> str | None:

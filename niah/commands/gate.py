@@ -27,6 +27,10 @@ def gate_cmd(
     rank_tolerance: float = typer.Option(0.10, "--rank-tolerance",
                                          help="With --metric rank/both: allowed median increase of the needle's rank "
                                               "(0.10 = 10% deeper)."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print one JSON object (schema niah.gate/1, docs/json.md: verdict, "
+                                       "exit_code, every case) instead of the Markdown; --summary and --junit still "
+                                       "write theirs."),
     accept_unattested: bool = typer.Option(False, "--accept-unattested",
                                            help="Gate configurations whose labels their server does not attest "
                                                 "(external / command servers, baselines exported before attestation), "
@@ -41,12 +45,19 @@ def gate_cmd(
     A regression is a drop larger than --tolerance that is significant at --alpha (McNemar
     exact on paired prompts, else Wilson-score bounds), per length and overall. Writes
     Markdown (also appended to $GITHUB_STEP_SUMMARY when set) and JUnit XML (--junit).
+    With --json the exit codes are the same; bad input is still one line on stderr.
     """
     from niah.report.gate import run_gate, write_outputs
 
     res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate, metric, rank_tolerance,
                    accept_unattested)
-    typer.echo(write_outputs(res, junit, summary))
+    md = write_outputs(res, junit, summary)
+    if json_out:
+        from niah.report import jsonout
+
+        typer.echo(jsonout.dumps(jsonout.gate_json(res)))
+    else:
+        typer.echo(md)
     if res.exit_code:
         raise typer.Exit(res.exit_code)
 
@@ -65,6 +76,9 @@ def plan_cmd(
     a: Optional[str] = typer.Option(None, "--a", help="With --run: configuration A (the reference)."),
     b: Optional[str] = typer.Option(None, "--b", help="With --run: configuration B."),
     reps: int = typer.Option(400, "--reps", help="With --run: bootstrap resamples per n."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print one JSON object (schema niah.plan/1, docs/json.md) instead of the "
+                                       "table."),
 ) -> None:
     """How many trials a comparison needs for a drop in recall to be detectable.
 
@@ -77,7 +91,7 @@ def plan_cmd(
     from niah.report.stats import trials_needed
 
     if run is not None:
-        return _plan_from_run(run, a, b, alpha, power, reps)
+        return _plan_from_run(run, a, b, alpha, power, reps, json_out)
     target = recall - drop
     if depths < 1:
         raise BadInput("--depths must be >= 1")
@@ -85,6 +99,11 @@ def plan_cmd(
         plans = trials_needed(recall, target, alpha, power)
     except ValueError as e:
         raise BadInput(str(e)) from None
+    if json_out:
+        from niah.report import jsonout
+
+        typer.echo(jsonout.dumps(jsonout.plan_json(recall, target, alpha, power, depths, plans)))
+        return
     typer.echo(f"detect recall {recall:.3f} -> {target:.3f} (drop {100 * drop:g} pp), two-sided alpha={alpha:g}, "
                f"power {100 * power:g}%\n")
     cell = f" {'per cell*':>10}" if depths > 1 else ""
@@ -101,7 +120,8 @@ def plan_cmd(
                "'nested' assumes B fails wherever A does (fewest), 'independent' that failures are unrelated.")
 
 
-def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, power: float, reps: int) -> None:
+def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, power: float, reps: int,
+                   json_out: bool = False) -> None:
     """Bootstrap: resample RUN's A/B pairs with selection on both sides, find the n at which
     each metric's test (one direction: B worse) reaches the power."""
     from niah.errors import BadInput
@@ -122,6 +142,14 @@ def _plan_from_run(run: Path, a: Optional[str], b: Optional[str], alpha: float, 
 
     d = sorted(math.log2(y / x) for x, y in zip(pairs["rank_a"], pairs["rank_b"]))
     disc = int((pairs["correct_a"] != pairs["correct_b"]).sum())
+    if json_out:
+        from niah.report import jsonout
+
+        observed = {"pairs": len(pairs), "median_rank_ratio": 2 ** d[len(d) // 2], "deeper": sum(x > 0 for x in d),
+                    "shallower": sum(x < 0 for x in d), "answers_differ": disc}
+        results = trials_needed_bootstrap(pairs, alpha, power, reps=reps)
+        typer.echo(jsonout.dumps(jsonout.plan_run_json(str(run), a, b, alpha, power, reps, observed, results)))
+        return
     typer.echo(f"{len(pairs)} observed pairs ({b} vs {a}, selection on both sides): median rank ratio B/A "
                f"{2 ** d[len(d) // 2]:.3g}, B deeper in {sum(x > 0 for x in d)}, higher in {sum(x < 0 for x in d)}; "
                f"answers differ in {disc}")

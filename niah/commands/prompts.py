@@ -8,17 +8,21 @@ from typing import Optional
 import typer
 
 from niah.cli import app, prompts_app
-from niah.commands.sweep import DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, TOKENIZER_HELP, make_spec, needle_options
+from niah.commands.request_options import request_options
+from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
+                                 TOKENIZER_HELP, make_spec, needle_options)
 
 
 @prompts_app.command("build")
+@request_options
 @needle_options
 def build_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
-    endpoint: Optional[str] = typer.Option(None,
+    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
                                            help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
+                                        help="Served model name (default: the first in /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
                                           help="Bearer token, if the server wants one."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),

@@ -16,6 +16,10 @@ def report_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder [default: RUN/report]."),
     svg: bool = typer.Option(False, "--svg", help="Write SVG instead of PNG."),
     alpha: float = typer.Option(0.05, help="Significance level of the difference heatmaps."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline",
+                                            help="A baseline (exported .json or run folder): the headline gives each "
+                                                 "configuration PASS / REGRESSION / OUTAGE against it, as niah gate "
+                                                 "would [default: against the run's dense control, where it has one]."),
 ) -> None:
     """Draw a run's heatmaps, comparisons, summary.md and index.html into RUN/report/.
 
@@ -25,10 +29,12 @@ def report_cmd(
     them, the failure taxonomy, latency/TTFT medians and the length check. index.html is
     all of it in one self-contained page (figures inside, no network), with the attestation
     of each configuration and a table of every trial to filter: open it in any browser.
+    Both open with a headline per configuration: recall by length, where it drops, and
+    PASS / REGRESSION / OUTAGE against --baseline or the run's dense control.
     """
     from niah.report.render import render_report
 
-    rep = render_report(run, out, svg=svg, alpha=alpha)
+    rep = render_report(run, out, svg=svg, alpha=alpha, baseline=baseline)
     if rep.problems:
         typer.echo(f"WARNING: {run} has {len(rep.problems)} integrity problem(s); compare and gate refuse it:")
     for line in rep.problems:
@@ -100,6 +106,9 @@ def compare_cmd(
     alpha: float = typer.Option(0.05, help="Significance level."),
     by_depth: bool = typer.Option(False, "--by-depth", help="Also compare every (length, depth) cell."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables to this file."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print one JSON object (schema niah.compare/1, docs/json.md) instead of the "
+                                       "tables; --markdown still writes them."),
     accept_unattested: bool = typer.Option(False, "--accept-unattested",
                                            help="Compare configurations whose labels (index_dtype, kernels, attention, "
                                                 "index_topk, window) their server does not attest, on the labels' word "
@@ -113,7 +122,9 @@ def compare_cmd(
 
     Per length and overall: recall of each side, B - A, McNemar's exact test on trials
     that saw the same prompt, and a verdict. Runs whose prompts do not pair are compared
-    unpaired (two-proportion) and the output says so.
+    unpaired (two-proportion) and the output says so. With --json: the same as one JSON
+    object whose `verdict` is the overall row's (B worse, B better, no significant
+    difference, no data).
     """
     from niah.errors import BadInput
     from niah.report.baseline import load_side
@@ -158,10 +169,21 @@ def compare_cmd(
     text += "".join(f"- attestation: {n}\n" for n in notes) + ("\n" if notes else "")
     text += rows_markdown(rows, name_a, name_b)
     text += rank_section(da, db, name_a, name_b, alpha)
+    cells = None
     if by_depth:
         cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
         text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")
-    typer.echo(text)
+    if json_out:
+        from niah.report import jsonout
+        from niah.report.ranks import fidelity_row, rank_compare, rank_pairs
+
+        ranks = rank_compare(da, db, alpha)
+        fid = fidelity_row(rank_pairs(da, db)) if any(r.n for r in ranks) else None
+        typer.echo(jsonout.dumps(jsonout.compare_json(
+            {"run": str(run_a), "config": ca}, {"run": str(run_b or run_a), "config": cb}, alpha, method, notes,
+            rows, ranks, fid, cells)))
+    else:
+        typer.echo(text)
     if markdown:
         from niah.errors import write_output
 

@@ -1,4 +1,13 @@
-"""`niah sweep`, `niah prompt` and `niah export`."""
+"""`niah sweep`, `niah prompt` and `niah export`.
+
+Where the server is, for the commands that talk to one (sweep, prompt, prompts build):
+a flag wins over the environment, which wins over the default. --endpoint, then
+NIAH_ENDPOINT, then OPENAI_BASE_URL, then http://127.0.0.1:30000/v1; --model, then
+NIAH_MODEL, then the first model of /v1/models; --api-key, then NIAH_API_KEY, then
+OPENAI_API_KEY (never written: niah.redact). An empty variable counts as unset.
+--header NAME:VALUE (repeatable) and --extra-body JSON go on every request
+(niah.client.pass_through).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,7 @@ from typing import Optional
 import typer
 
 from niah.cli import app
+from niah.commands.request_options import request_options
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -19,6 +29,9 @@ LENGTHS_HELP = ("Prompt lengths in tokens, whole prompt: 300,1k,4k,128ki or LO:H
 TOKENIZER_HELP = ("auto | server | usage | hf:<path> | tiktoken:<encoding>. auto: the server's /tokenize, else "
                   "usage.prompt_tokens probes (max_tokens=1). Checked against the server before the run.")
 DEFAULT_ENDPOINT = "http://127.0.0.1:30000/v1"
+ENDPOINT_ENV = ["NIAH_ENDPOINT", "OPENAI_BASE_URL"]  # flag > these, in order > DEFAULT_ENDPOINT
+MODEL_ENV = ["NIAH_MODEL"]
+API_KEY_ENV = ["NIAH_API_KEY", "OPENAI_API_KEY"]
 
 
 def needle_options(f):
@@ -104,11 +117,10 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     import httpx
 
     from niah.sweep.indexer import config_topk
-    from niah.client import api_url
+    from niah.client import api_url, request_headers
 
     try:
-        models = httpx.get(api_url(endpoint) + "/models", timeout=30.0,
-                           headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
+        models = httpx.get(api_url(endpoint) + "/models", timeout=30.0, headers=request_headers(api_key)).json()
     except (httpx.HTTPError, ValueError) as e:
         raise BadInput(f"cannot read {endpoint}/models: {e}") from None
     entries = [m for m in models.get("data") or [] if isinstance(m, dict)]
@@ -130,12 +142,14 @@ def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[
 
 
 @app.command()
+@request_options
 @needle_options
 def sweep(
     ctx: typer.Context,
-    endpoint: Optional[str] = typer.Option(None,
+    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
                                            help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
+    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
+                                        help="Served model name (default: the first in /v1/models)."),
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
@@ -162,15 +176,21 @@ def sweep(
     matrix: Optional[Path] = typer.Option(None,
                                           help="A matrix file: launch one server per configuration "
                                                "(niah.serving.matrix)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
                                           help="Bearer token, if the server wants one."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     control: bool = typer.Option(False, "--control",
                                  help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak "
                                       "/ hallucinated)."),
     dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="With --matrix: print each configuration's exact command and environment; start "
-                                      "nothing."),
+                                 help="With --matrix: print each configuration's exact command and environment (and "
+                                      "the job scripts of a slurm executor); start nothing."),
+    executor: Optional[str] = typer.Option(None, "--executor",
+                                           help="With --matrix: local | slurm, over the file's [executor] table "
+                                                "(docs/matrix.md)."),
+    executor_set: list[str] = typer.Option([], "--executor-set",
+                                           help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
+                                                "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
     **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -191,13 +211,17 @@ def sweep(
     from niah.sweep import Target, run_sweep
 
     _refuse_ignored(ctx, matrix, prompts)
+    if matrix is None and (executor is not None or executor_set):
+        from niah.errors import BadInput
+
+        raise BadInput("--executor and --executor-set need --matrix")
     if dry_run:
         from niah.errors import BadInput
         from niah.serving.matrix.commands import print_matrix_commands
 
         if matrix is None:
             raise BadInput("--dry-run needs --matrix")
-        print_matrix_commands(matrix)
+        print_matrix_commands(matrix, executor=_executor(matrix, executor, executor_set), out=out)
         return
     if resume:  # before any probe: a mistyped folder is refused at once, never started afresh
         from niah.errors import BadInput
@@ -236,7 +260,8 @@ def sweep(
             if matrix is not None:
                 from niah.serving.matrix import run_matrix
 
-                run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config)
+                run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config,
+                           executor=_executor(matrix, executor, executor_set))
             else:
                 target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
                 run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
@@ -252,20 +277,35 @@ def sweep(
         raise typer.Exit(1)
 
 
+def _executor(matrix: Path, kind: Optional[str], pairs: list[str]):
+    """The matrix file's [executor] table with --executor / --executor-set over it."""
+    from niah.serving.matrix import load_matrix
+    from niah.serving.matrix.executor import override
+
+    return override(load_matrix(matrix).executor, kind, pairs)
+
+
 def resume_command(argv: list[str], out: Path) -> str:
-    """The `niah sweep ... --resume` that finishes this run (no bearer token in it: pass it
-    again through NIAH_API_KEY)."""
+    """The `niah sweep ... --resume` that finishes this run (no bearer token and no secret
+    header in it: pass them again, the token through NIAH_API_KEY)."""
     import shlex
 
-    args, skip = [], False
-    for a in argv:
+    from niah.redact import is_secret_header
+
+    args, skip = [], 0
+    for i, a in enumerate(argv):
         if skip:
-            skip = False
+            skip -= 1
             continue
         if a == "--api-key":
-            skip = True
+            skip = 1
             continue
         if a.startswith("--api-key="):
+            continue
+        if a in ("--header", "-H") and i + 1 < len(argv) and is_secret_header(argv[i + 1].partition(":")[0]):
+            skip = 1
+            continue
+        if a.startswith("--header=") and is_secret_header(a[len("--header="):].partition(":")[0]):
             continue
         args.append(a)
     if not any(a == "--out" or a.startswith("--out=") for a in args):
@@ -300,6 +340,7 @@ def print_outcome(out: Path) -> tuple[int, int]:
 
 
 @app.command()
+@request_options
 @needle_options
 def prompt(
     length: str = typer.Option("1k", help="Whole-prompt length in tokens (1k, 943, 128ki)."),
@@ -308,10 +349,11 @@ def prompt(
     seed: int = typer.Option(0, help="Base seed."),
     mode: str = typer.Option("chat", help="chat or completion."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
-    endpoint: Optional[str] = typer.Option(None,
+    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
                                            help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="NIAH_API_KEY",
+    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
+                                        help="Served model name (default: the first in /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
                                           help="Bearer token, if the server wants one."),
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
     json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
@@ -353,10 +395,11 @@ def prompt(
 @app.command()
 def export(
     run: Path = typer.Argument(..., help="A run folder."),
-    format: str = typer.Option("csv", "--format", "-f", help="csv or parquet."),
+    format: str = typer.Option("csv", "--format", "-f", help="csv, parquet or json."),
     out: Optional[Path] = typer.Option(None, help="Output file (default: RUN/trials.<format>)."),
 ) -> None:
-    """Write a run's trials as one table (CSV or parquet, through pandas)."""
+    """Write a run's trials as one table (CSV or parquet, through pandas) or one JSON array
+    of the records as trials.jsonl holds them."""
     from niah.runs.export import export_run
 
     path = export_run(run, format, out)

@@ -189,6 +189,36 @@ def _uncovered(b, c, method: str | None) -> dict[int, str]:
     return out
 
 
+def answer_cases(label: str, b, c, tolerance: float, alpha: float,
+                 max_error_rate: float) -> tuple[list[Case], str | None]:
+    """The answer metric's cases of candidate trials `c` against baseline trials `b` (one
+    configuration each, their common lengths), per length and overall, and the pairing
+    method: the gate's rule (the module's docstring). The report's headline uses it too."""
+    rows, method = compare(b, c, ["length"], alpha)
+    gaps = _uncovered(b, c, method)
+    cases = []
+    for row in rows:
+        sub = c if row.group == ALL else c[c["length"] == row.group]
+        err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
+        if err_rate > max_error_rate:
+            status = OUTAGE
+            msg = (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
+                   f"(max error rate {100 * max_error_rate:g}%)")
+        elif row.n_a == 0:
+            status, msg = SKIPPED, "baseline has no answered trials here"
+        elif row.n_b == 0:
+            status, msg = OUTAGE, "candidate has no answered trials here"
+        elif row.diff < -tolerance and row.significant:
+            status, msg = REGRESSION, _message(row, tolerance, alpha)
+        else:
+            status, msg = PASS, _message(row, tolerance, alpha)
+        if row.group in gaps:  # not seen is not a pass
+            msg = gaps[row.group] + (f"; {msg}" if status == OUTAGE else "")
+            status = OUTAGE
+        cases.append(Case(label, row.group, status, row, msg))
+    return cases, method
+
+
 def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
              alpha: float = 0.05, max_error_rate: float = 0.1, metric: str = "answer",
              rank_tolerance: float = 0.10, accept_unattested: bool = False) -> GateResult:
@@ -228,31 +258,12 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         overlap_any = True
         label = cname if cname == bname else f"{cname} (vs baseline {bname})"
         b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
-        rows, method = compare(b, c, ["length"], alpha)
+        cases, method = answer_cases(label, b, c, tolerance, alpha, max_error_rate)
         res.pairing[label] = method
         if method is None:
             res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
                              "with Wilson-score (Newcombe) intervals")
-        gaps = _uncovered(b, c, method)
-        for row in rows:
-            sub = c if row.group == ALL else c[c["length"] == row.group]
-            err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
-            if err_rate > max_error_rate:
-                status = OUTAGE
-                msg = (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
-                       f"(max error rate {100 * max_error_rate:g}%)")
-            elif row.n_a == 0:
-                status, msg = SKIPPED, "baseline has no answered trials here"
-            elif row.n_b == 0:
-                status, msg = OUTAGE, "candidate has no answered trials here"
-            elif row.diff < -tolerance and row.significant:
-                status, msg = REGRESSION, _message(row, tolerance, alpha)
-            else:
-                status, msg = PASS, _message(row, tolerance, alpha)
-            if row.group in gaps:  # not seen is not a pass
-                msg = gaps[row.group] + (f"; {msg}" if status == OUTAGE else "")
-                status = OUTAGE
-            res.cases.append(Case(label, row.group, status, row, msg))
+        res.cases += cases
         if metric == "rank":
             res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
         if metric in ("rank", "both"):

@@ -2,10 +2,14 @@
 
 Everything is inside the file: figures as base64 `data:` URIs, the CSS (page.css) and the
 trial filter's script (page.js) inline, and a Content-Security-Policy that lets the page
-load nothing else (no network, no sibling file). The page shows the attestation state of
-each configuration, the recall curves and heatmaps, the paired comparisons (McNemar on the
-answers, Wilcoxon on the needle rank), the indexer panels, the outcome counts and a table of
-every trial, filterable by configuration, length, outcome and text.
+load nothing else (no network, no sibling file). The page answers first: the headline of
+each configuration (niah/report/headline.py: recall by length, where it drops, PASS /
+REGRESSION / OUTAGE against a baseline where there is one, a small-sample flag), then what
+the words mean (index keys, precision, top-k), then the evidence: the recall curves and
+heatmaps, the paired comparisons (McNemar on the answers, Wilcoxon on the needle rank), the
+indexer panels, the outcome counts; the attestation detail (what each server ran, its
+internal call counters) and the run's details after those, and last a table of every
+trial, filterable by configuration, length, outcome and text.
 
 Tables come from the same functions as summary.md (Markdown pipe tables, converted here),
 so the page and summary.md cannot disagree. All text is escaped: answers come from models.
@@ -25,7 +29,8 @@ from typing import Any
 from niah import __version__
 from niah.attestation import last_attestation, status
 from niah.errors import write_output
-from niah.report.compare import rows_markdown
+from niah.report import style
+from niah.report.compare import ALL, rows_markdown
 from niah.report.ranks import rank_markdown
 
 MIME = {".png": "image/png", ".svg": "image/svg+xml"}
@@ -118,7 +123,84 @@ def attestation_section(manifest: dict, names: list[str]) -> str:
             "<th>calls / reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def comparison_section(diffs: list[dict], figures: dict[str, Path]) -> str:
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{100 * x:.0f}%"
+
+
+def headline_card(h) -> str:
+    """One configuration's headline (a niah.report.headline.Headline) as a card."""
+    verdict = h.verdict or ("control" if h.against else "no baseline")
+    vcls = h.verdict or "none"
+    against = f"against {h.against}" if h.verdict else (h.against or "nothing to compare it with in this run")
+    weak = ' <span class="weak">weak evidence: small sample</span>' if h.verdict == "PASS" and h.small else ""
+    cells = "".join(
+        f'<td class="{"outage" if not x.answered else ""}">{_pct(x.recall)}<small>{x.correct}/{x.answered}'
+        + (f" · {x.errors} err" if x.errors else "") + "</small></td>" for x in h.lengths)
+    heads = "".join(f"<th>{_e(style.fmt_len(x.length))}"
+                    + ('<small title="at or below k: every token kept">≤k</small>' if h.topk and x.length <= h.topk
+                       else "") + "</th>" for x in h.lengths)
+    out = [f'<article class="card card-{_e(vcls)}" data-config="{_e(h.config)}">',
+           f'<h3><code>{_e(h.config)}</code> <span class="verdict v-{_e(vcls)}">{_e(verdict)}</span>{weak}</h3>',
+           f'<p class="against">{_inline(against)}</p>',
+           f'<table class="by-length"><tr><th>length</th>{heads}</tr><tr><th>recall</th>{cells}</tr></table>',
+           f'<p class="drop">{_inline(h.drop[:1].upper() + h.drop[1:])}.</p>']
+    if h.below_k:
+        out.append(f'<p class="below-k">{_inline(h.below_k[:1].upper() + h.below_k[1:])}.</p>')
+    if h.failing:
+        first = h.failing[0].split(":")[0]
+        more = f" and {len(h.failing) - 1} more" if len(h.failing) > 1 else ""
+        out.append(f"<details class=\"failing\"><summary>fails at {_e(first)}{more}</summary><ul>"
+                   + "".join(f"<li>{_inline(f)}</li>" for f in h.failing) + "</ul></details>")
+    if h.small:
+        out.append(f'<p class="small-sample">⚠ {_inline(h.small)}</p>')
+    if h.attestation:
+        out.append(f'<p class="att">attestation: <span class="state state-{_e(h.attestation)}">'
+                   f'{_e(h.attestation)}</span> <a href="#attestation">detail</a></p>')
+    return "\n".join(out) + "</article>"
+
+
+TERMS = (
+    ("Dense", "ordinary attention: the model reads every earlier token. The control."),
+    ("Index keys", "a sparse-attention model (DeepSeek's DSA) keeps, beside its attention cache, one small "
+     "key per token for a light <em>indexer</em>. For each new token the indexer scores every earlier token "
+     "with these keys, and the model attends only to the best-scoring ones."),
+    ("Top-k", "how many earlier tokens the model attends to (<code>index_topk</code>). A needle whose score "
+     "falls below the k-th best token is invisible to the model. A prompt no longer than k keeps every token, "
+     "so only lengths above k test the indexer."),
+    ("Precision", "how the index keys are stored (<code>index_dtype</code>): <code>bf16</code> (16-bit) or "
+     "<code>fp8</code> (8-bit, half the memory). Coarser keys shift the scores a little, so a needle near "
+     "the cut can drop out. <em>Fidelity</em> measures this alone: the share of the chosen top-k that exact "
+     "fp32 keys would also choose (1 = the same tokens)."),
+    ("Recall", "the share of answered trials whose answer holds the hidden value. A trial with no answer "
+     "(an error) is an outage, never a miss."),
+)
+
+
+def terms_section() -> str:
+    return '<dl class="terms">' + "".join(f"<dt>{t}</dt><dd>{d}</dd>" for t, d in TERMS) + "</dl>"
+
+
+def headline_section(headline: dict, problems: list[tuple[str, str]]) -> str:
+    warn = ""
+    if problems:
+        warn = ('<div class="problems"><strong>This run folder has problems</strong> (compare and gate refuse it; '
+                "the tables use its sound trials):<ul>"
+                + "".join(f"<li>{_e(k)}: {_inline(v)}</li>" for k, v in problems) + "</ul></div>")
+    cards = '<div class="cards">' + "".join(headline_card(h) for h in headline.get("items") or []) + "</div>"
+    notes = "".join(f'<p class="note">note: {_inline(n)}</p>' for n in headline.get("notes") or [])
+    return warn + cards + f'<p class="note rule">{_inline(headline.get("rule", ""))}</p>' + notes
+
+
+def _power_note(row, needed: int | None) -> str:
+    """A word about power under a comparison that found nothing on few pairs."""
+    if row is None or needed is None or row.significant or min(row.n_a, row.n_b) >= needed:
+        return ""
+    return (f'<p class="small-sample">⚠ No significant difference on {min(row.n_a, row.n_b)} trial(s) a side: too '
+            f"few to tell. Seeing a 10-point drop from 95% needs about {needed} per side; "
+            "<code>niah plan</code> says how many for your case.</p>")
+
+
+def comparison_section(diffs: list[dict], figures: dict[str, Path], needed: int | None = None) -> str:
     out = ['<p class="note">Every pair of configurations that differ in one axis, and every sparse one '
            "against a dense control. <strong>Answers</strong>: McNemar's exact test on the discordant pairs of "
            "trials that saw the same prompt (losses: A right and B wrong). <strong>Needle rank</strong> (where the "
@@ -131,6 +213,7 @@ def comparison_section(diffs: list[dict], figures: dict[str, Path]) -> str:
                  None: "nothing pairs: unpaired two-proportion comparison (Newcombe interval, z-test p)"}
         out.append(f'<p class="note">Answers, {basis[d["method"]]}:</p>')
         out.append(markdown_block(rows_markdown(d["rows"], f"A: {d['a']}", f"B: {d['b']}")))
+        out.append(_power_note(next((r for r in d["rows"] if r.group == ALL), None), needed))
         if any(r.n for r in d.get("ranks") or []):
             out.append('<p class="note">Needle rank / k, paired (r &gt; 0: B deeper):</p>')
             out.append(markdown_block(rank_markdown(d["ranks"], f"A: {d['a']}", f"B: {d['b']}")))
@@ -190,13 +273,17 @@ def _csp(style: str, script: str) -> str:
 
 
 def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
-               figures: dict[str, Path], diffs: list[dict], blocks: dict[str, str | None]) -> str:
+               figures: dict[str, Path], diffs: list[dict], blocks: dict[str, str | None],
+               headline: dict | None = None) -> str:
     """The page's HTML. figures: key -> file ("recall_vs_length", "grid", "heatmap:<config>",
-    "diff:<A>:<B>", "indexer"); blocks: Markdown from summary.py ("meta", "recall", "indexer",
-    "taxonomy", "control")."""
+    "diff:<A>:<B>", "indexer"); blocks: Markdown from summary.py ("meta", "problems",
+    "recall", "indexer", "taxonomy", "control"); headline: {"items": [Headline], "notes",
+    "rule", "needed"} (niah/report/headline.py)."""
     names = list(infos)
+    headline = headline or {}
     records = [{**r, "config": str(r.get("config") or "default")} for r in records]  # as trials_frame names them
-    secs = [_section("attestation", "Attestation: what each server ran", attestation_section(manifest, names)),
+    secs = [_section("headline", "What this run found", headline_section(headline, blocks.get("problems") or [])),
+            _section("terms", "What the words mean", terms_section()),
             _section("recall", "Recall by configuration and length",
                      figure(figures.get("recall_vs_length"), "Recall with 95% Wilson intervals; error trials "
                             "are outages, never misses.", "recall vs length") + markdown_block(blocks.get("recall")))]
@@ -205,16 +292,21 @@ def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
         figure(figures.get(f"heatmap:{n}"), f"`{n}`", f"heatmap {n}") for n in names) + "</div>"
     secs.append(_section("heatmaps", "Heatmaps: recall per (length, depth)", heat))
     if diffs:
-        secs.append(_section("comparisons", "Paired comparisons", comparison_section(diffs, figures)))
+        secs.append(_section("comparisons", "Paired comparisons",
+                             comparison_section(diffs, figures, headline.get("needed"))))
     if figures.get("indexer") or blocks.get("indexer"):
-        panels = figure(figures.get("indexer"), alt="indexer panels") + markdown_block(blocks.get("indexer"))
+        panels = figure(figures.get("indexer"), "Left: the needle's rank / k (above 1: cut). Middle: fidelity on a "
+                        "fixed 0-1 scale. Right: per layer.", alt="indexer panels", cls="wide")
+        panels += markdown_block(blocks.get("indexer"))
         secs.append(_section("indexer", "The indexer: where the needle ranks against k", panels))
     control = blocks.get("control")
     secs.append(_section("outcomes", "Outcomes", markdown_block(blocks.get("taxonomy"))
                          + ("<h3>No-needle control</h3>" + markdown_block(control) if control else "")))
+    secs.append(_section("attestation", "Attestation: what each server ran", attestation_section(manifest, names)))
+    meta = "".join(f"<dt>{_e(k)}</dt><dd>{_inline(v)}</dd>" for k, v in (blocks.get("meta") or []))
+    secs.append(_section("details", "Run details", f'<dl class="meta">{meta}</dl>'))
     nav = "".join(f'<a href="#{sid}">{_e(title.split(":")[0])}</a>' for sid, title, _ in secs)
     nav += '<a href="#trials">Trials</a>'
-    meta = "".join(f"<dt>{_e(k)}</dt><dd>{_inline(v)}</dd>" for k, v in (blocks.get("meta") or []))
     present = lambda key: sorted({r.get(key) for r in records if r.get(key) is not None}, key=str)  # noqa: E731
     configs = [n for n in names if any(r.get("config") == n for r in records)]
     configs += [c for c in present("config") if c not in configs]
@@ -222,7 +314,7 @@ def build_page(run_name: str, manifest: dict, records: list[dict], infos: dict,
     style, script = _resource("page.css"), _resource("page.js")
     return Template(_resource("page.html")).substitute(
         csp=_csp(style, script), version=_e(__version__), title=_e(run_name), style=style, script=script,
-        meta=f'<dl class="meta">{meta}</dl>', nav=nav, sections="\n".join(s for _, _, s in secs),
+        nav=nav, sections="\n".join(s for _, _, s in secs),
         config_options=_options(configs), length_options=_options(sorted(present("length")), "{:,}".format),
         outcome_options=_options(outcomes), trial_rows=trial_rows(records, names))
 

@@ -9,6 +9,11 @@ Three panels, from the trials' `indexer` summaries and the RUN/indexer/ side fil
 3. per layer (all trials with selection pooled): the median worst rank / k of each layer,
    one line per configuration: the layers that lose the needle first sit highest.
 Only trials where selection happened count (prompt longer than k); dense has none.
+
+Laid out for a page about 1400 px wide: panels 1 and 2 side by side, panel 3 across the
+full width below, no text under FONT_MIN points. Fidelity's axis is fixed at
+FIDELITY_SCALE (0-1, stated in its label), never fitted to the data: a band of 0.966-0.972
+must not look like a cliff.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import statistics
 
 from niah.report import style
 from niah.sweep.indexer import layer_rows
+
+FIDELITY_SCALE = (0.0, 1.0)
+FONT_MIN = 11.0  # points, at style.save's dpi: every label, tick and legend of the figure
+SIZE = (13.0, 9.0)  # inches
 
 
 def indexer_by_length(df):
@@ -46,19 +55,22 @@ def layer_table(details: list[dict], names: list[str]) -> dict[str, list[float]]
 
 def indexer_figure(by_len, layers: dict[str, list[float]], infos: dict, lengths: list[int]):
     plt = style.plt()
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.4))
+    fig = plt.figure(figsize=SIZE)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 0.85])
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
+    fs = FONT_MIN
     colours = plt.get_cmap("tab10")
     names = [n for n in infos if (by_len["config"] == n).any()]
     for i, name in enumerate(names):
         d = by_len[by_len["config"] == name].sort_values("length")
-        kw = dict(marker="osD^vP*X"[i % 8], ms=5, lw=1.6, color=colours(i % 10), label=name,
+        kw = dict(marker="osD^vP*X"[i % 8], ms=6, lw=1.8, color=colours(i % 10), label=name,
                   ls="-" if i % 2 == 0 else "--")
         axes[0].plot(d["length"], d["rank"], **kw)
         axes[1].plot(d["length"], d["fidelity"], **kw)
         if name in layers:
             axes[2].plot(range(len(layers[name])), layers[name], **kw)
     axes[0].axhline(1.0, color="#c0392b", lw=1.2, ls=":")
-    axes[0].text(0.01, 1.0, " k (the cut): above = not kept", color="#c0392b", fontsize=8,
+    axes[0].text(0.01, 1.0, " k (the cut): above = not kept", color="#c0392b", fontsize=fs,
                  transform=axes[0].get_yaxis_transform(), va="bottom")
     axes[2].axhline(1.0, color="#c0392b", lw=1.2, ls=":")
     for ax in (axes[0], axes[2]):
@@ -68,23 +80,25 @@ def indexer_figure(by_len, layers: dict[str, list[float]], infos: dict, lengths:
         ax.set_xticks(lengths)
         ax.set_xticklabels([style.fmt_len(x) for x in lengths], rotation=45 if len(lengths) > 6 else 0)
         ax.minorticks_off()
-        ax.set_xlabel("context length (tokens)")
-    axes[0].set_ylabel("needle rank / k (median)")
+        ax.set_xlabel("context length (tokens)", fontsize=fs)
+    axes[1].set_ylim(*FIDELITY_SCALE)
+    axes[0].set_ylabel("needle rank / k (median)", fontsize=fs)
     axes[0].set_title("Where the needle ranks against k\n"
-                      "(worst value token; geometric mean over layers x steps; median over trials)",
-                      fontsize=10, loc="left")
-    axes[1].set_ylabel("top-k overlap with exact fp32 keys")
+                      "(worst value token; geometric mean over layers x steps)", fontsize=fs + 1, loc="left")
+    axes[1].set_ylabel(f"top-k overlap with exact fp32 keys\n(fixed scale {FIDELITY_SCALE[0]:g}-{FIDELITY_SCALE[1]:g})",
+                       fontsize=fs)
     axes[1].set_title("Fidelity: this top-k vs the exact-key top-k\n(same query; the precision effect alone)",
-                      fontsize=10, loc="left")
-    axes[2].set_xlabel("layer")
-    axes[2].set_ylabel("needle rank / k (median per layer)")
-    axes[2].set_title("Per layer: which layers lose the needle first\n(trials with selection pooled)",
-                      fontsize=10, loc="left")
+                      fontsize=fs + 1, loc="left")
+    axes[2].set_xlabel("layer", fontsize=fs)
+    axes[2].set_ylabel("needle rank / k\n(median per layer)", fontsize=fs)
+    axes[2].set_title("Per layer: which layers lose the needle first (trials with selection pooled)",
+                      fontsize=fs + 1, loc="left")
     for ax in axes:
         ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=fs)
         for s in ("top", "right"):
             ax.spines[s].set_visible(False)
     if axes[0].get_legend_handles_labels()[0]:
-        axes[1].legend(fontsize=8, loc="best", frameon=False)
+        axes[1].legend(fontsize=fs, loc="lower left", frameon=False)
     fig.tight_layout()
     return fig

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from niah.errors import BadInput, write_output, writing
-from niah.report import curves, heatmaps, html, indexer_pairs, indexer_plots, summary
+from niah.report import curves, headline, heatmaps, html, indexer_pairs, indexer_plots, summary
 from niah.report.compare import ALL, compare
 from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
 from niah.report.ranks import rank_compare
@@ -32,10 +32,14 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "config"
 
 
-def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05) -> Report:
+def render_report(run: Path | str, out: Path | str | None = None, svg: bool = False, alpha: float = 0.05,
+                  baseline: Path | str | None = None) -> Report:
     """Render RUN's heatmaps, grid, difference heatmaps, recall curves, summary.md and
     index.html (all of it in one self-contained page). The folder's integrity problems
-    (niah.runs.integrity) head the summary and the page; the tables use its sound trials."""
+    (niah.runs.integrity) head the summary and the page; the tables use its sound trials.
+    Both open with the headline (niah.report.headline): per configuration, its verdict
+    against `baseline` (a baseline file or run folder, gated as `niah gate` does) or else
+    the run's dense control."""
     run = Path(run)
     checked = load_checked(run)
     manifest, records = checked.manifest, checked.records
@@ -93,13 +97,20 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
         diffs.append({"a": a, "b": b, "label": label, "rows": rows, "cells": cell_rows, "method": method,
                       "figure": path.name, "ranks": rank_compare(da, db, alpha)})
 
+    states = {n: html.attestation_state((manifest.get("configs") or {}).get(n) or {})[0] for n in infos}
+    heads, head_notes = headline.headlines(df, infos, one_axis_pairs(infos), states, len(depths), alpha,
+                                           baseline=baseline, run=run, topks=topks)
+    rep.notes += head_notes
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections, checked.problems, checked.notes)
-    write_output(rep.summary, text)
-    blocks = {"meta": summary.integrity_rows(checked.problems, checked.notes)
-              + summary.meta_rows(manifest, df, infos, lengths, depths),
+    first, _, rest = text.partition("\n")
+    write_output(rep.summary, first + "\n\n" + headline.markdown(heads, head_notes) + rest)
+    blocks = {"problems": summary.integrity_rows(checked.problems, checked.notes),
+              "meta": summary.meta_rows(manifest, df, infos, lengths, depths),
               "recall": summary.recall_by_length_table(by_len, overall, infos, lengths),
               "taxonomy": summary.taxonomy_table(df, infos),
               "indexer": "\n\n".join(s for s in sections[:2] if s) or None, "control": sections[2]}
-    rep.page = html.write_page(out / "index.html", run.resolve().name, manifest, records, infos, paths, diffs, blocks)
+    page_head = {"items": heads, "notes": head_notes, "rule": headline.RULE, "needed": headline.needed_trials(alpha)}
+    rep.page = html.write_page(out / "index.html", run.resolve().name, manifest, records, infos, paths, diffs, blocks,
+                               page_head)
     return rep

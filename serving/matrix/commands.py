@@ -19,9 +19,11 @@ from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
 from niah.redact import redact_argv, redact_env
 from niah.serving.launch import HOST
+from niah.serving.matrix.backends import print_jobs
 from niah.serving.matrix.keys import PORT_PLACEHOLDER
 from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
 from niah.serving.sglang import refusals
+from niah.serving.sglang.arms import default_kernels
 from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
 from niah.serving.sglang.refusals import parser_status
 
@@ -57,7 +59,7 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
         argv, env = build_sglang_command(launch)
         merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
         override = {} if launch.index_topk is None else {"index_topk": launch.index_topk}
-        refusals.check_command(argv, merged, override)  # where SGLang's parser is importable
+        refusals.check_command(argv, merged, override, launch.index_dtype)  # where SGLang's parser is importable
     except BadInput as e:
         raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
     return _with_placeholder(argv, port), env
@@ -111,7 +113,7 @@ def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
         return None
 
     dtype = cfg.settings.get("index_dtype", "fp8")
-    kernels = cfg.settings.get("kernels") or ("niah" if dtype == "bf16" else "stock")
+    kernels = cfg.settings.get("kernels") or default_kernels(dtype)
     return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
 
 
@@ -214,11 +216,13 @@ def describe_difference(d: dict[str, Any]) -> str:
     return f"{n} difference{'s' if n != 1 else ''}: {'; '.join(parts)}" if parts else "nothing"
 
 
-def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
+def print_matrix_commands(matrix_path: Path | str, file=None, executor=None, out: Path | str | None = None) -> None:
     """The dry run: each configuration's exact command line and environment, then what
-    differs between the arms of each axis."""
+    differs between the arms of each axis; with a spread `executor` (default: the file's),
+    the jobs it would run into `out` (serving/matrix/backends.py `print_jobs`)."""
     file = file or sys.stdout
     matrix = load_matrix(matrix_path)
+    executor = executor or matrix.executor
     rows = matrix_commands(matrix)
     print(f"# {len(rows)} configuration(s) from {matrix_path}; "
           f"{PORT_PLACEHOLDER} is a free loopback port chosen at launch", file=file)
@@ -240,3 +244,5 @@ def print_matrix_commands(matrix_path: Path | str, file=None) -> None:
         print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
     for d in diffs:
         print(f"# {d['axis']}: {d['a']} -> {d['b']}: {describe_difference(d)}", file=file)
+    if executor.spread:
+        print_jobs(matrix, executor, Path(out) if out is not None else Path("results") / "<timestamp>", file)

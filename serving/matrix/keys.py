@@ -86,7 +86,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         **_COMMON,
         "model_path": _string,
         "tp": _int_range(1),
-        "index_dtype": _choice("fp8", "bf16"),
+        "index_dtype": _choice("fp8", "fp4", "bf16"),  # fp4: SGLang's own arm (stock only)
         "kernels": _choice("stock", "niah"),
         "index_topk": _int_range(1, 2048),
         "python": _string,

@@ -12,7 +12,8 @@
     attention = "dense"
 
 Top-level keys are defaults; `[axes]` lists values to cross; each `[[config]]` is one
-more configuration (defaults + its own keys, no axes). The keys each engine accepts are
+more configuration (defaults + its own keys, no axes); `[executor]` says where they run
+(serving/matrix/executor.py: local, local on disjoint GPU sets, or Slurm). The keys each engine accepts are
 in `ENGINE_KEYS` (serving/matrix/keys.py); the axis names are niah.axes'. docs/matrix.md and serving/examples/*.toml
 document them. Every error names the file and line (`BadInput`). `matrix_topks` reads
 each configuration's index_topk. The run is serving/matrix/run.py; the command lines, the
@@ -30,6 +31,7 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, AXIS_NAMES
 from niah.errors import BadInput
+from niah.serving.matrix.executor import Executor, parse_executor
 from niah.serving.matrix.keys import (DEFAULT_READY_TIMEOUT_S, ENGINE_KEYS, ENGINES, HEALTH_PATHS, NAME_RE, REQUIRED,
                                       RESERVED_FLAGS)
 from niah.serving.matrix.lines import TomlLines
@@ -68,6 +70,7 @@ class MatrixConfig:
 class Matrix:
     path: Path
     configs: list[MatrixConfig]
+    executor: Executor = field(default_factory=Executor)  # the [executor] table (serving/matrix/executor.py)
 
     def names(self) -> list[str]:
         return [c.name for c in self.configs]
@@ -106,7 +109,8 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
     def fail(line: int, msg: str) -> BadInput:
         return BadInput(f"{path}:{line}: {msg}")
 
-    defaults = {k: v for k, v in data.items() if k not in ("axes", "config")}
+    defaults = {k: v for k, v in data.items() if k not in ("axes", "config", "executor")}
+    executor = parse_executor(data.get("executor"), lambda key: f"{path}:{lines.of('executor', key)}")
     axes = data.get("axes", {})
     explicit = data.get("config", [])
     if not isinstance(axes, dict):
@@ -125,7 +129,7 @@ def parse_matrix(text: str, path: Path | str = "<matrix>") -> Matrix:
         if c.name in seen:
             raise fail(c.line, f"configuration name {c.name!r} is used twice (also line {seen[c.name].line})")
         seen[c.name] = c
-    return Matrix(path, configs)
+    return Matrix(path, configs, executor)
 
 
 def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixConfig]:
@@ -157,7 +161,7 @@ def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixC
         name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
         settings = {**base, **point}
         if _impossible(engine, settings):
-            continue  # bf16 keys run on niah's kernels: no bf16/stock arm
+            continue  # bf16 keys run on niah's kernels, fp4 keys on SGLang's: no bf16/stock or fp4/niah arm
         _check_required(settings, engine, lines.of("axes"), fail)
         if engine == "command":
             _check_placeholders(settings, lines.of("", "command"), fail)
@@ -184,14 +188,22 @@ def _listed(explicit: list, defaults: dict, lines: TomlLines, fail) -> list[Matr
         settings = _check_settings(merged, section, lines, fail, partial=False, own=set(entry))
         engine = settings.pop("engine")
         if _impossible(engine, settings):
-            raise fail(lines.of(section, "kernels"), "sglang: bf16 index keys run on kernels = \"niah\", not stock")
+            raise fail(lines.of(section, "kernels"), _impossible(engine, settings))
         axes_of = {k: entry[k] for k in AXIS_KEYS if k in entry}
         configs.append(MatrixConfig(name, engine, settings, axes_of, line))
     return configs
 
 
-def _impossible(engine: str, settings: dict[str, Any]) -> bool:
-    return engine == "sglang" and settings.get("index_dtype") == "bf16" and settings.get("kernels") == "stock"
+def _impossible(engine: str, settings: dict[str, Any]) -> str | None:
+    """Why an SGLang arm cannot exist (bf16 keys on stock kernels, fp4 keys on niah's), or None."""
+    if engine != "sglang":
+        return None
+    dtype, kernels = settings.get("index_dtype"), settings.get("kernels")
+    if dtype == "bf16" and kernels == "stock":
+        return "sglang: bf16 index keys run on kernels = \"niah\", not stock"
+    if dtype == "fp4" and kernels == "niah":
+        return "sglang: fp4 index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
+    return None
 
 
 def _check_engine(engine: Any, line: int, fail, hint: str = "") -> None:

@@ -13,7 +13,8 @@ exports NIAH_INDEX_DTYPE / NIAH_KERNELS so SGLang's spawned processes install it
 (through the `sglang.srt.plugins` entry point), then runs SGLang's own
 `sglang.launch_server` with the remaining arguments. It adds no SGLang flag or variable.
 niah's matrix starts only its niah arms (bf16/niah, fp8/niah) through this entry; the
-fp8/stock arm is plain `python -m sglang.launch_server`.
+fp8/stock and fp4/stock arms are plain `python -m sglang.launch_server` (fp4 keys are not the
+plugin's: `--niah-index-dtype fp4` is refused here).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 the launch entry and the command builder all read (it imports nothing of theirs).
 
 - arms: index-key dtype ("fp8", "bf16") / kernels ("stock", "niah"); bf16 keys run on
-  niah's kernels only (`check_arm`, `default_kernels`, `arm_name`);
+  niah's kernels only (`check_arm`, `default_kernels`, `arm_name`); the command builder's
+  arms add "fp4", which runs stock only (SGLang's own `--enable-deepseek-v4-fp4-indexer`,
+  `FP4_FLAG`; the plugin serves no fp4 pool);
 - entry names: the launch entry `python -m niah.serving.sglang`, SGLang's own
   `sglang.launch_server`, the `sglang.srt.plugins` entry point `niah`;
 - niah's switches: `--niah-index-dtype`, `--niah-kernels` (`split_niah_args`) and the
@@ -19,6 +21,11 @@ from niah.errors import BadInput
 # Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
 SGLANG_INDEX_DTYPES = ("fp8", "bf16")
 KERNELS = ("stock", "niah")
+# The arms the command builder and the matrix make: the plugin's, and SGLang's own fp4 arm
+# (stock only: plain launch_server with FP4_FLAG, DeepSeek-V4's MXFP4 index keys).
+ARM_INDEX_DTYPES = ("fp8", "fp4", "bf16")
+FP4_FLAG = "--enable-deepseek-v4-fp4-indexer"
+FP4_FIELD = "enable_deepseek_v4_fp4_indexer"  # its ServerArgs field
 
 # Entries and the plugin's registration (pyproject.toml: [project.entry-points."sglang.srt.plugins"]).
 LAUNCH_MODULE = "niah.serving.sglang"
@@ -57,6 +64,13 @@ def check_arm(index_dtype: str, kernels: str) -> None:
         raise BadInput(f"unknown kernels {kernels!r}; expected one of {', '.join(KERNELS)}")
     if index_dtype == "bf16" and kernels != "niah":
         raise BadInput("bf16 index keys run on niah's kernels only (kernels = \"niah\")")
+
+
+def check_stock_only(index_dtype: str, kernels: str | None) -> None:
+    """fp4 index keys are SGLang's own arm: stock kernels only."""
+    if index_dtype == "fp4" and kernels not in (None, "stock"):
+        raise BadInput("fp4 index keys run on SGLang's own kernels only (kernels = \"stock\"): niah's plugin "
+                       "serves fp8 and bf16 pools")
 
 
 def default_kernels(index_dtype: str) -> str:

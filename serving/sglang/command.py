@@ -10,6 +10,10 @@ without niah, `python -m sglang.launch_server --model-path M --tp-size N --host 
 every NIAH_* variable inherited from niah's environment removed (so the plugin, installed
 as an entry point and inert without NIAH_INDEX_DTYPE, cannot run there).
 
+The fp4 arm (fp4/stock) is that same stock command with SGLang's own
+`--enable-deepseek-v4-fp4-indexer` added and nothing else (one factor from fp8/stock);
+no other arm may carry that flag (extra_args may not set it).
+
 niah's arms (bf16/niah, fp8/niah) get the same SGLang arguments and environment plus only
 niah's own switches: the launch entry `python -m niah.serving.sglang`, `--niah-index-dtype`,
 `--niah-kernels` (read and stripped by the entry) and NIAH_INDEX_DTYPE / NIAH_KERNELS.
@@ -31,8 +35,8 @@ from dataclasses import dataclass, field
 
 from niah.errors import BadInput
 from niah.serving.sglang.arms import (  # noqa: F401  (arm_name, SGLANG_MODULE: re-exported)
-    ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS, KERNELS_FLAG, LAUNCH_MODULE, NIAH_ENV_PREFIX, NIAH_FLAG, OVERRIDE_FLAG,
-    SGLANG_INDEX_DTYPES, SGLANG_MODULE, arm_name, default_kernels)
+    ARM_INDEX_DTYPES, ENV_INDEX_DTYPE, ENV_KERNELS, FP4_FLAG, KERNELS, KERNELS_FLAG, LAUNCH_MODULE,
+    NIAH_ENV_PREFIX, NIAH_FLAG, OVERRIDE_FLAG, SGLANG_MODULE, arm_name, check_stock_only, default_kernels)
 
 MAX_INDEX_TOPK = 2048  # SGLang's v2 top-k: 0 < k <= 2048
 
@@ -46,7 +50,7 @@ class SGLangLaunch:
     port: int = 30000
     host: str = "127.0.0.1"
     index_dtype: str = "fp8"
-    kernels: str | None = None  # None: "niah" for bf16, "stock" for fp8
+    kernels: str | None = None  # None: "niah" for bf16, "stock" for fp8 and fp4
     index_topk: int | None = None  # None: the model's own (V3.2: 2048)
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -55,12 +59,16 @@ class SGLangLaunch:
     def validate(self) -> None:
         if not self.model_path:
             raise BadInput("sglang: model_path is required")
-        if self.index_dtype not in SGLANG_INDEX_DTYPES:
-            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
+        if self.index_dtype not in ARM_INDEX_DTYPES:
+            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(ARM_INDEX_DTYPES)}")
         if self.kernels not in (None, *KERNELS):
             raise BadInput(f"sglang: kernels {self.kernels!r} is not one of {', '.join(KERNELS)}")
         if self.index_dtype == "bf16" and self.kernels == "stock":
             raise BadInput("sglang: bf16 index keys run on niah's kernels (kernels = \"niah\"), not stock")
+        try:
+            check_stock_only(self.index_dtype, self.kernels)
+        except BadInput as e:
+            raise BadInput(f"sglang: {e}") from None
         if not isinstance(self.tp, int) or self.tp < 1:
             raise BadInput(f"sglang: tp must be a positive integer, got {self.tp!r}")
         if not isinstance(self.port, int) or not 0 < self.port < 65536:
@@ -71,6 +79,12 @@ class SGLangLaunch:
         for flag in (OVERRIDE_FLAG, NIAH_FLAG, KERNELS_FLAG):
             if any(a == flag or a.startswith(flag + "=") for a in self.extra_args):
                 raise BadInput(f"sglang: extra_args may not set {flag}; use index_topk / index_dtype / kernels")
+        # the fp4 flag and its abbreviations (argparse takes a unique prefix; SGLang 0.5.23 has no other
+        # --enable-deepseek-* flag, so any prefix past "--enable-deep" is it); SGLang's parse decides
+        # the rest (refusals.stock_fp4_refusal: a --config file)
+        if any(len(a.split("=", 1)[0]) > len("--enable-deep") and FP4_FLAG.startswith(a.split("=", 1)[0])
+               for a in self.extra_args):
+            raise BadInput(f"sglang: extra_args may not set {FP4_FLAG}; use index_dtype = \"fp4\"")
         for var in (ENV_INDEX_DTYPE, ENV_KERNELS):
             if var in self.env:
                 raise BadInput(f"sglang: env may not set {var}; use index_dtype / kernels")
@@ -88,6 +102,13 @@ ARMS: dict[str, dict[str, str]] = {
                       "unfused, Hadamard-rotated; interleaved RoPE: fused, no rotation; V4: Hadamard)",
         "query": "fp8, SGLang's", "logits": "SGLang's (DeepGEMM by default)", "top_k": "SGLang's",
         "paths": "SGLang's defaults"},
+    "fp4/stock": {
+        "launcher": SGLANG_MODULE, "plugin": "not loaded (NIAH_* variables removed)",
+        "index_keys": "MXFP4 (e2m1 codes + one ue8m0 exponent per 32 values), 68 B/token, written by SGLang "
+                      f"(DeepSeek-V4's {FP4_FLAG}; SGLang accepts it on SM100, SM120 and gfx95 only)",
+        "query": "fp4, SGLang's (rotated, then quantised to MXFP4)", "logits": "SGLang's (DeepGEMM's "
+        "fp8_fp4_paged_mqa_logits)", "top_k": "SGLang's",
+        "paths": f"SGLang's defaults plus {FP4_FLAG}: the fp8/stock command with that one flag added"},
     "fp8/niah": {
         "launcher": LAUNCH_MODULE, "plugin": "loaded",
         "index_keys": "fp8 + fp32 scale, 132 B/token, written by SGLang (as fp8/stock)",
@@ -113,7 +134,8 @@ def _sglang_args(cfg: SGLangLaunch) -> list[str]:
     args = ["--model-path", cfg.model_path, "--tp-size", str(cfg.tp), "--host", cfg.host, "--port", str(cfg.port)]
     if cfg.index_topk is not None:
         args += [OVERRIDE_FLAG, json.dumps({"index_topk": cfg.index_topk})]
-    return args + list(cfg.extra_args)
+    fp4 = [FP4_FLAG] if cfg.index_dtype == "fp4" else []
+    return args + fp4 + list(cfg.extra_args)
 
 
 def build_sglang_command(cfg: SGLangLaunch, environ: dict[str, str] | None = None

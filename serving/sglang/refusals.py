@@ -14,6 +14,10 @@ importable (`check_command`, which also checks that the arguments leave niah's
 `--json-model-override-args` as niah wrote it); elsewhere the launch entry does. Each
 refusal is one line (BadInput, exit 2).
 
+SGLang's own fp4 arm (fp4/stock) is checked in fp4.py: its platform refusal (SGLang's reason,
+before any server starts) and, here on SGLang's parse, that a stock arm's fp4 field matches
+its label (`stock_fp4_refusal`).
+
 What cannot be decided here: the model's architecture when its config.json is neither a
 local folder nor in the Hugging Face cache (the V4 rules then wait for the V4 pool,
 v4.env_refusal, after the weights have loaded; an explicit switch is refused anyway).
@@ -41,6 +45,7 @@ from niah.errors import BadInput
 from niah.serving.sglang.arms import (
     ENTRY_POINT_NAME as PLUGIN_NAME, LAUNCH_MODULE, OVERRIDE_FLAG, SGL_PLUGINS, SGLANG_MODULE, SGLANG_PLUGINS,
     TILELANG_INDEXER as TILELANG, V4_INDEXER_SWITCHES, default_kernels, env_on, split_niah_args)
+from niah.serving.sglang.fp4 import stock_fp4_refusal
 
 
 @dataclass(frozen=True)
@@ -318,17 +323,20 @@ def check(index_dtype: str, kernels: str, argv: list[str], env: Mapping[str, str
     return args
 
 
-def check_command(argv: list[str], env: Mapping[str, str], override: dict | None = None) -> bool:
+def check_command(argv: list[str], env: Mapping[str, str], override: dict | None = None,
+                  index_dtype: str | None = None) -> bool:
     """The launch entry's check for a built command (`python -m niah.serving.sglang ...`),
     run here if SGLang's parser is importable; with `override` (what niah wrote in
     --json-model-override-args), the parsed arguments of any arm, stock included, must
-    keep it. True: checked; False: SGLang is not importable here, the launch entry will
-    check (niah arms; a stock command is SGLang's own and is not checked further)."""
+    keep it. `index_dtype`: a stock command's arm (fp8 when None, or fp4), whose parsed
+    fp4 field must match it. True: checked; False: SGLang is not importable here, the
+    launch entry will check (niah arms; a stock command is SGLang's own and is not checked
+    further; an fp4 arm's platform is asked of the server's Python at launch)."""
     if argv[1:3] == ["-m", LAUNCH_MODULE]:
         dtype, kernels, rest = split_niah_args(argv[3:], env)
         kernels = kernels or default_kernels(dtype)
     elif argv[1:3] == ["-m", SGLANG_MODULE]:
-        dtype, kernels, rest = "fp8", "stock", argv[3:]
+        dtype, kernels, rest = index_dtype or "fp8", "stock", argv[3:]
         env = {k: v for k, v in env.items() if k not in (SGLANG_PLUGINS, SGL_PLUGINS)}  # no plugin to keep out
     else:
         return True
@@ -336,7 +344,9 @@ def check_command(argv: list[str], env: Mapping[str, str], override: dict | None
         if kernels != "stock" and (problem := plugins_refusal(env)):
             raise BadInput(problem)
         return False  # SGLang's parser is not importable here: the launch entry decides
-    args = check(dtype, kernels, rest, env, parsed=override is not None)
+    args = check(dtype, kernels, rest, env, parsed=override is not None or kernels == "stock")
     if override is not None and (problem := override_refusal(args, override)):
+        raise BadInput(problem)
+    if kernels == "stock" and (problem := stock_fp4_refusal(dtype, args)):
         raise BadInput(problem)
     return True

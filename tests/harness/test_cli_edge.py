@@ -218,3 +218,59 @@ def test_serve_without_its_extra_is_one_line_exit_2(mod, exc):
     assert r.stderr.splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr, r.stderr
     assert f"niah serve needs the [serve] extra: {mod} cannot be imported" in r.stderr
     assert "pip install 'niah-lab[serve]' (in a checkout: pip install -e '.[serve]')" in r.stderr
+
+
+# -- the server from the environment; --header / --extra-body refused when malformed ----------------
+def _inproc(*args, env=None, drop=("NIAH_ENDPOINT", "NIAH_MODEL", "NIAH_API_KEY", "OPENAI_BASE_URL",
+                                   "OPENAI_API_KEY")):
+    import os
+
+    from cli_inproc import niah
+
+    return niah(*args, env={**{k: v for k, v in os.environ.items() if k not in drop}, **(env or {})})
+
+
+def test_endpoint_model_and_key_fall_back_to_the_environment_and_flags_win(oracle_factory, tmp_path):
+    import json
+
+    from niah.runs.trials import load_run
+
+    key = "sk-env-fallback-51d2e7"
+    srv = oracle_factory("--api-key", key)
+    grid = ["--lengths", "300", "--depths", "50", "--trials", "1", "-q"]
+    # NIAH_ENDPOINT and NIAH_MODEL, the key from OPENAI_API_KEY (an empty NIAH_API_KEY is unset)
+    r = _inproc("sweep", *grid, "--out", tmp_path / "a",
+                env={"NIAH_ENDPOINT": srv.url, "NIAH_MODEL": "oracle-1", "NIAH_API_KEY": "", "OPENAI_API_KEY": key})
+    assert r.returncode == 0, r.stderr
+    manifest, recs = load_run(tmp_path / "a")
+    assert manifest["configs"]["default"]["endpoint"] == srv.url and recs[0]["outcome"] == "correct"
+    # OPENAI_BASE_URL when NIAH_ENDPOINT is empty (a CI secret a fork does not get)
+    r = _inproc("sweep", *grid, "--out", tmp_path / "b",
+                env={"NIAH_ENDPOINT": "", "OPENAI_BASE_URL": srv.url, "OPENAI_API_KEY": key})
+    assert r.returncode == 0 and load_run(tmp_path / "b")[1][0]["outcome"] == "correct", r.stderr
+    # flags win over every variable
+    r = _inproc("sweep", *grid, "--out", tmp_path / "c", "--endpoint", srv.url, "--model", "oracle-1",
+                "--api-key", key, env={"NIAH_ENDPOINT": "http://127.0.0.1:9/v1", "NIAH_MODEL": "nope",
+                                       "NIAH_API_KEY": "wrong-key-123456"})
+    assert r.returncode == 0, r.stderr
+    # the variable is read: a model the server lacks is named
+    r = _inproc("sweep", *grid, "--out", tmp_path / "d", env={"NIAH_ENDPOINT": srv.url, "NIAH_MODEL": "nope",
+                                                              "NIAH_API_KEY": key})
+    assert r.returncode == 2 and "model 'nope' is not served" in r.stderr
+    for run in ("a", "b", "c"):
+        assert key not in json.dumps(load_run(tmp_path / run)[0])
+        assert [p for p in (tmp_path / run).rglob("*") if p.is_file() and key.encode() in p.read_bytes()] == []
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--extra-body", "{not json"], "--extra-body is not JSON"),
+    (["--extra-body", "[1, 2]"], "must be a JSON object"),
+    (["--extra-body", '{"max_tokens": 5}'], "cannot set max_tokens"),
+    (["--header", "no-colon"], "is not NAME:VALUE"),
+    (["--header", "bad name: x"], "is not NAME:VALUE"),
+])
+def test_bad_extra_body_or_header_is_one_line_exit_2(args, words, tmp_path):
+    r = _inproc("sweep", "--endpoint", "http://127.0.0.1:9/v1", "--out", tmp_path / "r", "-q", *args)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("niah: error: ") and words in r.stderr, r.stderr
+    assert not (tmp_path / "r").exists()  # refused before anything ran

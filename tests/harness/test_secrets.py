@@ -99,3 +99,59 @@ def test_redaction_rules():
                                "DB_PASSWORD": MASK}
     # a value known from a secret-named variable is masked wherever it is quoted
     assert redact_text("curl -u user:k2-secret http://x", env) == f"curl -u user:{MASK} http://x"
+
+
+def test_headers_and_extra_body_reach_the_server_on_every_request_and_secret_values_stay_off_disk(
+        oracle_factory, tmp_path):
+    """--header and --extra-body, against the oracle that records what it received: every
+    request (probes, counter, attestation read, trials) carries the headers, every
+    generation request the extra body; `chat_template_kwargs: {thinking: true}` makes the
+    oracle's template longer, so exact lengths prove the counter saw it too. The manifest
+    records both, the secret header's value masked; no file holds it."""
+    import httpx
+
+    from cli_inproc import niah as inproc
+
+    secret = "hdr-secret-9e8d7c6b5a"
+    srv = oracle_factory()
+    body = {"chat_template_kwargs": {"thinking": True}, "top_k": 1}
+    for counter in ("server", "usage"):
+        out = tmp_path / counter
+        before = len(httpx.get(srv.url[:-3] + "/seen", timeout=10).json())
+        r = inproc("sweep", "--endpoint", srv.url, "--lengths", "300,600", "--depths", "0,100", "--trials", "1",
+                   "--tokenizer", counter, "-q", "--out", out, "-H", f"X-Api-Key: {secret}",
+                   "--header", "X-Team: ml", "--extra-body", json.dumps(body))
+        assert r.returncode == 0, r.stderr
+        seen = httpx.get(srv.url[:-3] + "/seen", timeout=10).json()[before:]
+        assert seen and all(s["headers"].get("x-api-key") == secret and s["headers"].get("x-team") == "ml"
+                            for s in seen), counter
+        gen = [s for s in seen if s["path"].endswith("/completions")]
+        assert gen and all(s["body"].get("chat_template_kwargs") == {"thinking": True} and s["body"]["top_k"] == 1
+                           for s in gen)
+        manifest, recs = load_run(out)
+        assert [x["outcome"] for x in recs] == ["correct"] * 4
+        assert all(x["prompt_tokens"] == x["length"] for x in recs), [(x["length"], x["prompt_tokens"]) for x in recs]
+        assert manifest["configs"]["default"]["request"] == {"headers": {"X-Api-Key": MASK, "X-Team": "ml"},
+                                                             "extra_body": body}
+        assert f"X-Api-Key: {MASK}" in manifest["command"]
+        assert files_holding(out, secret) == [], counter
+
+
+def test_header_redaction_rules():
+    from niah.client import parse_headers, pass_through, request_headers
+    from niah.redact import is_secret_header, remember_headers
+    from niah.sweep.targets import pass_through_record
+
+    assert [n for n in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "api-key", "X-Auth-Token",
+                        "X-Team", "Accept", "X-Request-Id", "Keep-Alive") if is_secret_header(n)] == \
+        ["Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "api-key", "X-Auth-Token"]
+    headers = parse_headers(["Authorization: Basic dXNlcjpwYXNzd29yZA==", "X-Team: ml"])
+    remember_headers(headers)  # as the command line does, once parsed
+    with pass_through(headers, {"seed": 1}):
+        # a pass-through Authorization replaces the bearer token of --api-key
+        assert request_headers("sk-from-flag") == headers
+        assert pass_through_record() == {"headers": {"Authorization": MASK, "X-Team": "ml"}, "extra_body": {"seed": 1}}
+    assert request_headers("k") == {"Authorization": "Bearer k"} and pass_through_record() is None
+    assert redact_text("sent dXNlcjpwYXNzd29yZA== along") == f"sent {MASK} along"  # remembered once parsed
+    assert redact_argv(["niah", "--header=Cookie: sid=abc", "-H", "X-Team: ml"]) == \
+        ["niah", f"--header=Cookie: {MASK}", "-H", "X-Team: ml"]

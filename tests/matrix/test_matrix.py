@@ -234,7 +234,8 @@ def test_one_factor_at_a_time_arms_differ_only_in_their_axis(tmp_path, monkeypat
 def test_every_example_matrix_changes_one_thing_per_axis(example):
     from niah.serving.matrix import axis_differences
 
-    flag = {"index_dtype": ("--index-dtype", "--niah-index-dtype", "--niah-kernels"),
+    flag = {"index_dtype": ("--index-dtype", "--niah-index-dtype", "--niah-kernels",
+                            "--enable-deepseek-v4-fp4-indexer"),
             "index_topk": ("--index-topk", "--json-model-override-args"), "kernels": ("--niah-kernels",),
             "index_rotation": ("--index-rotation",)}
     diffs = axis_differences(load_matrix(EXAMPLES / example))

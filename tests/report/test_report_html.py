@@ -182,3 +182,82 @@ def test_hostile_answers_are_text_and_attestation_states(browser, tmp_path):
                                          ".map(r => [r.cells[0].innerText, r.cells[1].innerText])"))
     assert states == {"a": "valid", "b": "INVALID", "c": "unattested"}
     assert _filter(browser, outcome="wrong") == len(HOSTILE) and _filter(browser, config="b", length=2048) == 6
+
+
+# -- the page answers first ---------------------------------------------------------------------
+def _sections(d) -> list[str]:
+    return d.execute_script("return Array.from(document.querySelectorAll('main > section')).map(s => s.id)")
+
+
+def test_headline_first_above_the_fold_and_readable_at_1400_px(browser, real_run, tmp_path):
+    """At 1400 px wide, the first screen (the screenshot) holds every configuration's verdict
+    and recall row; the sections come headline, terms, evidence, then attestation detail;
+    internal counters appear nowhere above the attestation section; captions and the
+    indexer panels' text are readable sizes on screen."""
+    from PIL import Image
+    from niah.report.indexer_plots import FONT_MIN
+
+    run, rep = real_run
+    _open(browser, rep.page, tmp_path)
+    ids = _sections(browser)
+    assert ids[:3] == ["headline", "terms", "recall"], ids
+    assert ids.index("attestation") > ids.index("outcomes") and ids[-2:] == ["details", "trials"]
+
+    shot = tmp_path / "fold.png"
+    shot.write_bytes(browser.get_screenshot_as_png())
+    width, height = Image.open(shot).size
+    vw, vh = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    assert (width, height) == (vw, vh) and width == 1400, (width, height, vw, vh)
+    cards = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#headline .card')).map(c => [c.dataset.config, "
+        "c.querySelector('.verdict').innerText, c.querySelector('table.by-length').getBoundingClientRect().bottom, "
+        "c.getBoundingClientRect().right, c.querySelector('.drop').getBoundingClientRect().bottom])")
+    assert sorted(c[0] for c in cards) == ["dense", "k512", "k64"]
+    for name, verdict, table_bottom, right, drop_bottom in cards:
+        assert max(table_bottom, drop_bottom) <= height and right <= width, (name, table_bottom, drop_bottom, height)
+    verdicts = {c[0]: c[1] for c in cards}
+    assert verdicts["dense"] == "control" and {verdicts["k64"], verdicts["k512"]} <= {"PASS", "REGRESSION", "OUTAGE"}
+    text = {s: browser.execute_script(f"return document.getElementById('{s}').innerText") for s in ids}
+    assert "against dense control dense" in text["headline"]
+    k512 = browser.execute_script("return document.querySelector('#headline .card[data-config=\"k512\"]').innerText")
+    assert "400 at or below k = 512" in k512  # a length that keeps every token is named, not passed off
+    assert all(w in text["terms"] for w in ("Index keys", "Top-k", "Precision", "fp8", "bf16"))
+    above = "".join(text[s] for s in ids[:ids.index("attestation")])
+    assert "niah." not in above and "store_roundtrip" not in above  # counters only in the detail
+
+    caption_px = browser.execute_script(
+        "return Math.min(...Array.from(document.querySelectorAll('figcaption')).map("
+        "f => parseFloat(getComputedStyle(f).fontSize)))")
+    assert caption_px >= 13, caption_px
+    shown, natural = browser.execute_script(
+        "const i = Array.from(document.images).find(i => i.alt === 'indexer panels'); "
+        "return [i.getBoundingClientRect().width, i.naturalWidth]")
+    smallest_px = FONT_MIN * 130 / 72 * shown / natural  # style.save writes 130 dpi
+    assert smallest_px >= 11, (shown, natural, smallest_px)
+
+
+def test_small_sample_flag_and_baseline_verdicts(browser, tmp_path):
+    """--baseline: each configuration's verdict is niah gate's against it; a small sample is
+    flagged with the `niah plan` command, and a comparison that finds nothing on few pairs
+    says it is too few to tell."""
+    from niah.report.render import render_report
+
+    configs = {"dense": {"attention": "dense"}, "sparse": {"index_dtype": "fp8", "index_topk": 512}}
+    base = make_run(tmp_path / "base", configs, lengths=(1024, 4096), depths=(0.0, 50.0, 100.0), trials=8)
+    lost = make_run(tmp_path / "cand", configs, lengths=(1024, 4096), depths=(0.0, 50.0, 100.0), trials=8,
+                    outcome={"dense": lambda *a: "correct",
+                             "sparse": lambda c, length, d, t, rng: "wrong" if length == 4096 else "correct"})
+    rep = render_report(lost, baseline=base)
+    _check_renders(browser, _open(browser, rep.page, tmp_path), tmp_path / "page.png")
+    cards = dict(browser.execute_script(
+        "return Array.from(document.querySelectorAll('#headline .card')).map(c => [c.dataset.config, c.innerText])"))
+    assert "REGRESSION" in cards["sparse"] and f"baseline {base}" in cards["sparse"]
+    assert "Drops at 4K: 100% at 1K, 0% at 4K" in cards["sparse"] and "PASS" in cards["dense"]
+    assert "small sample: 24 answered trial(s)" in cards["dense"] and "niah plan --recall 0.95" in cards["dense"]
+    summary = rep.summary.read_text()
+    assert summary.index("## Headline") < summary.index("## Recall by configuration")
+    assert "`sparse`: **REGRESSION** against baseline" in summary
+    # the baseline run itself: dense and sparse agree on 48 pairs, too few to tell a 10-point drop
+    _open(browser, render_report(base).page, tmp_path / "base")
+    comparisons = browser.execute_script("return document.getElementById('comparisons').innerText")
+    assert "No significant difference on 48 trial(s) a side: too few to tell" in comparisons

@@ -9,14 +9,18 @@ Behaviours: --wrong-above N (wrong value beyond N prompt tokens), --empty, --ref
 --verbose (a long preamble before the answer, so a small max_tokens truncates it),
 --reasoning (the answer in reasoning_content, content empty), --no-tokenize,
 --tokenize-text-only (/tokenize takes {"prompt"} only, as SGLang's does),
---needle-span (advertise niah_extensions and return selection_recall).
+--needle-span (advertise niah_extensions and return selection_recall). A chat request (or
+/tokenize of messages) with `chat_template_kwargs: {"thinking": true}` gets "<think>\n" after
+the generation prompt, as a thinking model's template adds: its prompt is longer.
 Faults: --fail-first N (first N generation requests get 503), --drop-every N (every Nth
 generation request's connection is closed with no response), --delay S. Faults hit the
 trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
 --api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
-GET /stats gives request counters. Prints `PORT <n>` once listening (port 0 = free).
+GET /stats gives request counters; GET /seen every request's method, path, headers and
+body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
+Prints `PORT <n>` once listening (port 0 = free).
 
     python tests/servers/oracle.py --port 0 --max-model-len 32768
 """
@@ -55,9 +59,16 @@ class Oracle:
         self.lock = threading.Lock()
         self.stats = {"generate": 0, "tokenize": 0, "failed_503": 0, "dropped": 0, "answered": 0, "probes": 0}
         self.faultable = 0
+        self.seen: list[dict] = []
+
+    def see(self, method: str, path: str, headers, body: dict | None = None) -> None:
+        entry = {"method": method, "path": path, "headers": {k.lower(): v for k, v in headers.items()},
+                 "body": {k: v for k, v in (body or {}).items() if k not in ("messages", "prompt")}}
+        with self.lock:
+            self.seen = [*self.seen[-999:], entry]
 
     # -- tokenization, exactly as the "model" sees it --------------------------------------
-    def chat_ids(self, messages, add_generation_prompt=True) -> list[int]:
+    def chat_ids(self, messages, add_generation_prompt=True, template_kwargs=None) -> list[int]:
         # Template specials as tokens, message content always as plain text.
         ids = [self.enc.encode_single_token(BOS)]
         for m in messages:
@@ -68,6 +79,8 @@ class Oracle:
         if add_generation_prompt:
             ids.append(self.enc.encode_single_token(IM_START))
             ids += self.enc.encode_ordinary("assistant\n")
+            if (template_kwargs or {}).get("thinking"):
+                ids += self.enc.encode_ordinary("<think>\n")
         return ids
 
     def prompt_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -104,7 +117,7 @@ class Oracle:
         """Everything a response needs: pieces, finish_reason, usage."""
         if chat:
             messages = body["messages"]
-            ids = self.chat_ids(messages)
+            ids = self.chat_ids(messages, template_kwargs=body.get("chat_template_kwargs"))
             text = messages[-1]["content"]
             span_text = text
         else:
@@ -166,6 +179,10 @@ def make_handler(oracle: Oracle):
             return json.loads(self.rfile.read(n) or b"{}")
 
         def do_GET(self):
+            if self.path == "/seen":
+                with oracle.lock:
+                    return self._json(200, list(oracle.seen))
+            oracle.see("GET", self.path, self.headers)
             if self.path in ("/v1/models", "/models") and not self._authorized():
                 return
             if self.path in ("/v1/models", "/models"):
@@ -194,6 +211,7 @@ def make_handler(oracle: Oracle):
 
         def do_POST(self):
             body = self._body()
+            oracle.see("POST", self.path, self.headers, body if isinstance(body, dict) else None)
             if not self._authorized():
                 return
             if self.path in ("/tokenize", "/v1/tokenize"):
@@ -204,7 +222,8 @@ def make_handler(oracle: Oracle):
                 if "messages" in body and args.tokenize_text_only:  # like SGLang: prompt only
                     return self._json(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]})
                 if "messages" in body:
-                    ids = oracle.chat_ids(body["messages"], body.get("add_generation_prompt", True))
+                    ids = oracle.chat_ids(body["messages"], body.get("add_generation_prompt", True),
+                                          body.get("chat_template_kwargs"))
                 else:
                     ids = oracle.prompt_ids(body.get("prompt", ""), body.get("add_special_tokens", True))
                 if args.tokenize_shape == "odd":

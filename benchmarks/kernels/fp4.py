@@ -1,0 +1,153 @@
+"""fp4 (MXFP4) index-key kernels side by side with fp8 and bf16, one process:
+
+    python benchmarks/kernels/fp4.py --out fp4.json            # CUDA
+    python benchmarks/kernels/fp4.py --tiny --out fp4.json     # CPU, TRITON_INTERPRET=1: the wiring only
+
+Decode logits (clean_logits=False, H=64, D=128, next_n=1) at B=64 with lengths uniform in
+1..65,536 (ragged) and at B=1 x 131,072, on the same keys stored three ways: niah's fp4
+(`fp4_paged_mqa_logits`, unpack path; the scaled path too where the GPU has fp4 MMA; bf16 and
+fp4 queries), niah's fp8 and bf16 (`fp8_paged_mqa_logits`, `bf16_paged_mqa_logits`), and
+DeepGEMM's fp8 (`deep_gemm.fp8_paged_mqa_logits`) when `import deep_gemm` works. Each case
+records the median ms (triton.testing.do_bench), the bytes each one reads (whole pages up to
+the lengths: fp4 68, fp8 132, bf16 256 bytes a token) and the ratio fp4 / DeepGEMM fp8 (goal
+<= 0.6). Also the fp4 key store (4,096 tokens) and the fp4 prefill logits (4,096 x 22,016).
+Every case is checked against the float64 / fp32 reference (calc_diff) at B=1 first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+if "--tiny" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+from measure import has_cuda, timeit  # noqa: E402
+
+
+def pages_of(keys: torch.Tensor):
+    """keys [P*64, 128] -> the three pools (fp4 2-D, fp8 4-D, bf16 4-D) of the same keys."""
+    from measure import fp8_pages
+
+    from niah.kernels import store_fp4_index_keys
+
+    n = keys.shape[0]
+    fp4 = torch.empty(n // 64, 64 * 68, dtype=torch.uint8, device=keys.device)
+    store_fp4_index_keys(keys, fp4, torch.arange(n, device=keys.device))
+    return fp4, fp8_pages(keys.reshape(n // 64, 64, 128)), keys.bfloat16().reshape(n // 64, 64, 1, 128)
+
+
+def deep_gemm():
+    try:
+        import deep_gemm as dg
+    except Exception as e:  # noqa: BLE001 (ImportError, or a build that does not load)
+        print(f"DeepGEMM: not available ({type(e).__name__}: {str(e)[:160]})")
+        return None
+    return dg
+
+
+def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
+    from niah.kernels import bf16_paged_mqa_logits, fp4_paged_mqa_logits, fp8_paged_mqa_logits
+    from niah.kernels._common import compare_logits
+    from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
+    from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
+    from niah.kernels.quant import quantize_fp4, quantize_fp8
+
+    g = torch.Generator(device=dev).manual_seed(0)
+    heads = 64
+    per = (ctx_len + 63) // 64
+    table = torch.randperm(batch * per, device=dev, generator=g).reshape(batch, per).int()
+    keys = torch.randn(batch * per * 64, 128, device=dev, generator=g)
+    fp4, fp8, bf16 = pages_of(keys)
+    del keys
+    q = torch.randn(batch, 1, heads, 128, device=dev, generator=g)
+    w = torch.rand(batch, heads, device=dev, generator=g) * heads**-0.5
+    ctx = (torch.randint(1, ctx_len + 1, (batch,), device=dev, generator=g, dtype=torch.int32) if ragged
+           else torch.full((batch,), ctx_len, dtype=torch.int32, device=dev))
+    q4, q8, q16 = quantize_fp4(q), quantize_fp8(q)[0], q.bfloat16()
+    pages_read = int(((ctx.long() + 63) // 64).sum()) * 64
+    case = f"decode B={batch} {'ragged<=' if ragged else 'x'}{ctx_len}"
+    calls = {
+        "niah fp4 (unpack, bf16 query)": (lambda: fp4_paged_mqa_logits(q16, fp4, w, ctx, table, None, ctx_len,
+                                                                        mma="unpack"), 68),
+        "niah fp4 (unpack, fp4 query)": (lambda: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
+                                                                       mma="unpack"), 68),
+        "niah fp8": (lambda: fp8_paged_mqa_logits(q8, fp8, w, ctx, table, None, ctx_len), 132),
+        "niah bf16": (lambda: bf16_paged_mqa_logits(q16, bf16, w, ctx, table, None, ctx_len), 256),
+    }
+    if has_fp4_mma(fp4):
+        calls["niah fp4 (scaled, fp4 query)"] = (lambda: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
+                                                                              mma="scaled"), 68)
+    if dg is not None:
+        ctx2 = ctx.view(-1, 1)
+        meta = dg.get_paged_mqa_logits_metadata(ctx2, 64, dg.get_num_sms())
+        calls["DeepGEMM fp8"] = (lambda: dg.fp8_paged_mqa_logits(q8, fp8, w, ctx2, table, meta, ctx_len,
+                                                                  clean_logits=False), 132)
+    if batch == 1 or tiny:  # the fp4 kernel against its reference on these inputs
+        ref = ref_fp4_paged_mqa_logits(q4, fp4, w, ctx, table, ctx_len)
+        diff = compare_logits(fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len, clean_logits=True), ref)[0]
+        results.append({"case": case, "impl": "check: niah fp4 vs reference", "calc_diff": diff})
+        print(f"{case}: niah fp4 calc_diff vs reference {diff:.2e}")
+    timed = {}
+    for impl, (fn, row_bytes) in calls.items():
+        ms = timeit(fn)
+        timed[impl] = ms
+        results.append({"case": case, "impl": impl, "ms": ms, "bytes_read": pages_read * row_bytes,
+                        "GBps": pages_read * row_bytes / (ms * 1e-3) / 1e9 if has_cuda() else None})
+        print(f"{case}: {impl}: {ms:.4f} ms, {pages_read * row_bytes / 2**20:.1f} MiB of keys")
+    if "DeepGEMM fp8" in timed:
+        for impl in [k for k in timed if k.startswith("niah fp4")]:
+            ratio = timed[impl] / timed["DeepGEMM fp8"]
+            results.append({"case": case, "impl": f"{impl} / DeepGEMM fp8", "ratio": ratio, "goal": 0.6})
+            print(f"{case}: {impl} / DeepGEMM fp8 = {ratio:.3f} (goal <= 0.6)")
+
+
+def store_and_prefill(results, dev, tiny):
+    from niah.kernels import fp4_mqa_logits, store_fp4_index_keys
+    from niah.kernels.quant import fp4_sglang_layout, quantize_fp4
+
+    n, seq, skv = (64, 8, 128) if tiny else (4096, 4096, 22016)
+    g = torch.Generator(device=dev).manual_seed(1)
+    keys = torch.randn(n, 128, device=dev, generator=g).bfloat16()
+    cache = torch.empty(n // 64, 64 * 68, dtype=torch.uint8, device=dev)
+    slots = torch.randperm(n, device=dev, generator=g)
+    ms = timeit(lambda: store_fp4_index_keys(keys, cache, slots))
+    results.append({"case": f"store N={n}", "impl": "niah fp4 store", "ms": ms})
+    print(f"store N={n}: niah fp4 store {ms:.4f} ms")
+    kv = fp4_sglang_layout(*quantize_fp4(torch.randn(skv, 128, device=dev, generator=g)))
+    q = torch.randn(seq, 64, 128, device=dev, generator=g).bfloat16()
+    w = torch.rand(seq, 64, device=dev, generator=g)
+    ks = torch.zeros(seq, dtype=torch.int32, device=dev)
+    ke = torch.arange(skv - seq + 1, skv + 1, dtype=torch.int32, device=dev)
+    ms = timeit(lambda: fp4_mqa_logits(q, kv, w, ks, ke, clean_logits=False))
+    results.append({"case": f"prefill {seq} x {skv}", "impl": "niah fp4 prefill (bf16 query)", "ms": ms})
+    print(f"prefill {seq} x {skv}: niah fp4 (bf16 query) {ms:.4f} ms")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tiny", action="store_true", help="CPU, interpreter, tiny shapes: the wiring only")
+    a = p.parse_args()
+    dev = "cuda" if has_cuda() else "cpu"
+    if dev == "cpu" and not a.tiny:
+        sys.exit("fp4.py: no CUDA device; pass --tiny to check the wiring on CPU")
+    results: list = []
+    env = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
+           "torch": torch.__version__}
+    dg = None if a.tiny else deep_gemm()
+    cases = [(1, 200, False)] if a.tiny else [(1, 131072, False), (64, 65536, True)]
+    for batch, ctx_len, ragged in cases:
+        decode_case(results, dev, batch, ctx_len, ragged, dg, a.tiny)
+        a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
+    store_and_prefill(results, dev, a.tiny)
+    a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

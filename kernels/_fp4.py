@@ -1,0 +1,42 @@
+"""Triton device functions shared by the fp4 logits kernels (imports triton: kernel modules only).
+
+An MXFP4 row of D values is D/2 code bytes (element 2i in the low nibble of byte i, 2i+1 in
+the high one) and D/32 ue8m0 exponent bytes; byte i belongs to group i // 16. `fp4_halves`
+decodes rows in registers into their even and odd elements, each value e2m1 x 2^(e - 127)
+built from its bits: exact in fp32 and in bf16 (a one-bit mantissa, fp32's exponent range), so
+the unpack path's only rounding is the dot product's fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def e2m1_value(code):
+    """e2m1 codes (0..15, any int type) -> fp32 values {0, .5, 1, 1.5, 2, 3, 4, 6} x sign, exact."""
+    c = code.to(tl.int32)
+    e = (c >> 1) & 3
+    m = c & 1
+    # e > 0: (1 + m/2) 2^(e-1) -> exponent field e + 126, mantissa bit 22 = m; e == 0: m/2
+    field = tl.where(e > 0, e + 126, tl.where(m == 1, 126, 0))
+    mant = tl.where(e > 0, m << 22, 0)
+    bits = ((c >> 3) << 31) | (field << 23) | mant
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def ue8m0_scale(exp):
+    """ue8m0 exponent bytes -> fp32 2^(e - 127), from the bits (exact)."""
+    return (exp.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def fp4_halves(codes, exps, OUT: tl.constexpr):
+    """codes [R, D/2] uint8 and their exponents gathered per byte [R, D/2] -> (even, odd)
+    elements [R, D/2] in OUT (tl.bfloat16 for the tensor cores, tl.float32 in the interpreter)."""
+    scale = ue8m0_scale(exps)
+    even = (e2m1_value(codes & 0x0F) * scale).to(OUT)
+    odd = (e2m1_value((codes >> 4) & 0x0F) * scale).to(OUT)
+    return even, odd

@@ -1,0 +1,131 @@
+"""Triton kernel: paged index logits for decode over fp4 (MXFP4) key pages, read in place.
+
+    logits[b*next_n + j, s] = sum_h w[b*next_n + j, h] * relu(q[b, j, h, :] . k[s, :])
+
+k[s] is the dequantised MXFP4 key (e2m1 codes x 2^(e - 127) per group of 32), q the query:
+bf16, or MXFP4 itself (SGLang's V4 fp4 path quantises its query as it does the keys).
+The page is SGLang's fp4 index-K page (kernels/fp4_store): [BLOCK_KV x D/2 code bytes]
+[BLOCK_KV x D/32 exponent bytes].
+
+One program = one (next_n row j, split of pages, request b), as the fp8/bf16 kernel
+(kernels/paged_logits). Two ways to multiply, chosen by the wrapper:
+- unpack (SCALED False; Hopper, any GPU, the interpreter): codes and exponents are decoded
+  in registers into the even and odd elements of each key (exact bf16 values) and scored as
+  two K = D/2 products, q_even . k_even + q_odd . k_odd, on the bf16 tensor cores (fp32 in
+  the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself.
+- scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
+  on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from niah.kernels._fp4 import fp4_halves
+
+
+@triton.jit
+def _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
+                 page_stride, offs_t, offs_b, offs_g,
+                 D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr):
+    p_start = start + i * BLOCK_KV
+    live = p_start < seq_len
+    page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
+    base = kv_ptr + page * page_stride
+    codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
+    if SCALED:
+        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
+                       other=127)  # [BLOCK_KV, D/32]
+        s = tl.dot_scaled(codes, exps, "e2m1", tl.trans(qc), qe, "e2m1")  # [BLOCK_KV, BLOCK_H]
+    else:
+        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
+                       mask=live, other=127)  # each byte's group exponent
+        k_even, k_odd = fp4_halves(codes, exps, OUT)
+        s = tl.dot(k_even, tl.trans(q_even)) + tl.dot(k_odd, tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H] fp32
+    logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+    pos = p_start + offs_t
+    logits = tl.where(pos < seq_len, logits, float("-inf"))
+    tl.store(out_row + pos, logits, mask=(pos < max_context_len) & live)
+
+
+@triton.jit
+def fp4_paged_mqa_logits_kernel(
+    q_ptr,  # Q_FP4: codes uint8 [B, NEXT_N, H, D/2] | bf16 [B, NEXT_N, H, D]; contiguous
+    qe_ptr,  # Q_FP4: exponents uint8 [B, NEXT_N, H, D/32], contiguous; else unused
+    kv_ptr,  # uint8 pages, page_stride bytes apart
+    w_ptr,  # [B*NEXT_N, H] fp32, contiguous
+    ctx_ptr,  # [B] or [B, NEXT_N] int32
+    bt_ptr,  # [B, max_pages] int32
+    out_ptr,  # [B*NEXT_N, max_context_len] fp32
+    H,
+    max_context_len,
+    max_pages,
+    stride_ctx,
+    stride_bt,
+    page_stride,
+    PAGES_PER_SPLIT: tl.constexpr,
+    NEXT_N: tl.constexpr,
+    CTX_2D: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    Q_FP4: tl.constexpr,
+    SCALED: tl.constexpr,
+    CLEAN: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter: decode to fp32 and dot in fp32 (its bf16 dot is wrong)
+    LIVE_LOOP: tl.constexpr,  # loop to the last live page (a runtime bound: not under the interpreter)
+):
+    OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
+    j = tl.program_id(0)
+    split = tl.program_id(1)
+    b = tl.program_id(2)
+    row = b * NEXT_N + j
+    if CTX_2D:
+        seq_len = tl.load(ctx_ptr + b * stride_ctx + j)
+    else:
+        seq_len = tl.load(ctx_ptr + b * stride_ctx) - NEXT_N + j + 1
+    seq_len = tl.minimum(tl.maximum(seq_len, 0), max_context_len)
+    seq_len = tl.minimum(seq_len, max_pages * BLOCK_KV)
+    page0 = split * PAGES_PER_SPLIT
+    start = page0 * BLOCK_KV
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_b = tl.arange(0, D // 2)
+    offs_g = tl.arange(0, D // 32)
+    offs_t = tl.arange(0, BLOCK_KV)
+    h_ok = offs_h < H
+    out_row = out_ptr + row.to(tl.int64) * max_context_len
+    bt_row = bt_ptr + b.to(tl.int64) * stride_bt
+    if start < seq_len:
+        qrow = row.to(tl.int64) * H + offs_h  # [BLOCK_H] (b, j, h) row index
+        qc = tl.zeros([BLOCK_H, D // 2], tl.uint8)
+        qe = tl.zeros([BLOCK_H, D // 32], tl.uint8)
+        if Q_FP4:
+            qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+            if SCALED:
+                qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
+                q_even = tl.zeros([BLOCK_H, D // 2], OUT)
+                q_odd = q_even
+            else:
+                qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
+                             other=127)
+                q_even, q_odd = fp4_halves(qc, qx, OUT)
+        else:
+            q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None], other=0.0).to(OUT)
+            q_odd = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :] + 1, mask=h_ok[:, None],
+                            other=0.0).to(OUT)
+        w = tl.load(w_ptr + row.to(tl.int64) * H + offs_h, mask=h_ok, other=0.0)
+        if LIVE_LOOP:
+            n_live = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)
+            for i in range(0, n_live):
+                _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED)
+        else:
+            for i in range(0, PAGES_PER_SPLIT):
+                _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED)
+    if CLEAN:
+        for i in range(0, PAGES_PER_SPLIT):
+            pos = start + i * BLOCK_KV + offs_t
+            tl.store(out_row + pos, tl.full([BLOCK_KV], float("-inf"), tl.float32),
+                     mask=(pos >= seq_len) & (pos < max_context_len))

@@ -1,0 +1,128 @@
+"""A spread matrix's run folder: one part folder per configuration, merged into RUN by one process.
+
+    RUN/manifest.json, trials.jsonl, prompts.jsonl, indexer/   the merged run: what report,
+                                   compare and gate read, in the plain sweep's format
+    RUN/parts/<config>/            one configuration's own run folder, written by its job only
+        job.json                   what the job runs (matrix file, configuration, sweep spec)
+        job.status.json            written by the job: host, GPUs, Slurm job id, start, end, exit
+        job.sh                     the Slurm batch script (slurm executor); job.out its output
+        manifest.json, trials.jsonl, prompts.jsonl, logs/<config>.log, indexer/<config>.jsonl
+
+A job writes only under its part folder (its own lock, its own manifest), so no lock is
+shared across nodes. The coordinator (serving/matrix/spread.py), holding RUN's lock, merges
+each part into RUN with `merge_part`: trials appended through RUN's RunStore (a key already
+there is never written twice), prompts added to RUN/prompts.jsonl (one line per distinct
+prompt), the indexer side file copied, and the part's manifest entry for its configuration
+copied into RUN's manifest beside the job record (`job`, `jobs`) the coordinator keeps.
+Merging is idempotent: merging a part again adds only what is new.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from niah.prompts.sets import RUN_PROMPTS, SetEntry
+from niah.runs.manifest import MANIFEST, read_manifest, update_config
+from niah.runs.trials import TRIALS, read_trials
+
+PARTS = "parts"
+JOB_SPEC = "job.json"
+JOB_STATUS = "job.status.json"
+JOB_SCRIPT = "job.sh"
+JOB_OUTPUT = "job.out"
+_KEPT = ("job", "jobs")  # what the coordinator writes in RUN's entry; a part never has them
+
+
+def part_dir(out: Path, name: str) -> Path:
+    return Path(out) / PARTS / name
+
+
+def write_job_spec(out: Path, name: str, matrix_path: Path, spec, force_config: bool = False) -> Path:
+    """RUN/parts/<name>/job.json: what the job runs (absolute paths: it may run elsewhere)."""
+    part = part_dir(out, name)
+    part.mkdir(parents=True, exist_ok=True)
+    data = {**job_spec(out, name, matrix_path, spec), "force_config": force_config}
+    _write_json(part / JOB_SPEC, data)
+    return part / JOB_SPEC
+
+
+def job_spec(out: Path, name: str, matrix_path: Path, spec) -> dict[str, Any]:
+    return {"matrix": str(Path(matrix_path).resolve()), "config": name, "out": str(part_dir(out, name).resolve()),
+            "cwd": os.getcwd(), "spec": asdict(spec)}
+
+
+def read_status(out: Path, name: str) -> dict[str, Any]:
+    """The job's own record of itself ({} when it never started or wrote nothing)."""
+    try:
+        data = json.loads((part_dir(out, name) / JOB_STATUS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_status(part: Path, changes: dict[str, Any]) -> None:
+    """Update the job's status file (atomically; only the job writes it)."""
+    path = Path(part) / JOB_STATUS
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    _write_json(path, {**data, **changes})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def merge_part(out: Path, store, name: str, errors: bool = True) -> int:
+    """Merge RUN/parts/<name> into RUN (module doc); returns the trials added. Without
+    `errors`, trials recorded as error are left in the part (a resume runs them again)."""
+    part = part_dir(out, name)
+    if not part.is_dir():
+        return 0
+    _merge_prompts(part, store.prompts)
+    added = 0
+    for rec in read_trials(part / TRIALS).records:  # a line cut short by a kill is skipped
+        if rec.get("config") != name or (not errors and rec.get("outcome") == "error"):
+            continue
+        before = len(store.done)
+        store.append(rec)
+        added += len(store.done) - before
+    _copy_indexer(part, out, name)
+    if (part / MANIFEST).is_file():
+        entry = (read_manifest(part).get("configs") or {}).get(name)
+        if isinstance(entry, dict):
+            update_config(out, name, lambda old: {**{k: v for k, v in entry.items() if k not in _KEPT},
+                                                  **{k: old[k] for k in _KEPT if k in old}})
+    return added
+
+
+def _merge_prompts(part: Path, prompts) -> None:
+    path = part / RUN_PROMPTS
+    if prompts is None or not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+            entry = SetEntry(**data)
+        except (ValueError, TypeError):
+            continue  # a line cut short: the job writes it again when it resumes
+        prompts.add(entry)
+
+
+def _copy_indexer(part: Path, out: Path, name: str) -> None:
+    src = part / "indexer"
+    if not src.is_dir():
+        return
+    (Path(out) / "indexer").mkdir(exist_ok=True)
+    for f in src.glob("*.jsonl"):
+        tmp = Path(out) / "indexer" / (f.name + ".tmp")
+        shutil.copyfile(f, tmp)
+        os.replace(tmp, Path(out) / "indexer" / f.name)

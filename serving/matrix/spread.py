@@ -1,0 +1,233 @@
+"""A matrix whose configurations run as jobs at once: on Slurm, or on disjoint GPU sets of this host.
+
+    spread_matrix(matrix, spec, out, executor=Executor("slurm", {"partition": "gpu"}))
+
+The coordinator (this process) holds RUN's lock and is the only writer of RUN's manifest
+and trials. Each launched configuration with trials left becomes one job
+(serving/matrix/backends.py) that runs it into RUN/parts/<config>/ and nowhere else
+(serving/matrix/job.py); when the job ends, its part is merged into RUN
+(serving/matrix/parts.py), so `niah report`, `compare` and `gate` read RUN as a local run.
+External endpoints are swept here, while the jobs run.
+
+The manifest's `configs.<name>.job` records the job (`executor`, `id`, `state` as the
+scheduler names it, `reason`, `nodes`, `gpus`, `exit_code`, `submitted`, `ended`,
+`script`, `output`, and `cause` when it did not complete); `jobs` lists every job the
+configuration had across resumes. A job cancelled, timed out or failed gets its
+configuration's remaining trials recorded as `error` with that cause (`status`:
+cancelled / timed out / failed), as a dead server's are locally.
+
+`--resume` merges what the parts hold (a job may have ended while no niah watched),
+re-attaches to a Slurm job an earlier niah submitted that is still pending or running,
+and submits jobs only for configurations with trials left (or an unclosed attestation
+segment). Ctrl-C / SIGTERM cancel every job this niah submitted that has not ended
+(recorded as CANCELLED, cause "cancelled by niah: interrupted"), merge what they wrote,
+and re-raise.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from niah.attestation import open_segment
+from niah.errors import BadInput
+from niah.redact import redact_settings
+from niah.runs.folder import start_run
+from niah.runs.manifest import change_manifest, read_manifest, update_config
+from niah.runs.record import now
+from niah.serving.launch import cause_from_log, log_tail
+from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
+from niah.serving.matrix.executor import Executor
+from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
+from niah.serving.matrix.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
+from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_fp4_platform, manifest_matrix, record_errors,
+                                     remember_secrets, sweep_matrix)
+from niah.sweep import SweepSpec, check_spec
+from niah.sweep.interrupt import terminate_as_interrupt
+from niah.sweep.orchestrate import load_prompt_set, say
+from niah.sweep.run import pending_trials
+
+STATUS = {"CANCELLED": "cancelled", "TIMEOUT": "timed out", "DEADLINE": "timed out", "PREEMPTED": "preempted"}
+
+
+def run_matrix(matrix_path: Path | str, spec: SweepSpec, out: Path | str, resume: bool = False, progress=None,
+               force_config: bool = False, executor: Executor | None = None) -> Path:
+    """Sweep every configuration of the matrix file on identical prompts into one run
+    folder; `progress` is a niah.sweep.progress.SweepProgress or None. `executor`
+    (serving/matrix/executor.py; default: the file's [executor] table) says where: here,
+    one server at a time (serving/matrix/run.py), or as jobs at once (below)."""
+    matrix = load_matrix(matrix_path)
+    executor = executor or matrix.executor
+    if executor.spread:
+        return spread_matrix(matrix, spec, Path(out), executor, resume, progress, force_config)
+    return sweep_matrix(matrix, spec, Path(out), resume, progress, force_config)
+
+
+def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor, resume: bool = False,
+                  progress=None, force_config: bool = False) -> Path:
+    """Run every configuration of `matrix` as a job of `executor` into the run folder `out`."""
+    check_spec(spec)
+    check_fp4_platform(matrix)
+    out = Path(out)
+    prompt_set = load_prompt_set(spec)
+    remember_secrets(matrix)
+    if resume and not force_config:
+        _check_unchanged(out, matrix)
+    if not resume and (out / PARTS).is_dir() and any((out / PARTS).iterdir()):
+        raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
+                       "or choose another --out")
+    backend = make_backend(executor, out, job_gpus(matrix))  # bad GPU settings fail before the folder changes
+    backend.check()
+    store = start_run(out, spec, resume)
+    try:
+        manifest_matrix(out, matrix)
+        change_manifest(out, lambda m: m.update(executor=executor.as_dict()))
+        with terminate_as_interrupt():
+            _Coordinator(matrix, spec, out, store, backend, _MatrixRun(spec, out, store, progress, prompt_set,
+                                                                       force_config)).run()
+    finally:
+        store.close()
+    return out
+
+
+class _Coordinator:
+    def __init__(self, matrix: Matrix, spec: SweepSpec, out: Path, store, backend, local: _MatrixRun):
+        self.matrix, self.spec, self.out, self.store = matrix, spec, out, store
+        self.backend, self.local = backend, local
+        self.active: dict[str, MatrixConfig] = {}  # job id -> configuration, jobs not ended
+        self.poll_s = float(getattr(backend, "settings", {}).get("poll_s", 5.0)) if backend.tool == "slurm" else 0.5
+
+    def run(self) -> None:
+        launched = [c for c in self.matrix.configs if c.launched]
+        externals = [c for c in self.matrix.configs if not c.launched]
+        for cfg in launched:  # what the parts already hold (a resume): never run twice
+            merge_part(self.out, self.store, cfg.name, errors=False)
+        try:
+            for cfg in launched:
+                self.start(cfg)
+            if externals:
+                self.local.externals(externals)
+            self.wait()
+        except KeyboardInterrupt as e:
+            self.cancel_all(f"cancelled by niah: interrupted ({e.args[0] if e.args else 'SIGINT'})")
+            raise
+
+    # -- submitting -----------------------------------------------------------------------
+    def start(self, cfg: MatrixConfig) -> None:
+        entry = (read_manifest(self.out).get("configs") or {}).get(cfg.name) or {}
+        old = entry.get("job") or {}
+        if old.get("executor") == self.backend.tool == "slurm" and old.get("id") and "ended" not in old:
+            self.backend.adopt(old["id"], cfg.name)  # an earlier niah submitted it and did not see it end
+            info = self.backend.poll([old["id"]]).get(old["id"])
+            if info is not None and info.active:
+                say(f"{cfg.name}: slurm job {old['id']} (submitted by an earlier niah) is {info.state}; waiting for it")
+                self.active[old["id"]] = cfg
+                return
+            if info is not None:  # it ended meanwhile: its part was merged above
+                self.record_job(cfg.name, {"state": info.state, "reason": info.reason, "nodes": info.nodes,
+                                           "exit_code": info.exit_code, "ended": now()})
+        if not pending_trials(cfg.name, self.spec, self.store.done) and not open_segment(entry):
+            say(f"{cfg.name}: every trial is already in the run folder; not submitted")
+            return
+        part = part_dir(self.out, cfg.name)
+        write_job_spec(self.out, cfg.name, self.matrix.path, self.spec, self.local.force)
+        base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": redact_settings(cfg.settings),
+                "log": str(part.resolve() / "logs" / f"{cfg.name}.log")}
+        update_config(self.out, cfg.name, lambda e: {**base, "status": "submitted", "cause": None})
+        job_id = self.backend.submit(cfg.name)
+        record = {"executor": self.backend.tool, "id": job_id, "state": "PENDING", "submitted": now(),
+                  "output": str(part.resolve() / JOB_OUTPUT)}
+        if self.backend.tool == "slurm":
+            record["script"] = str(part.resolve() / JOB_SCRIPT)
+        self.record_job(cfg.name, record, new=True)
+        self.active[job_id] = cfg
+        say(f"{cfg.name}: submitted {self.backend.tool} job {job_id} (output {record['output']})")
+
+    def record_job(self, name: str, changes: dict, new: bool = False) -> dict:
+        def change(entry: dict) -> dict:
+            job = changes if new else {**(entry.get("job") or {}), **changes}
+            jobs = [j for j in entry.get("jobs") or [] if j.get("id") != job.get("id")] + [job]
+            return {"job": job, "jobs": jobs}
+
+        return update_config(self.out, name, change)["job"]
+
+    # -- waiting ----------------------------------------------------------------------------
+    def wait(self) -> None:
+        seen: dict[str, str] = {}
+        while self.active:
+            infos = self.backend.poll(list(self.active))
+            for job_id, info in infos.items():
+                cfg = self.active.get(job_id)
+                if cfg is None:
+                    continue
+                if info.state != seen.get(job_id):
+                    seen[job_id] = info.state
+                    extra = {"gpus": gpus} if (gpus := self.gpus(job_id)) else {}
+                    self.record_job(cfg.name, {"state": info.state, "reason": info.reason, "nodes": info.nodes,
+                                               "exit_code": info.exit_code, **extra})
+                    say(f"{cfg.name}: {self.backend.tool} job {job_id} {info.state}"
+                        + (f" on {info.nodes}" if info.nodes else "") + (f" ({info.reason})" if info.reason else ""))
+                if not info.active:
+                    del self.active[job_id]
+                    self.finish(cfg, job_id, info)
+            if self.active:
+                time.sleep(self.poll_s)
+
+    def gpus(self, job_id: str) -> str | None:
+        return self.backend.gpus_of(job_id) if hasattr(self.backend, "gpus_of") else None
+
+    def finish(self, cfg: MatrixConfig, job_id: str, info: JobInfo, cause: str | None = None) -> None:
+        """Merge the part; a job that did not complete gets its remaining trials as errors."""
+        merge_part(self.out, self.store, cfg.name)
+        status = read_status(self.out, cfg.name)
+        changes = {"ended": now(), "host": status.get("host"), "gpus": status.get("gpus") or self.gpus(job_id)}
+        ok = info.state == "COMPLETED" and status.get("exit") == 0
+        if not ok:
+            cause = cause or describe(self.backend.tool, job_id, info, status,
+                                      part_dir(self.out, cfg.name) / JOB_OUTPUT)
+            changes["cause"] = cause
+        self.record_job(cfg.name, changes)
+        if ok:
+            left = record_errors(self.store, cfg, self.spec, f"{self.backend.tool} job {job_id} ended with this "
+                                                               "trial not run")
+            if left:
+                say(f"{cfg.name}: job {job_id} completed with {left} trial(s) not run; recorded as errors")
+            return
+        n = record_errors(self.store, cfg, self.spec, cause)
+        update_config(self.out, cfg.name, lambda e: {"status": STATUS.get(info.state, "failed"), "cause": cause})
+        say(f"{cfg.name}: {cause}; {n} trial(s) recorded as errors (--resume runs them again)")
+
+    def cancel_all(self, cause: str) -> None:
+        """Ctrl-C: cancel every job not ended, record them, merge what they wrote."""
+        ids = list(self.active)
+        if not ids:
+            return
+        say(f"cancelling {len(ids)} {self.backend.tool} job(s): {', '.join(ids)}")
+        self.backend.cancel(ids)
+        deadline = time.monotonic() + 30  # Slurm signals the job; give it time to stop its server
+        while self.backend.tool == "slurm" and time.monotonic() < deadline:
+            if not any(i.active for i in self.backend.poll(ids).values()):
+                break
+            time.sleep(0.5)
+        for job_id in ids:
+            cfg = self.active.pop(job_id)
+            merge_part(self.out, self.store, cfg.name)
+            status = read_status(self.out, cfg.name)
+            self.record_job(cfg.name, {"state": "CANCELLED", "cause": cause, "ended": now(),
+                                       "host": status.get("host"), "gpus": status.get("gpus") or self.gpus(job_id)})
+            update_config(self.out, cfg.name, lambda e: {"status": "cancelled", "cause": cause})
+
+
+def describe(tool: str, job_id: str, info: JobInfo, status: dict, output: Path | None = None) -> str:
+    """One line: why a job did not complete (the job's own error, else its output's telling line)."""
+    head = f"{tool} job {job_id} {info.state}"
+    if info.state == "TIMEOUT":
+        return f"{head}: reached its time limit" + (f" ({info.time_limit})" if info.time_limit else "")
+    tail = log_tail(output, 5) if output is not None and not status.get("error") else []
+    why = status.get("error") or cause_from_log(tail) or (tail[-1][:300] if tail else None)
+    if info.state == "CANCELLED":
+        return head + (f" ({info.reason})" if info.reason else " (scancel, or the cluster cancelled it)")
+    bits = [b for b in (info.reason, f"exit code {info.exit_code}" if info.exit_code else None, why) if b]
+    if info.state == "COMPLETED":  # completed by Slurm's account, but the job recorded no good end
+        bits.append("the job recorded no successful end")
+    return head + (": " + "; ".join(bits) if bits else "")

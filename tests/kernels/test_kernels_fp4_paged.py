@@ -1,0 +1,108 @@
+"""Paged index logits (decode) over fp4 key pages: the Triton kernel against the float64 torch
+reference over the dequantised keys (and query), with bf16 and MXFP4 queries; pages written by
+niah's fp4 store (byte-equal to SGLang's: test_kernels_fp4_store.py).
+Metric: DeepGEMM's calc_diff < 1e-9 against the float64 reference (the unpack path's values are
+exact; only the fp32 accumulation rounds), masks identical with clean_logits, reruns bitwise.
+TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py): tiny shapes."""
+
+import pytest
+import torch
+
+from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
+from niah.kernels._common import compare_logits
+from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
+from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
+from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
+from niah.kernels.quant import fp4_sglang_layout, quantize_fp4
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def make_case(q_kind, batch, next_n, heads, lens, max_len, seed=0, dim=128):
+    g = torch.Generator().manual_seed(seed)
+    max_pages = (max_len + 63) // 64
+    n_pages = batch * max_pages + 1
+    table = torch.randperm(n_pages, generator=g)[: batch * max_pages].reshape(batch, max_pages).int()
+    keys = torch.randn(n_pages * 64, dim, generator=g) * (1 + 3 * torch.rand(n_pages * 64, 1, generator=g))
+    cache = _stored(keys, n_pages, dim)
+    q = torch.randn(batch, next_n, heads, dim, generator=g)
+    if q_kind == "fp4":
+        codes, exps = quantize_fp4(q)
+        q = fp4_sglang_layout(codes.reshape(-1, dim // 2), exps.reshape(-1, dim // 32)) if dim == 128 else (codes, exps)
+        if dim == 128:
+            q = (q[0].reshape(batch, next_n, heads, dim // 2), q[1].reshape(batch, next_n, heads))
+    else:
+        q = q.bfloat16()
+    w = torch.rand(batch * next_n, heads, generator=g)
+    return q, cache, w, torch.tensor(lens, dtype=torch.int32), table
+
+
+def _stored(keys, n_pages, dim):
+    """The pages by the torch reference store (equal to the kernel's, test_kernels_fp4_store.py; the
+    interpreter would spend seconds on it); on a GPU by the kernel itself."""
+    cache = torch.zeros(n_pages, 64 * (dim // 2 + dim // 32), dtype=torch.uint8, device=DEV)
+    if DEV == "cuda":
+        return store_fp4_index_keys(keys.to(DEV), cache, torch.arange(n_pages * 64, device=DEV))
+    return ref_store_fp4_index_keys(keys, cache, torch.arange(n_pages * 64))
+
+
+def _dev(q):
+    return tuple(t.to(DEV) for t in q) if isinstance(q, tuple) else q.to(DEV)
+
+
+CASES = [  # id, batch, next_n, heads, lens, max_len, query, clean_logits
+    ("b2-n1-h16-ragged-bf16q-clean", 2, 1, 16, [100, 1], 128, "bf16", True),
+    ("b2-n2-h24-fp4q-noclean", 2, 2, 24, [70, 128], 128, "fp4", False),
+    ("b1-n1-h16-fp4q-clean", 1, 1, 16, [65], 128, "fp4", True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_fp4_paged_logits_match_float64_reference(case):
+    _, batch, next_n, heads, lens, max_len, q_kind, clean = case
+    q, cache, w, ctx, table = make_case(q_kind, batch, next_n, heads, lens, max_len)
+    out = fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len,
+                               clean_logits=clean, mma="unpack")
+    ref = ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, max_len)
+    valid = ~torch.isneginf(ref)
+    diff, masks_equal = compare_logits(out.cpu(), ref)
+    assert diff < 1e-9, f"calc_diff {diff:.3e}"
+    if clean:
+        assert masks_equal
+    again = fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len,
+                                 clean_logits=clean, mma="unpack")
+    assert torch.equal(out.cpu()[valid], again.cpu()[valid])
+
+
+def test_head_dim_64_and_the_4d_page_view():
+    q, cache, w, ctx, table = make_case("fp4", 1, 1, 16, [100], 128, seed=2, dim=64)
+    view = cache.view(cache.shape[0], 64, 1, 34)
+    out = fp4_paged_mqa_logits(_dev(q), view, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 128, clean_logits=True)
+    ref = ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, 128)
+    assert compare_logits(out.cpu(), ref)[0] < 1e-9
+
+
+def test_bad_inputs_raise_clear_errors():
+    q, cache, w, ctx, table = make_case("fp4", 1, 1, 16, [100], 128)
+    with pytest.raises(ValueError, match="MXFP4 pair"):
+        fp4_paged_mqa_logits(q[0], cache, w, ctx, table, None, 128)
+    with pytest.raises(ValueError, match="exponents must be uint8"):
+        fp4_paged_mqa_logits((q[0], q[1][..., :2]), cache, w, ctx, table, None, 128)
+    with pytest.raises(ValueError, match="weights must be float32"):
+        fp4_paged_mqa_logits(q, cache, w.double(), ctx, table, None, 128)
+    with pytest.raises(ValueError, match="mma must be one of"):
+        fp4_paged_mqa_logits(q, cache, w, ctx, table, None, 128, mma="fast")
+    if not has_fp4_mma(cache):
+        with pytest.raises(ValueError, match="needs a GPU with fp4 MMA"):
+            fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 128, mma="scaled")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and has_fp4_mma(torch.zeros(1, device="cuda"))),
+                    reason="needs a GPU with fp4 MMA (compute capability 10.x / 12.x)")
+def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
+    q, cache, w, ctx, table = make_case("fp4", 2, 1, 64, [300, 77], 320, seed=5)
+    args = (_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 320, True)
+    a = fp4_paged_mqa_logits(*args, mma="scaled")
+    b = fp4_paged_mqa_logits(*args, mma="unpack")
+    assert compare_logits(a, b)[0] < 1e-6
