@@ -505,8 +505,11 @@ def test_the_action_passes_a_healthy_server(action, user_repo, tmp_path):
     """docs/ci.md's job, its inputs as written (the secrets given), on the frozen prompt set."""
     ws, good = user_repo
     inputs = _with(_docs_action_step(), {"NIAH_ENDPOINT": good.url, "NIAH_API_KEY": KEY})
+    inputs["extra-body"] = '{"chat_template_kwargs": {"thinking": false}}'
     job = _act(action, ws, tmp_path / "rt", inputs)
     assert not job.failed, _logs(job)
+    manifest = json.loads((tmp_path / "rt" / "niah-run" / "manifest.json").read_text())
+    assert '"thinking": false' in json.dumps(manifest)  # passed through as one argument
     skipped = {s.uses.split("@")[0] if s.uses else s.id for s in job.steps if s.status == "skipped"}
     assert skipped == ACTION_USES | {"install"}, _logs(job)
     assert job.outputs["check"]["skip"] == "false" and job.outputs["gate"]["exit-code"] == "0"
