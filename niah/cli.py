@@ -6,19 +6,19 @@ the root group, so `niah` and an in-process CliRunner behave alike) every error 
 for the user is one line on stderr, `niah: error: ...`: domain errors (niah.errors) with
 their exit code (2 for bad input), and click's usage errors (an unknown option, `--trials
 abc`) with exit 2. Help is plain text (no rich markup, which would eat bracketed words
-such as `[default: RUN/report]`). `niah --version` says the installed version.
+such as `[default: RUN/report]`). `niah --version` says niah's version (niah/__init__.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
+from niah import __version__
 from niah.errors import NiahError, one_line
 
 
@@ -54,11 +54,9 @@ def _fail(message: str, code: int) -> None:
 
 
 def package_version() -> str:
-    """The installed niah's version (package metadata), or `unknown` for a bare checkout."""
-    try:
-        return version("niah")
-    except PackageNotFoundError:
-        return "unknown"
+    """niah's version: `niah.__version__`, the one place it is set (the distribution, niah-lab,
+    reads it from there at build time, so an installed wheel and a checkout say the same)."""
+    return __version__
 
 
 app = typer.Typer(

@@ -1,5 +1,6 @@
 """Run a GitHub Actions job's `run:` steps here, in order, as GitHub's Linux runner would
-(tests/e2e/test_ci_workflow.py runs .github/workflows/niah-gate.yml with it).
+(tests/e2e/test_ci_workflow.py runs .github/workflows/niah-gate.yml with it), and the steps
+of a composite action (the repository's action.yml) as a job step that `uses:` it would.
 
 Strict on purpose: a step key, expression, `if:` condition or shell this module does not
 know raises `Unsupported` instead of being guessed at, so a workflow edit the emulation
@@ -12,15 +13,23 @@ GITHUB_ACTIONS, GITHUB_WORKSPACE, RUNNER_TEMP, ...); fresh GITHUB_OUTPUT, GITHUB
 GITHUB_PATH and GITHUB_STEP_SUMMARY files per step, read back after it (steps.<id>.outputs,
 env and PATH for later steps, the job summary); the expressions `runner.temp`, `env.X`,
 `steps.ID.outputs.X` and `secrets.X` (the caller gives the secrets); `if:` always(),
-success(), failure(), !cancelled(); `timeout-minutes`;
+success(), failure(), !cancelled(), `steps.ID.outputs.X == 'v'` / `!= 'v'`, and `&&` of
+those; `timeout-minutes`;
 and at the end of the job every process a step left running is ended, as the runner does
 (each step runs in its own process group; only those groups are touched).
 Not run: `uses:` steps and the steps whose id the caller names; both are returned with their
 `with:` / `run:` expanded, for the caller to check.
+
+A composite action (run_action): its `inputs:` with their defaults (an input it does not
+declare, or a required one not given, raises), the expressions `inputs.X`,
+`github.action_path` and `runner.os`, GITHUB_ACTION_PATH in every step's environment, the
+event (GITHUB_EVENT_NAME, GITHUB_EVENT_PATH: a JSON file the caller gives, GITHUB_REPOSITORY,
+GITHUB_ACTOR); every `run:` step must name its shell, as GitHub requires of composite steps.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -71,6 +80,14 @@ def _expand(text: str, ctx: dict) -> str:
         e = m.group(1)
         if e == "runner.temp":
             return ctx["temp"]
+        if e == "runner.os" and "inputs" in ctx:
+            return "Linux"
+        if e == "github.action_path" and "action_path" in ctx:
+            return ctx["action_path"]
+        if mm := re.fullmatch(r"inputs\.([A-Za-z_][\w-]*)", e):
+            if "inputs" not in ctx or mm.group(1) not in ctx["inputs"]:
+                raise Unsupported(f"input {mm.group(1)} (not declared by the action)")
+            return ctx["inputs"][mm.group(1)]
         if mm := re.fullmatch(r"env\.([A-Za-z_][A-Za-z0-9_]*)", e):
             return ctx["env"].get(mm.group(1), "")
         if mm := re.fullmatch(r"steps\.([A-Za-z_][\w-]*)\.outputs\.([A-Za-z_][\w-]*)", e):
@@ -84,7 +101,13 @@ def _expand(text: str, ctx: dict) -> str:
     return _EXPR.sub(one, str(text))
 
 
-def _should_run(cond, failed: bool) -> bool:
+_COMPARE = re.compile(r"(steps\.([A-Za-z_][\w-]*)\.outputs\.([A-Za-z_][\w-]*)|inputs\.([A-Za-z_][\w-]*))"
+                      r"\s*(==|!=)\s*'([^']*)'")
+
+
+def _should_run(cond, failed: bool, outputs: dict | None = None, inputs: dict | None = None) -> bool:
+    """A step's `if:`: a status function, an output or an input compared with a literal, or
+    `&&` of those; without a status function GitHub adds success()."""
     if cond is None:
         return not failed
     c = str(cond).strip()
@@ -92,9 +115,27 @@ def _should_run(cond, failed: bool) -> bool:
         c = m.group(1)
     table = {"always()": True, "!cancelled()": True, "success() || failure()": True,
              "success()": not failed, "failure()": failed}
-    if c not in table:
+    if c in table:
+        return table[c]
+    parts = [p.strip() for p in c.split("&&")]
+    if "||" in c or "(" in c.replace("()", ""):
         raise Unsupported(f"if: {cond}")
-    return table[c]
+    values, status = [], False
+    for part in parts:
+        if part in table and part != "success() || failure()":
+            values.append(table[part])
+            status = True
+        elif m := _COMPARE.fullmatch(part):
+            if m.group(4) is not None:
+                if inputs is None or m.group(4) not in inputs:
+                    raise Unsupported(f"if: {cond} (input {m.group(4)} not declared)")
+                got = inputs[m.group(4)]
+            else:
+                got = (outputs or {}).get(m.group(2), {}).get(m.group(3), "")
+            values.append((got == m.group(6)) == (m.group(5) == "=="))
+        else:
+            raise Unsupported(f"if: {cond}")
+    return all(values) and (status or not failed)
 
 
 def _argv(shell, script: Path) -> list[str]:
@@ -180,11 +221,54 @@ def run_job(workflow: dict, job_id: str, workspace: Path, temp: Path, *, base_en
     ctx = {"temp": str(temp), "env": env, "outputs": {}, "secrets": dict(secrets or {})}
     for layer in (wf_env, job.get("env") or {}):
         env.update({k: _expand(v, ctx) for k, v in layer.items()})
-    job_timeout = float(job.get("timeout-minutes", 360)) * 60
+    return _run_steps(job["steps"], ctx, env, workspace, temp, shell=shell,
+                      timeout_s=float(job.get("timeout-minutes", 360)) * 60, not_run=not_run)
+
+
+def run_action(action: dict, action_path: Path, workspace: Path, temp: Path, *, base_env: dict,
+               inputs: dict | None = None, event: dict | None = None, event_name: str = "push",
+               repository: str = "owner/repo", actor: str = "someone", not_run: tuple[str, ...] = (),
+               timeout_s: float = 3600) -> JobRun:
+    """Run a composite action's steps (action: its action.yml, parsed) as a job step that
+    `uses:` it with `with: inputs` would, in workspace, with RUNNER_TEMP = temp (a fresh
+    folder) and the action's files at action_path; event: the webhook payload the step sees
+    in GITHUB_EVENT_PATH."""
+    runs = action.get("runs") or {}
+    if runs.get("using") != "composite":
+        raise Unsupported(f"runs.using: {runs.get('using')}")
+    declared = action.get("inputs") or {}
+    given = {k: str(v) for k, v in (inputs or {}).items()}
+    unknown = set(given) - set(declared)
+    if unknown:
+        raise KeyError(f"the action declares no input {sorted(unknown)}")
+    values = {}
+    for name, spec in declared.items():
+        spec = spec or {}
+        if name not in given and spec.get("required") and "default" not in spec:
+            raise KeyError(f"the action's input {name} is required")
+        values[name] = given.get(name, str(spec.get("default", "")))
+    temp.mkdir(parents=True, exist_ok=True)
+    event_path = temp / "_event.json"
+    event_path.write_text(json.dumps(event or {}), encoding="utf-8")
+    env = {**base_env, "CI": "true", "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
+           "GITHUB_JOB": "job", "RUNNER_TEMP": str(temp), "RUNNER_OS": "Linux",
+           "GITHUB_ACTION_PATH": str(action_path), "GITHUB_EVENT_NAME": event_name,
+           "GITHUB_EVENT_PATH": str(event_path), "GITHUB_REPOSITORY": repository, "GITHUB_ACTOR": actor}
+    ctx = {"temp": str(temp), "env": env, "outputs": {}, "secrets": {}, "inputs": values,
+           "action_path": str(action_path)}
+    for i, step in enumerate(runs["steps"]):
+        if "run" in step and "shell" not in step:
+            raise Unsupported(f"composite step {i} has no shell (GitHub requires one)")
+    return _run_steps(runs["steps"], ctx, env, workspace, temp, shell=None, timeout_s=timeout_s, not_run=not_run)
+
+
+def _run_steps(steps: list, ctx: dict, env: dict, workspace: Path, temp: Path, *, shell, timeout_s: float,
+               not_run: tuple[str, ...]) -> JobRun:
+    job_timeout = timeout_s
     results, summaries, groups = [], [], []
     failed = False
     try:
-        for i, step in enumerate(job["steps"]):
+        for i, step in enumerate(steps):
             extra = set(step) - STEP_KEYS
             if extra:
                 raise Unsupported(f"step {i} key(s) {sorted(extra)}")
@@ -197,7 +281,7 @@ def run_job(workflow: dict, job_id: str, workspace: Path, temp: Path, *, base_en
                 res.with_ = {k: _expand(v, step_ctx) for k, v in (step.get("with") or {}).items()}
                 continue
             res.run = _expand(step["run"], step_ctx)
-            if not _should_run(step.get("if"), failed):
+            if not _should_run(step.get("if"), failed, ctx["outputs"], ctx.get("inputs")):
                 res.why = f"if: {step.get('if') or 'success()'}"
                 continue
             if res.id in not_run:

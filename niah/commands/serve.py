@@ -27,7 +27,7 @@ def check_serve_extra() -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise BadInput(f"niah serve needs the [serve] extra: {name} cannot be imported ({one_line(e, 160)}); "
-                           "pip install -e '.[serve]'") from None
+                           "pip install 'niah-lab[serve]' (in a checkout: pip install -e '.[serve]')") from None
 
 
 @app.command()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import asdict, fields
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from niah import __version__
 from niah.errors import BadInput
 from niah.prompts.builder import corpus_info
 from niah.prompts.haystacks import haystack_info
@@ -42,11 +42,8 @@ def _git_sha() -> str | None:
     return r.stdout.strip() or None if r.returncode == 0 else None
 
 
-def _version() -> str | None:
-    try:
-        return version("niah")
-    except PackageNotFoundError:
-        return None
+def _version() -> str:
+    return __version__  # niah/__init__.py: the one place the version is set
 
 
 def check_resumable(out: Path | str) -> None:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         if not entry_point_registered():
             raise BadInput("niah is not pip-installed in this Python environment, so SGLang's "
                            "model processes would start without its plugin; run "
-                           "`pip install -e <niah checkout>` here first")
+                           "`pip install 'niah-lab[sglang]'` (or `pip install -e <niah checkout>`) here first")
         os.environ[ENV_INDEX_DTYPE] = dtype
         os.environ[ENV_KERNELS] = kernels
         install(dtype, kernels)

@@ -87,7 +87,7 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
         for problem in report.problems:
             f.add("contract break", problem)
     f.add("plugin entry point", "registered (sglang.srt.plugins: niah)" if entry_point_registered()
-          else "NOT registered: pip install -e <niah checkout> in this environment")
+          else "NOT registered: pip install 'niah-lab[sglang]' in this environment")
 
 
 def kernel_facts(f: Facts) -> None:

@@ -13,6 +13,16 @@ set, results/baselines/README.md); the same steps against a server whose top-k l
 needle fail the gate step with exit 1 (on 9 of the set's 15 prompts of 600 tokens, to save time).
 docs/ci.md's variants run too: every snippet parses and names real options, and its
 own-endpoint job and matrix steps run against loopback test servers (tests/servers/oracle.py).
+
+The action for a user's own deployment (action.yml at the repository root) runs the same
+way (tests/workflow_runner.py run_action): its `run:` steps in order, in a workspace that is
+not this checkout, with the inputs docs/ci.md's "Gate my server" job gives it, against
+oracle servers behind an API key: a healthy one passes, a lossy one fails the gate step
+with exit 1 (and still reports and collects its artifact, with no file holding the key), a
+pull request from a fork without secrets skips with a notice, bad inputs stop at the first
+step with exit 2. Not run: the `uses:` steps (setup-python, cache, upload-artifact; their
+`with:` are checked) and the install step (it installs from the action's own path; its
+script is checked, and tests/harness/test_package.py installs the wheel into a fresh venv).
 """
 
 from __future__ import annotations
@@ -28,12 +38,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from workflow_runner import run_job
+from workflow_runner import run_action, run_job
 
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "niah-gate.yml"
+ACTION = ROOT / "action.yml"
 USES = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # A top-k of 4 keys per query: the needle's value tokens are not kept, the answers go wrong.
@@ -112,6 +123,23 @@ def _junit(path: Path) -> dict[str, dict[str, str]]:
 def _one_suite(path: Path) -> dict[str, str]:
     (cases,) = _junit(path).values()
     return cases
+
+
+PINNED = re.compile(r"^\s*(?:- )?uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # (v\d+\.\d+\.\d+)$")
+
+
+@pytest.mark.parametrize("path", [WORKFLOW, ACTION], ids=["workflow", "action"])
+def test_third_party_actions_are_pinned_by_commit(path):
+    """Every `uses:` names a full commit SHA and, in a comment, the release tag it is."""
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if re.match(r"^\s*(- )?uses:", ln)]
+    assert lines
+    for ln in lines:
+        assert PINNED.match(ln), f"not pinned by commit SHA with its tag: {ln.strip()}"
+    # one SHA per action across both files (an update moves both)
+    shas = {}
+    for p in (WORKFLOW, ACTION):
+        for m in filter(None, map(PINNED.match, p.read_text(encoding="utf-8").splitlines())):
+            assert shas.setdefault(m.group(1), m.groups()[1:]) == m.groups()[1:], m.group(0)
 
 
 def test_the_workflow_is_one_job_of_known_parts(workflow):
@@ -195,7 +223,7 @@ def test_the_install_step_is_what_make_setup_installs(workflow):
     assert Path(niah.__file__).resolve().parent == ROOT / "niah"  # `pip install -e .`: this checkout
     (editable,) = [r for args in ours for r in _parts(args)[0] if r.startswith(".")]
     for extra in _extras(editable)[1]:
-        for spec in map(Requirement, requires("niah")):
+        for spec in map(Requirement, requires("niah-lab")):
             if spec.marker and spec.marker.evaluate({"extra": extra}):
                 assert spec.specifier.contains(version(spec.name), prereleases=True), f"[{extra}] needs {spec}"
 
@@ -337,29 +365,6 @@ def _run_doc_job(job: dict, tmp_path: Path, env: dict, secrets: dict | None = No
                    secrets=secrets)
 
 
-def test_the_own_endpoint_variant_of_docs_ci_runs(oracle_factory, tmp_path):
-    """docs/ci.md's own-endpoint job against a server with no /tokenize and an API key: the
-    set counted through usage.prompt_tokens; a healthy server passes, a lossy one fails (1)."""
-    good = oracle_factory("--no-tokenize", "--api-key", "sekret")
-    bad = oracle_factory("--no-tokenize", "--api-key", "sekret", "--wrong-above", "1500")
-    job = _docs_job(lambda b: "NIAH_ENDPOINT" in b and "jobs:" in b)
-    prompts, baseline = tmp_path / "set.jsonl", tmp_path / "baseline.json"
-    _oracle_set(good, prompts, api_key="sekret")
-    r = _niah("sweep", "--prompts", prompts, "--endpoint", good.url, "--out", tmp_path / "base", "-q",
-              env={"NIAH_API_KEY": "sekret"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _niah("baseline", "export", tmp_path / "base", "-o", baseline).returncode == 0
-    files = {"NIAH_PROMPTS": str(prompts), "NIAH_BASELINE": str(baseline)}
-    ok = _run_doc_job(job, tmp_path / "ok", files, {"NIAH_ENDPOINT": good.url, "NIAH_API_KEY": "sekret"})
-    assert not ok.failed, _logs(ok)
-    assert "## niah gate: PASS" in ok.summary
-    lossy = _run_doc_job(job, tmp_path / "lossy", files, {"NIAH_ENDPOINT": bad.url, "NIAH_API_KEY": "sekret"})
-    (failed,) = [s for s in lossy.steps if s.status == "failure"]
-    assert failed.name == "Gate against the baseline" and failed.rc == 1, _logs(lossy)
-    cases = _one_suite(tmp_path / "lossy" / "runner-temp" / "niah-gate" / "gate.xml")
-    assert cases["length 2000"] == "failure" and cases["length 1000"] == "pass"
-
-
 def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
     """docs/ci.md's matrix steps (one sweep over every configuration, one gate) and its
     per-configuration loop, the configurations being running loopback servers."""
@@ -397,3 +402,182 @@ def test_the_matrix_variant_of_docs_ci_runs(oracle_factory, tmp_path):
                        capture_output=True, env={**_base_env(), **env, "RUNNER_TEMP": str(temp)})
     assert r.returncode == 1, r.stdout + r.stderr
     assert all((temp / "niah-gate" / f"{n}.xml").is_file() for n in names)
+
+
+# -- action.yml: the gate for a user's own deployment ------------------------------------------
+ACTION_USES = {"actions/setup-python", "actions/cache", "actions/upload-artifact"}
+KEY = "sk-test-0123456789abcdef"  # long enough that niah's redaction would search for it anywhere
+
+
+@pytest.fixture(scope="module")
+def action() -> dict:
+    return yaml.safe_load(ACTION.read_text(encoding="utf-8"))
+
+
+def _docs_action_step() -> dict:
+    """The step of docs/ci.md's "Gate my server" job that uses this repository's action."""
+    job = _docs_job(lambda b: "uses: <owner>/<repo>@" in b and "jobs:" in b)
+    (steps,) = [j["steps"] for j in job["jobs"].values()]
+    (step,) = [s for s in steps if str(s.get("uses", "")).startswith("<owner>/<repo>@")]
+    return step
+
+
+def _with(step: dict, secrets: dict) -> dict:
+    def one(v) -> str:
+        m = re.fullmatch(r"\$\{\{\s*secrets\.(\w+)\s*\}\}", str(v))
+        return secrets[m.group(1)] if m else str(v)
+
+    return {k: one(v) for k, v in step["with"].items()}
+
+
+def test_the_action_declares_its_inputs_and_installs_only_itself(action):
+    inputs = action["inputs"]
+    assert {"endpoint", "model", "baseline", "api-key", "lengths", "depths", "trials", "thresholds"} <= set(inputs)
+    assert all(spec.get("description") for spec in inputs.values())
+    assert {k for k, v in inputs.items() if v.get("required")} == {"endpoint", "baseline"}
+    steps = action["runs"]["steps"]
+    assert action["runs"]["using"] == "composite"
+    assert {s["uses"].split("@")[0] for s in steps if "uses" in s} == ACTION_USES
+    for s in steps:  # inputs reach scripts through env, never pasted into them (script injection)
+        assert "${{" not in s.get("run", ""), s.get("name")
+    (install,) = [s for s in steps if s.get("id") == "install"]
+    pip = [ln for ln in install["run"].splitlines() if " pip install" in ln]
+    assert pip == ['"$RUNNER_TEMP/niah-venv/bin/python" -m pip install --quiet "$GITHUB_ACTION_PATH"'], pip
+    assert "GITHUB_WORKSPACE" not in install["run"] and " -e " not in install["run"]
+    # every output names a step that exists
+    ids = {s.get("id") for s in steps}
+    for out in action["outputs"].values():
+        assert re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.[\w-]+ \}\}", out["value"]).group(1) in ids
+    # the docs' job and the README's snippet pass only inputs the action declares
+    assert set(_docs_action_step()["with"]) <= set(inputs)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ((step,),) = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.S)]
+    assert step["uses"] == "<owner>/<repo>@<tag>" and set(step["with"]) <= set(inputs)
+    assert {"endpoint", "baseline"} <= set(step["with"])
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory, oracle_factory_module):
+    """A user's repository (not this checkout): a frozen prompt set and two baselines, built
+    against a healthy oracle behind an API key (no /tokenize: counted through usage)."""
+    good = oracle_factory_module("--no-tokenize", "--api-key", KEY)
+    ws = tmp_path_factory.mktemp("user-repo")
+    (ws / "ci").mkdir()
+    work = tmp_path_factory.mktemp("user-runs")
+    _oracle_set(good, ws / "ci" / "niah-prompts.jsonl", api_key=KEY)
+    key = {"NIAH_API_KEY": KEY}
+    for name, args in (("niah-baseline.json", ("--prompts", ws / "ci" / "niah-prompts.jsonl")),
+                       ("niah-baseline-args.json", ("--lengths", "1000,2000", "--depths", "10,50,90",
+                                                    "--trials", "3", "--seed", "7"))):
+        run = work / name
+        r = _niah("sweep", *args, "--endpoint", good.url, "--out", run, "-q", env=key)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert _niah("baseline", "export", run, "-o", ws / "ci" / name).returncode == 0
+    return ws, good
+
+
+@pytest.fixture(scope="module")
+def oracle_factory_module():
+    from conftest import OracleServer
+
+    servers = []
+
+    def start(*flags):
+        servers.append(OracleServer(*flags))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _act(action: dict, ws: Path, temp: Path, inputs: dict, **kw):
+    return run_action(action, ROOT, ws, temp, base_env=_base_env(), inputs=inputs, not_run=("install",), **kw)
+
+
+def _artifact(job) -> Path:
+    (up,) = [s for s in job.steps if (s.uses or "").startswith("actions/upload-artifact")]
+    assert up.why == "uses", _logs(job)
+    return Path(up.with_["path"])
+
+
+def test_the_action_passes_a_healthy_server(action, user_repo, tmp_path):
+    """docs/ci.md's job, its inputs as written (the secrets given), on the frozen prompt set."""
+    ws, good = user_repo
+    inputs = _with(_docs_action_step(), {"NIAH_ENDPOINT": good.url, "NIAH_API_KEY": KEY})
+    inputs["extra-body"] = '{"chat_template_kwargs": {"thinking": false}}'
+    job = _act(action, ws, tmp_path / "rt", inputs)
+    assert not job.failed, _logs(job)
+    manifest = json.loads((tmp_path / "rt" / "niah-run" / "manifest.json").read_text())
+    assert '"thinking": false' in json.dumps(manifest)  # passed through as one argument
+    skipped = {s.uses.split("@")[0] if s.uses else s.id for s in job.steps if s.status == "skipped"}
+    assert skipped == ACTION_USES | {"install"}, _logs(job)
+    assert job.outputs["check"]["skip"] == "false" and job.outputs["gate"]["exit-code"] == "0"
+    assert "## niah gate: PASS" in job.summary and "paired by prompt hash" in job.summary
+    assert set(_one_suite(tmp_path / "rt" / "niah-gate" / "gate.xml").values()) == {"pass"}
+    cache = next(s for s in job.steps if (s.uses or "").startswith("actions/cache"))
+    assert cache.with_["key"].startswith("niah-Linux-py") and "~/.cache/pip" in cache.with_["path"]
+    art = _artifact(job)
+    for f in ("niah-run/manifest.json", "niah-run/trials.jsonl", "niah-run/report/index.html",
+              "niah-gate/gate.xml", "niah-gate/gate.md"):
+        assert (art / f).is_file(), f
+    files = [p for p in art.rglob("*") if p.is_file()]
+    assert not [p for p in files if KEY.encode() in p.read_bytes()]
+    assert not (ws / "niah-run").exists() and not list(ws.glob("results*"))  # nothing written into the repo
+
+
+def test_the_action_fails_a_server_that_loses_the_needle(action, user_repo, oracle_factory, tmp_path):
+    """No prompt set: the lengths, depths, trials and seed come from the baseline, so the
+    prompts are the baseline's again and pair; the gate step fails with exit 1, and the
+    report and the artifact are still made."""
+    ws, _ = user_repo
+    bad = oracle_factory("--no-tokenize", "--api-key", KEY, "--wrong-above", "1500")
+    inputs = {**_with(_docs_action_step(), {"NIAH_ENDPOINT": bad.url, "NIAH_API_KEY": KEY}),
+              "prompts": "", "baseline": "ci/niah-baseline-args.json"}
+    job = _act(action, ws, tmp_path / "rt", inputs)
+    (failed,) = [s for s in job.steps if s.status == "failure"]
+    assert failed.id == "gate" and failed.rc == 1, _logs(job)
+    assert job.outputs["gate"]["exit-code"] == "1"
+    sweep = job.step("sweep")
+    assert "--lengths 1000,2000 --depths 10,50,90 --trials 3" not in sweep.run  # read at run time, not pasted
+    cases = _one_suite(tmp_path / "rt" / "niah-gate" / "gate.xml")
+    assert cases["length 2000"] == "failure" and cases["length 1000"] == "pass"
+    assert "## niah gate: REGRESSION" in job.summary and "paired by prompt hash" in job.summary
+    report = next(s for s in job.steps if s.name == "Report")
+    assert report.status == "success" and job.step("collect").status == "success"
+    assert (_artifact(job) / "niah-run" / "report" / "summary.md").is_file()
+
+
+def test_the_action_skips_a_fork_pull_request_without_secrets(action, user_repo, tmp_path):
+    ws, _ = user_repo
+    inputs = _with(_docs_action_step(), {"NIAH_ENDPOINT": "", "NIAH_API_KEY": ""})
+    event = {"pull_request": {"head": {"repo": {"full_name": "someone/fork"}}}}
+    job = _act(action, ws, tmp_path / "rt", inputs, event=event, event_name="pull_request",
+               repository="owner/repo")
+    assert not job.failed, _logs(job)
+    check = job.step("check")
+    assert check.status == "success" and job.outputs["check"]["skip"] == "true"
+    assert "::notice title=niah gate skipped::a pull request from someone/fork gets no secrets" in check.log
+    assert "## niah gate: skipped" in job.summary
+    assert [s.status for s in job.steps[1:]] == ["skipped"] * (len(job.steps) - 1)
+
+
+@pytest.mark.parametrize("change, event_name, words", [
+    ({"NIAH_API_KEY": ""}, "push", "api-key is empty: pass it from a secret"),
+    ({"NIAH_API_KEY": ""}, "pull_request", "api-key is empty"),  # from this repository: no skip
+    ({"thresholds": "tol=0.1"}, "push", "thresholds: 'tol=0.1' is not NAME=VALUE"),
+    ({"thresholds": "alpha=x"}, "push", "thresholds: 'alpha=x' has no number"),
+    ({"lengths": "4k"}, "push", "prompts fixes lengths, depths and trials"),
+    ({"baseline": "ci/none.json"}, "push", "baseline ci/none.json is not a file in the workspace"),
+    ({"metric": "recall"}, "push", "metric is answer, rank or both"),
+])
+def test_the_action_refuses_bad_inputs_before_it_sweeps(action, user_repo, tmp_path, change, event_name, words):
+    ws, good = user_repo
+    secrets = {"NIAH_ENDPOINT": good.url, "NIAH_API_KEY": KEY}
+    secrets.update({k: v for k, v in change.items() if k.startswith("NIAH_")})
+    inputs = {**_with(_docs_action_step(), secrets), **{k: v for k, v in change.items() if not k.startswith("NIAH_")}}
+    event = {"pull_request": {"head": {"repo": {"full_name": "owner/repo"}}}} if event_name == "pull_request" else {}
+    job = _act(action, ws, tmp_path / "rt", inputs, event=event, event_name=event_name, repository="owner/repo")
+    check = job.step("check")
+    assert check.status == "failure" and check.rc == 2 and words in check.log, check.log
+    assert all(s.status == "skipped" for s in job.steps if s is not check)
