@@ -37,7 +37,9 @@ setup() {
   export PYTHONPATH=$SITE NIAH_CACHE=/tmp/niah-cache PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
   python3 --version; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  python3 -c "from niah.serving.embedded import weights; print('weights cached:', weights.load().from_cache)"
+  python3 -c "import fastapi, uvicorn, niah.serving.embedded.server" || return 1   # the server's imports, before any start
+  python3 -c "from niah.serving.embedded import weights; print('weights cached:', weights.load().from_cache)" 2>&1 \
+    | grep -v "it/s" | tail -2
   log "setup done"
 }
 
