@@ -311,3 +311,13 @@ def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
         got = row_stats_at(torch.cat([scores, pad]), torch.cat([kept, torch.zeros(W - S, dtype=torch.bool)]),
                            torch.cat([exact, pad]), k, torch.tensor(span))
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_lengths_auto_reads_the_yarn_context_of_the_gpu_matrix():
+    from pathlib import Path
+
+    from niah.serving.matrix import matrix_topks
+
+    root = Path(__file__).resolve().parents[2]
+    topks, context = matrix_topks(root / "serving/examples/gpu-seed.toml", context_too=True)
+    assert context == 32768 and topks["dense"] is None and topks["fp8-k512"] == 512
