@@ -1,7 +1,9 @@
 """The embedded server's GPU path (serving/embedded/cuda): the paged index-key pool in
 SGLang's layout, the bundled kernels' scores and selection against the CPU server's
 (serving/embedded/dsa.py) on identical inputs, the sparse attention kernel, the naive
-bf16 gather arm, a tiny model end to end, YaRN, and the CLI's refusal without a GPU.
+bf16 gather arm, a tiny model end to end, YaRN, the CLI's refusal without a GPU, the decode
+step of the CUDA graphs against the eager step (every mode; a real capture and replay on a
+GPU), the graph's probe statistics, and `--lengths auto` on the GPU matrix's YaRN context.
 
 Without a GPU everything runs on CPU tensors under TRITON_INTERPRET=1 (set below, before
 triton is imported), at tiny shapes; with one, the same tests run on CUDA.
