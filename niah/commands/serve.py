@@ -55,6 +55,8 @@ def serve(
                                        "(the naive read: every page copied for every query)."),
     topk_impl: str = typer.Option("niah", "--topk",
                                   help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="CUDA: replay decode steps from CUDA graphs (default) or run them eagerly."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     threads: int = typer.Option(2, help="torch CPU threads."),
@@ -91,8 +93,9 @@ def serve(
             raise BadInput("--window is not served with --device cuda (the GPU path keeps the top-k only)")
         if bf16_read == "gather" and (attention != "dsa" or index_dtype != "bf16"):
             raise BadInput("--bf16-read gather needs --attention dsa --index-dtype bf16")
-    elif bf16_read != "fused" or topk_impl != "niah":
-        raise BadInput("--bf16-read and --topk choose the CUDA path's kernels: use them with --device cuda")
+    elif bf16_read != "fused" or topk_impl != "niah" or not cuda_graphs:
+        raise BadInput("--bf16-read, --topk and --no-cuda-graphs choose the CUDA path's kernels: use them with "
+                       "--device cuda")
     from niah.serving.embedded.device import check_device
 
     check_device(device)
@@ -105,5 +108,5 @@ def serve(
     gguf_path()   # a clear error before anything heavy when the weights are missing
     run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads, index_rotation,
                     device=device, rope_scaling=rope_scaling, rope_factor=rope_factor, bf16_read=bf16_read,
-                    topk_impl=topk_impl),
+                    topk_impl=topk_impl, cuda_graphs=cuda_graphs),
         host=host, port=port, log_level=log_level)

@@ -3,9 +3,10 @@
 `check_device(name)` is the CLI edge's check ("cpu", "cuda" or "cuda:N"; BadInput when no
 GPU is there). `build_model(cfg, loaded)` makes the Transformer on cfg.device with its
 attention: dense, the CPU emulation (dsa.DSA) or, on CUDA, the bundled kernels
-(cuda.indexer.CudaDSA), with the RoPE scaling asked for. `warm_up(model)` compiles the
-GPU kernels once before the server says it is ready (one sequence long enough for
-selection, two decode steps).
+(cuda.indexer.CudaDSA), with the RoPE scaling asked for, and on CUDA its decode graphs
+(cuda.graphs.DecodeGraphs, unless cfg.cuda_graphs is False; attested as the fact `decode`).
+`warm_up(model)` compiles the GPU kernels once before the server says it is ready (one
+sequence long enough for selection, two eager decode steps, one captured graph's replay).
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ def build_model(cfg, loaded):
     elif cfg.attention == "dsa":
         attention = DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk, rotation=cfg.index_rotation)
     model.set_attention(attention)
+    model.decode_graphs = None
+    if cuda and getattr(cfg, "cuda_graphs", True):
+        from niah.serving.embedded.cuda.graphs import DecodeGraphs  # noqa: PLC0415 (imports torch; CUDA only)
+
+        model.decode_graphs = DecodeGraphs(model, attention)
+    if cuda:
+        from niah.serving.sglang import attest  # noqa: PLC0415 (as the imports above)
+
+        attest.set_facts(decode="cuda-graphs" if model.decode_graphs is not None else "eager")
     return model
 
 
@@ -63,4 +73,7 @@ def warm_up(model, topk: int) -> None:
     model(ids, 0)
     model(ids[:, -1:], n)
     model(ids[:, -2:-1], n + 1)
+    graphs = getattr(model, "decode_graphs", None)
+    if graphs is not None:                       # one graph captured and replayed: a capture failure stops the start
+        graphs.step(int(ids[0, 0]), n + 2)
     torch.cuda.synchronize()

@@ -44,7 +44,13 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
 
 
 def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:
-    """Feed one token at position pos; -> logits [V]."""
+    """Feed one token at position pos; -> logits [V]. On a GPU with decode graphs
+    (cuda/graphs.py) the step is a graph replay where the graphs serve it."""
+    graphs = getattr(model, "decode_graphs", None)
+    if graphs is not None:
+        logits = graphs.step(token, pos, probe)
+        if logits is not None:
+            return logits
     stats = {"probe": probe} if probe is not None else None
     return model(torch.tensor([[token]]), pos, stats=stats)[0, -1]
 

@@ -54,6 +54,7 @@ class ServeConfig:
     rope_factor: float = 4.0
     bf16_read: str = "fused"        # CUDA, bf16 keys: "fused" (kernels) or "gather" (the naive read)
     topk_impl: str = "niah"         # CUDA: "niah" (bundled top-k) or "torch"
+    cuda_graphs: bool = True        # CUDA: decode steps replayed from CUDA graphs (cuda/graphs.py)
 
     def describe(self) -> dict:
         d = {"attention": self.attention}

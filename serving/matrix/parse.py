@@ -279,14 +279,28 @@ def _check_required(settings: dict[str, Any], engine: str, line: int, fail) -> N
 def matrix_topks(path, context_too: bool = False) -> tuple[dict[str, int | None], int | None]:
     """{config: index_topk (None: dense)} of a matrix file (read by its own loader), and,
     with context_too, the model's context where the matrix says it (the embedded engine:
-    its model's block size; that imports torch, so only `--lengths auto` asks)."""
+    its model's block size, times the YaRN factor when its args ask for `--rope-scaling yarn`,
+    the smallest over the configurations; that imports torch, so only `--lengths auto` asks)."""
     topks: dict[str, int | None] = {}
     context = None
     for c in load_matrix(path).configs:
         dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
         topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
         if context_too and c.engine == "embedded":
-            from niah.serving.embedded.model import ModelArgs  # noqa: PLC0415 (imports torch)
-
-            context = ModelArgs.block_size
+            n = _embedded_context([str(a) for a in c.settings.get("args") or []])
+            context = n if context is None else min(context, n)
     return topks, context
+
+
+def _embedded_context(args: list[str]) -> int:
+    """The embedded model's context under its command-line args (`niah serve`'s defaults)."""
+    from niah.serving.embedded.model import ModelArgs  # noqa: PLC0415 (imports torch)
+
+    def value(flag: str, default: str) -> str:
+        return args[args.index(flag) + 1] if flag in args[:-1] else default
+
+    scaling = value("--rope-scaling", "none")
+    if scaling != "yarn":
+        return ModelArgs.block_size
+    return ModelArgs.from_meta({"config": {"block_size": ModelArgs.block_size}}, "yarn",
+                               float(value("--rope-factor", "4.0"))).block_size

@@ -1,7 +1,9 @@
 """The embedded server's GPU path (serving/embedded/cuda): the paged index-key pool in
 SGLang's layout, the bundled kernels' scores and selection against the CPU server's
 (serving/embedded/dsa.py) on identical inputs, the sparse attention kernel, the naive
-bf16 gather arm, a tiny model end to end, YaRN, and the CLI's refusal without a GPU.
+bf16 gather arm, a tiny model end to end, YaRN, the CLI's refusal without a GPU, the decode
+step of the CUDA graphs against the eager step (every mode; a real capture and replay on a
+GPU), the graph's probe statistics, and `--lengths auto` on the GPU matrix's YaRN context.
 
 Without a GPU everything runs on CPU tensors under TRITON_INTERPRET=1 (set below, before
 triton is imported), at tiny shapes; with one, the same tests run on CUDA.
@@ -242,3 +244,82 @@ def test_probe_tensor_stats_equal_row_stats():
                 assert got[key][0] is None
             else:
                 assert got[key][0] == pytest.approx(round(want[key], 5), abs=1e-5), key
+
+
+def tiny_model(block_size: int = 128) -> Transformer:
+    torch.manual_seed(0)
+    args = ModelArgs(vocab_size=64, n_layer=2, n_head=H, n_local_heads=HKV, dim=H * D, intermediate_size=64,
+                     head_dim=D, block_size=block_size)
+    m = Transformer(args).eval()
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    m = m.to(DEV)
+    m.cos, m.sin = m.cos.to(DEV), m.sin.to(DEV)
+    return m
+
+
+@pytest.mark.parametrize("arm", ["dense", "fp8", "bf16", "bf16-gather", "fp32", "fp8-short"])
+def test_graph_decode_step_equals_the_eager_step(arm):
+    """The decode step of the CUDA graphs (static position, width W > S, padded scores) gives
+    the eager step's logits and the same indexer probe stats; on CUDA through a real capture
+    and replay (twice: the second replay reuses the graph), on CPU the same static step eagerly."""
+    from niah.serving.embedded.cuda.graphs import DecodeGraphs
+    from niah.serving.embedded.generate import decode_one
+    from niah.serving.embedded.probe import STAT_KEYS, ProbeLog
+
+    m = tiny_model()
+    dtype = arm.split("-")[0]
+    topk = 64 if arm.endswith("short") else 8
+    att = None if arm == "dense" else CudaDSA(2, HKV, D, 128, dtype, topk, 64, device=DEV,
+                                               bf16_read="gather" if "gather" in arm else "fused")
+    m.set_attention(att)
+    ids = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(1))
+    span = (10, 14)
+    got = {}
+    for name, graphs in (("eager", None), ("graph", DecodeGraphs(m, att, width_step=64, capture=DEV == "cuda"))):
+        m.decode_graphs = graphs
+        m(ids, 0)
+        rows = []
+        for pos, tok in ((40, 5), (41, 9)):
+            probe = None if arm == "dense" else ProbeLog(span, 2, topk)
+            logits = decode_one(m, tok, pos, probe).cpu()
+            if probe is not None:
+                probe.next_step()
+            rows.append((logits, probe.steps[0] if probe is not None else None))
+        got[name] = rows
+    for (le, pe), (lg, pg) in zip(got["eager"], got["graph"]):
+        torch.testing.assert_close(lg, le, rtol=1e-4, atol=1e-4)
+        if pe is not None:
+            assert pg["active"] == pe["active"] and pg["position"] == pe["position"]
+            for key in STAT_KEYS if pe["active"] else ():
+                assert pg[key] == pytest.approx(pe[key], abs=1e-4), key
+
+
+def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
+    from niah.serving.embedded.cuda.graphs import row_stats_at
+    from niah.serving.embedded.probe import row_stats_tensor
+
+    g = torch.Generator().manual_seed(6)
+    for trial in range(12):
+        S, W, k = 50, 64, 8
+        scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
+        if trial % 3 == 0:
+            scores[10:20] = 0.0                                     # ties at the ReLU's 0
+        kept = torch.zeros(S, dtype=torch.bool)
+        kept[scores.topk(k).indices] = True
+        span = (12, 15) if trial % 2 else (30, 34)
+        want = row_stats_tensor(scores, kept, exact, k, span)
+        pad = torch.full((W - S,), float("-inf"))
+        got = row_stats_at(torch.cat([scores, pad]), torch.cat([kept, torch.zeros(W - S, dtype=torch.bool)]),
+                           torch.cat([exact, pad]), k, torch.tensor(span))
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_lengths_auto_reads_the_yarn_context_of_the_gpu_matrix():
+    from pathlib import Path
+
+    from niah.serving.matrix import matrix_topks
+
+    root = Path(__file__).resolve().parents[2]
+    topks, context = matrix_topks(root / "serving/examples/gpu-seed.toml", context_too=True)
+    assert context == 32768 and topks["dense"] is None and topks["fp8-k512"] == 512

@@ -23,6 +23,8 @@ only), computed the way a DSA server computes it:
   the lowest positions (deterministic), rows with fewer candidates padded with -1 exactly
   as the attention kernel wants them; `topk="torch"` uses torch.topk (ties arbitrary).
 - attention: `attend.sparse_attention`, each query over its own kept keys, fp32.
+- decode from a CUDA graph (graphs.py): `store_at` / `decode_at` are the same store and
+  selection with the position on the device and every shape fixed by a width W.
 
 Attestation (serving/sglang/attest.py, as the CPU server reports it): one `record` per
 kernel launch by name, pool bytes per token and layer (3 kv heads: fp8 204, bf16 384,
@@ -39,7 +41,8 @@ from niah.kernels import (bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits
 from niah.kernels.quant import INDEX_DTYPES, quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
-from niah.serving.embedded.cuda.paging import IndexKeyPool
+from niah.serving.embedded.cuda.graphs import row_stats_at
+from niah.serving.embedded.cuda.paging import PAGE, IndexKeyPool
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats_tensor
 from niah.serving.sglang import attest
@@ -190,6 +193,66 @@ class CudaDSA:
         del pages
         scores = raw.float().relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
         return self._causal(scores, p0)
+
+    # -- the decode step of a CUDA graph (graphs.py): the position on the device, width W ----
+    def store_at(self, cache: LayerCache, k: torch.Tensor, pos: torch.Tensor) -> None:
+        """store() of one token at the device position pos (int64 [1]); its page is already
+        in the block table (pool.ensure on the host before the step)."""
+        _, Hkv, _, D = k.shape
+        kk = rotate(k[0], self.rotation)                                   # [Hkv, 1, D] fp32
+        if self.pool is None:
+            self.keys32[cache.layer_id].index_copy_(1, pos, kk)
+            attest.record("store", "fp32", "torch.copy_")
+            return
+        if cache.layer_id == 0:
+            page = self.pool.block_table.index_select(1, pos // PAGE)      # [Hkv, 1] int32
+            self._slots_at = (page.to(torch.int64) * PAGE + pos % PAGE).reshape(-1)
+        store_index_keys(kk.reshape(Hkv, D), self.pool.layer(cache.layer_id), self._slots_at, block_kv=64)
+        attest.record("store", self.index_dtype, "niah.store_index_keys")
+
+    def decode_at(self, q: torch.Tensor, cache: LayerCache, ctx: torch.Tensor, valid: torch.Tensor, W: int,
+                  stats: torch.Tensor | None, span: torch.Tensor) -> torch.Tensor:
+        """The selection and sparse attention of one decode query (q [1, H, 1, D]) at the
+        position where `valid` ([W] bool, s <= pos) ends; ctx: int32 [Hkv] = pos + 1.
+        Scores over W positions (-inf past pos), the top-k, the probe's stats into
+        stats[layer] when given. Needs pos + 1 > top-k (graphs.py serves shorter rows dense)."""
+        layer = cache.layer_id
+        _, H, _, D = q.shape
+        G = H // self.n_kv
+        iq = self.index_query(q)
+        if self.index_dtype == "fp32" or self.bf16_read == "gather":
+            qg = iq[0].view(self.n_kv, G, 1, D).transpose(1, 2)               # [Hkv, 1, G, D]
+            scores = None
+            for g in range(self.n_kv):
+                if self.index_dtype == "fp32":
+                    lg = self._torch_scores(self.keys32[layer, g, :W], qg[g])
+                    attest.record("decode_logits", "fp32", "torch.matmul")
+                else:
+                    pages = self.pool.gather_per_query(layer, g, 1, W)        # [1, W, D] bf16
+                    raw = torch.bmm(qg[g].to(torch.bfloat16), pages.transpose(1, 2))[:, :, :W]
+                    lg = raw.float().relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
+                    attest.record("decode_logits", "bf16", "niah.bf16_gather_bmm")
+                scores = lg if scores is None else scores.add_(lg)
+            scores = scores.masked_fill_(~valid[None, :], float("-inf"))       # [1, W]
+        else:
+            qg = iq[0, :, 0].view(self.n_kv, 1, G, D)
+            w = torch.full((self.n_kv, G), (H * self.dim) ** -0.5, device=q.device)
+            if self.index_dtype == "fp8":
+                q8, qs = quantize_fp8(qg)
+                out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w * qs[:, 0], ctx, self.pool.block_table,
+                                           None, W, clean_logits=True)
+                attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
+            else:
+                out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer), w, ctx,
+                                            self.pool.block_table, None, W, clean_logits=True)
+                attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
+            scores = out.sum(0, keepdim=True)                                  # [1, W]
+        idx = self.select(scores)                                              # [1, K]
+        if stats is not None:
+            kept = self._kept_row(idx[0], W)
+            exact = self.exact_scores(q, cache, W).masked_fill_(~valid, float("-inf"))
+            stats[layer] = row_stats_at(scores[0], kept, exact, self.topk, span)
+        return sparse_attention(q, cache.k, cache.v, idx)
 
     # -- selection --------------------------------------------------------------------------
     def select(self, scores: torch.Tensor) -> torch.Tensor:

