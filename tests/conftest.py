@@ -244,8 +244,10 @@ SHARED_UNITS = {
 }
 LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "slurm",
                  "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "embedded/test_embedded_dsa.py",
-                 "sglang/test_sglang_v4.py", "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py",
-                 "sglang/test_sglang_kernels.py", "matrix/test_lifecycle.py"]
+                 "report/test_report.py", "matrix/test_lifecycle.py", "sglang/test_sglang_v4.py",
+                 "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py", "sglang/test_sglang_fp4.py",
+                 "sglang/test_sglang_kernels.py", "report/test_report_sweep.py", "report/test_gate_coverage.py",
+                 "harness/test_package.py", "matrix/test_executor.py"]
 PER_TEST_FOLDERS = ("kernels/",)
 
 
