@@ -49,14 +49,13 @@ INVALID or UNATTESTED, and why; report, compare and gate all use it. Pure functi
 
 from __future__ import annotations
 
+from niah.attestation.calls import (KEY_PATHS, bf16_grown, bf16_paths, fp8_niah_grown, fp8_niah_paths, kernel_calls,
+                                    ran_summary)
 from niah.attestation.format import MEASURED_FACTS, add_calls
 from niah.axes import stated_labels
 
 VALID, INVALID, UNATTESTED = "valid", "INVALID", "unattested"
 LAUNCHED = ("sglang", "embedded")  # niah launches them: they must prove their label
-BF16_POOL_BYTES = {256: "DeepSeek-V3.2", 264: "DeepSeek-V4"}  # serving/sglang bf16_cache, v4
-KEY_PATHS = ("store", "prefill_logits", "decode_logits")
-READ_PATHS = ("decode_logits", "prefill_logits")
 
 
 def labels(entry: dict) -> dict:
@@ -285,19 +284,6 @@ def _reports(a: dict, key: str):
     return facts.get(key)
 
 
-def _total(calls: dict, paths, dtype: str, owner: str | None = None) -> int:
-    return sum(int(n.get("eager", 0)) + int(n.get("replayed", 0))
-               for p in paths for k, n in ((calls.get(p) or {}).get(dtype) or {}).items()
-               if owner is None or k.split(".", 1)[0] == owner)
-
-
-def _kernels(calls: dict, paths):
-    for p in paths:
-        for dtype, by_kernel in (calls.get(p) or {}).items():
-            for kernel, n in by_kernel.items():
-                yield p, dtype, kernel, n
-
-
 def label_contradiction(entry: dict, a: dict) -> str | None:
     """What in attestation `a` (a start reading's) contradicts the entry's labels, or None."""
     bad, _ = _check_label(a, _label(entry), "start")
@@ -351,74 +337,19 @@ def _attested(A0: dict, A1: dict, label: dict, bridged: bool = False) -> tuple[s
     grown = add_calls(A1.get("calls") or {}, A0.get("calls") or {}, sign=-1)
     if bridged:
         grown = {}  # the counters of a segment closed by the next start prove nothing (module doc)
-    elif any(v < 0 for _, _, _, n in _kernels(grown, (*KEY_PATHS, "topk")) for v in n.values()):
+    elif any(v < 0 for _, _, _, n in kernel_calls(grown, (*KEY_PATHS, "topk")) for v in n.values()):
         return INVALID, "its counters went down during the sweep (the server restarted?)", None, set()
     dtype, kernels = arm1
     growth = None
     if dtype == "bf16" or (dtype == "fp8" and kernels == "niah"):
         for a in (A0, A1):  # what ran up to each reading
-            bad = _bf16_paths(a) if dtype == "bf16" else _fp8_niah_paths(a)
+            bad = bf16_paths(a) if dtype == "bf16" else fp8_niah_paths(a)
             if bad:
                 return INVALID, bad, None, set()
         if not bridged:
             idle = not any(int(n.get("eager", 0)) + int(n.get("replayed", 0))
-                           for _, _, _, n in _kernels(grown, (*KEY_PATHS, "topk")))
-            why = _bf16_grown(A1, grown) if dtype == "bf16" else _fp8_niah_grown(grown)
+                           for _, _, _, n in kernel_calls(grown, (*KEY_PATHS, "topk")))
+            why = bf16_grown(A1, grown) if dtype == "bf16" else fp8_niah_grown(grown)
             growth = ("proved", None) if why is None else ("idle" if idle else "failed", why)
-    reason = _ran(A1, grown) + (" (closed by the resumed sweep's start reading)" if bridged else "")
+    reason = ran_summary(A1, grown) + (" (closed by the resumed sweep's start reading)" if bridged else "")
     return VALID, reason, growth, unreported
-
-
-def _bf16_paths(a: dict) -> str | None:
-    if a.get("fp8_reads_while_bf16"):
-        return f"{a['fp8_reads_while_bf16']} fp8 index-key path call(s) while bf16 was configured"
-    for path, dtype, kernel, _ in _kernels(a.get("calls") or {}, KEY_PATHS):
-        if dtype != "bf16" or kernel.split(".", 1)[0] != "niah":
-            return f"bf16 configured but {path} ran {kernel} on {dtype} keys"
-    pool = a.get("pool_bytes_per_token")
-    if a.get("kernels") == "niah" and pool not in BF16_POOL_BYTES:
-        return f"bf16 configured but the pool holds {pool} B/token/layer, not a bf16 row (256 on V3.2, 264 on V4)"
-    return None
-
-
-def _bf16_grown(a: dict, grown: dict) -> str | None:
-    if not _total(grown, ("store",), "bf16"):
-        return "bf16 configured but no bf16 key was stored during the sweep"
-    if not _total(grown, READ_PATHS, "bf16"):
-        return ("no bf16 index-key read during the sweep (decode/prefill logits: "
-                f"{_total(a.get('calls') or {}, READ_PATHS, 'bf16') - _total(grown, READ_PATHS, 'bf16')} before, "
-                "none more after; a store at warm-up does not count)")
-    return None
-
-
-def _fp8_niah_paths(a: dict) -> str | None:
-    for path, _, kernel, _ in _kernels(a.get("calls") or {}, READ_PATHS):
-        if kernel.split(".", 1)[0] != "niah":
-            return f"labelled kernels niah but {path} ran {kernel}"
-    if a.get("pool_bytes_per_token") in BF16_POOL_BYTES:
-        return f"fp8 configured but the pool holds a bf16 row ({a['pool_bytes_per_token']} B/token/layer)"
-    return None
-
-
-def _fp8_niah_grown(grown: dict) -> str | None:
-    if not _total(grown, READ_PATHS, "fp8", owner="niah"):
-        return "labelled kernels niah but niah's fp8 logits kernels did not run during the sweep"
-    return None
-
-
-def _ran(a: dict, grown: dict) -> str:
-    """What ran during the sweep, per path: calls (eager + CUDA-graph replays) by kernel."""
-    if not a.get("index_dtype"):
-        return f"attention {(a.get('facts') or {}).get('attention') or 'dense'}: no indexer configured"
-    arm = f"{a.get('index_dtype')}/{a.get('kernels')}"
-    if a.get("pool_bytes_per_token"):
-        arm += f", {a['pool_bytes_per_token']} B/token"
-    parts = []
-    for path in (*KEY_PATHS, "topk"):
-        by_kernel: dict[str, int] = {}
-        for _, _, kernel, n in _kernels(grown, (path,)):
-            by_kernel[kernel] = by_kernel.get(kernel, 0) + int(n.get("eager", 0)) + int(n.get("replayed", 0))
-        ran = {k: v for k, v in by_kernel.items() if v}
-        if ran:
-            parts.append(f"{path} +{sum(ran.values())} ({', '.join(sorted(ran))})")
-    return arm + "; during the sweep: " + ("; ".join(parts) if parts else "no indexer call")

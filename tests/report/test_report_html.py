@@ -1,6 +1,6 @@
 """The report page (RUN/report/index.html) in a real headless browser.
 
-Debian's chromium, driven by selenium through Debian's chromedriver (`make test` installs
+Debian's chromium, driven by selenium through Debian's chromedriver (`make browser` installs
 both; no browser is downloaded). The page is copied ALONE into an empty folder and opened by
 file://: a page that needed a sibling file (a PNG beside it) or the network would show a
 broken image, a console error (its Content-Security-Policy blocks every load but data:
