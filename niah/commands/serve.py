@@ -34,13 +34,14 @@ def check_serve_extra() -> None:
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
     index_dtype: str = typer.Option("fp8", "--index-dtype",
-                                    help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32; or "
-                                         "fp8+bf16, two-stage selection (CPU): both forms stored, fp8 scores every "
-                                         "key, its c*k best are re-scored from bf16 rows."),
+                                    help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32; on the "
+                                         "CPU also fp4 (SGLang's MXFP4) and two-stage fp8+bf16 / fp4+bf16: both "
+                                         "forms stored, the first scores every key, its c*k best are re-scored from "
+                                         "bf16 rows."),
     index_query_dtype: str = typer.Option(
         None, "--index-query-dtype",
-        help="CPU: the index query's precision: fp32 (the default), bf16, or fp8 (SGLang's: e4m3, one scale a "
-             "token and head)."),
+        help="CPU: the index query's precision: fp32 (the default), bf16, fp8 (SGLang's: e4m3, one scale a "
+             "token and head) or fp4 (MXFP4, as the keys)."),
     rescore_factor: int = typer.Option(None, "--rescore-factor",
                                        help="Two-stage index dtypes: c, the c*k candidates re-scored (default 4)."),
     index_rotation: str = typer.Option(
@@ -108,10 +109,10 @@ def serve(
     if topk_impl not in ("niah", "torch"):
         raise BadInput(f"--topk must be niah or torch, not {topk_impl!r}")
     if device != "cpu":
-        if two_stage or index_query_dtype is not None:
-            raise BadInput(f"--index-dtype {index_dtype} and --index-query-dtype are served on the CPU only "
-                           "(--device cpu)" if two_stage else
-                           "--index-query-dtype is served on the CPU only (--device cpu)")
+        if index_dtype not in ("fp8", "bf16", "fp32"):
+            raise BadInput(f"--index-dtype {index_dtype} is served on the CPU only (--device cpu)")
+        if index_query_dtype is not None:
+            raise BadInput("--index-query-dtype is served on the CPU only (--device cpu)")
         if attention == "dsa" and window:
             raise BadInput("--window is not served with --device cuda (the GPU path keeps the top-k only)")
         if bf16_read == "gather" and (attention != "dsa" or index_dtype != "bf16"):

@@ -1,18 +1,21 @@
 """The embedded indexer's precisions: index keys, the index query, and two-stage selection.
 
 Index keys (`index_dtype`), as the CPU DSA emulation (dsa.py) stores them:
-- "fp8", "bf16", "fp32": one stored form (niah.kernels.quant.store_roundtrip);
-- "fp8+bf16": two-stage selection. The store keeps BOTH forms of every key (the fp8 row
-  with its scale and the bf16 row); the indexer scores every causal key from the fp8 form,
+- "fp8", "fp4", "bf16", "fp32": one stored form (niah.kernels.quant.store_roundtrip; fp4 is
+  SGLang 0.5.23's MXFP4 index key: groups of 32 values, one ue8m0 exponent each, e2m1
+  codes, its C4 pools' tie rule, two codes a byte);
+- "fp8+bf16", "fp4+bf16": two-stage selection. The store keeps BOTH forms of every key (the
+  fp8 or fp4 row with its scale(s), and the bf16 row); the indexer scores every causal key
+  from the coarse (fp8 / fp4) form,
   keeps the c*k best as candidates (c = `rescore_factor`), re-scores only those candidates
   from their bf16 rows (gathered by index: no full bf16 read), and selects the k best of
   the re-scored candidates. With c*k >= the context every key is a candidate and the
   selection is bf16's.
 
 Bytes a token and layer of the stored index keys (`key_bytes`, per kv head, summed over
-the kv heads): fp8 D + 4 (values + one fp32 scale), bf16 2D, fp32 4D, fp8+bf16 the two
-together (3D + 4). A decode step of the two-stage arm reads the fp8 form of every key plus
-c*k bf16 rows (`read_bytes`).
+the kv heads): fp8 D + 4 (values + one fp32 scale), fp4 D/2 + D/32 (codes + one exponent
+byte a group of 32), bf16 2D, fp32 4D; a two-stage dtype the sum of its two forms. A decode
+step of a two-stage arm reads the coarse form of every key plus c*k bf16 rows (`read_bytes`).
 
 Index query (`index_query_dtype`), what the index query is quantised to before its dot
 products with the keys (after the rotation, when there is one):
@@ -21,7 +24,9 @@ products with the keys (after the rotation, when there is one):
 - "fp8": as SGLang's fused V3.2 indexer query (`fused_q_indexer_rope_first_quant`): per
   token and head, one fp32 scale amax / 448 over the head's D values, e4m3 values
   (niah.kernels.quant.quantize_fp8). The scale is positive, so folding it into the head
-  weights (SGLang) and multiplying it back here are the same arithmetic up to fp32 rounding.
+  weights (SGLang) and multiplying it back here are the same arithmetic up to fp32 rounding;
+- "fp4": MXFP4 as the keys (niah.kernels.quant.quantize_fp4), ties to the even code (the
+  rule SGLang's fp4 query path uses).
 The emulation computes in fp32 on the values as quantised (dequantised on read), exactly
 as it treats the keys (selection.py). Pure data and arithmetic: the CLI and the matrix
 loader read it without torch.
@@ -29,15 +34,16 @@ loader read it without torch.
 
 from __future__ import annotations
 
-SINGLE_DTYPES = ("fp8", "bf16", "fp32")
-TWO_STAGE_DTYPES = ("fp8+bf16",)
+SINGLE_DTYPES = ("fp8", "fp4", "bf16", "fp32")
+TWO_STAGE_DTYPES = ("fp8+bf16", "fp4+bf16")
 INDEX_DTYPES = SINGLE_DTYPES + TWO_STAGE_DTYPES
-QUERY_DTYPES = ("fp32", "bf16", "fp8")
+QUERY_DTYPES = ("fp32", "bf16", "fp8", "fp4")
 DEFAULT_QUERY_DTYPE = "fp32"
 DEFAULT_RESCORE_FACTOR = 4
 
 # Bytes one stored key takes per kv head of head dim d, by stored form.
-_FORM_BYTES = {"fp8": lambda d: d + 4, "bf16": lambda d: 2 * d, "fp32": lambda d: 4 * d}
+_FORM_BYTES = {"fp8": lambda d: d + 4, "fp4": lambda d: d // 2 + d // 32, "bf16": lambda d: 2 * d,
+               "fp32": lambda d: 4 * d}
 
 
 def stages(index_dtype: str) -> tuple[str, str | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels.quant import dequantize_fp8, quantize_fp8, store_roundtrip
+from niah.kernels.quant import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8, store_roundtrip
 from niah.serving.embedded.precision import QUERY_DTYPES
 
 def store_form(k: torch.Tensor, form: str) -> torch.Tensor:
@@ -22,6 +22,8 @@ def quantize_query(q: torch.Tensor, query_dtype: str) -> torch.Tensor:
         return q.to(torch.bfloat16).float()
     if query_dtype == "fp8":
         return dequantize_fp8(*quantize_fp8(q))
+    if query_dtype == "fp4":
+        return dequantize_fp4(*quantize_fp4(q, rne=True))
     raise ValueError(f"index query dtype must be one of {', '.join(QUERY_DTYPES)}, not {query_dtype!r}")
 
 

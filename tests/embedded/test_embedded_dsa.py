@@ -8,8 +8,8 @@
   error of the k-th score (and they do differ somewhere: the mechanism is real);
 - decode steps through the cache give the same logits as a full forward;
 - selection recall of a span is read from the last row's selection;
-- precision (serving/embedded/precision.py): the two-stage arm fp8+bf16 selects what bf16
-  selects when every key is a candidate and keeps bf16's share of the exact top-k at c = 4
+- precision (serving/embedded/precision.py): the two-stage arms (fp8+bf16, fp4+bf16) select what bf16
+  selects when every key is a candidate; fp8+bf16 keeps bf16's share of the exact top-k at c = 4
   (more than fp8); the index query is quantised as stated and attested (facts `query`,
   `rescore_factor`, the bytes a token); the probe's fidelity through a real two-stage server
   on a short prompt; bad precision settings refused (DSA, CLI, matrix) in one line.
@@ -230,7 +230,7 @@ def test_bad_dsa_settings_are_refused():
     from niah.serving.embedded.dsa import DSA
 
     with pytest.raises(ValueError):
-        DSA("fp4")
+        DSA("fp6")
     with pytest.raises(ValueError):
         DSA("fp8", topk=0)
 
@@ -246,12 +246,13 @@ def _select(dsa, q, k):
     return dsa.keep_mask(dsa.index_query(q), cache.idx_k, 0, None, fine) == 0
 
 
-def test_two_stage_with_every_key_a_candidate_is_bf16(captured):
+@pytest.mark.parametrize("two_stage", ["fp8+bf16", "fp4+bf16"])
+def test_two_stage_with_every_key_a_candidate_is_bf16(captured, two_stage):
     from niah.serving.embedded.dsa import DSA
 
     for layer in (0, 15):
         q, k = captured.q[layer], captured.k[layer]
-        assert torch.equal(_select(DSA("fp8+bf16", topk=16, rescore_factor=64), q, k),
+        assert torch.equal(_select(DSA(two_stage, topk=16, rescore_factor=64), q, k),
                            _select(DSA("bf16", topk=16), q, k))
 
 
@@ -278,8 +279,9 @@ def test_two_stage_keeps_bf16s_share_of_the_exact_top_k(captured):
 
 
 def test_index_query_is_quantised_and_attested():
-    from niah.kernels.quant import dequantize_fp8, quantize_fp8
+    from niah.kernels.quant import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8
     from niah.serving.embedded.dsa import DSA, attestation
+    from niah.kernels.quant import store_roundtrip
     from niah.serving.embedded.model import LayerCache
     from niah.serving.sglang import attest
 
@@ -289,6 +291,7 @@ def test_index_query_is_quantised_and_attested():
         assert torch.equal(DSA("fp8", query_dtype="fp8").index_query(q), dequantize_fp8(*quantize_fp8(q)))
         assert torch.equal(DSA("fp8", query_dtype="bf16").index_query(q), q.to(torch.bfloat16).float())
         assert torch.equal(DSA("fp8").index_query(q), q)                       # fp32: the default
+        assert torch.equal(DSA("fp4", query_dtype="fp4").index_query(q), dequantize_fp4(*quantize_fp4(q, rne=True)))
         dsa = DSA("fp8+bf16", topk=4, query_dtype="bf16", rescore_factor=3)
         cache = LayerCache(k=torch.zeros(1, 3, 16, 64), v=torch.zeros(1, 3, 16, 64), idx_k=torch.zeros(3, 16, 64))
         dsa.store(cache, torch.randn(1, 3, 8, 64), 0)
@@ -299,6 +302,19 @@ def test_index_query_is_quantised_and_attested():
         assert dsa.describe()["index_query_dtype"] == "bf16" and dsa.describe()["rescore_factor"] == 3
     finally:
         attest.reset()
+    for dtype, coarse, pool in (("fp4", "fp4", 3 * 34), ("fp4+bf16", "fp4", 3 * (34 + 128))):
+        attest.reset()
+        try:
+            dsa = DSA(dtype, topk=4)
+            k = torch.randn(1, 3, 8, 64)
+            cache = LayerCache(k=torch.zeros(1, 3, 16, 64), v=torch.zeros(1, 3, 16, 64), idx_k=torch.zeros(3, 16, 64))
+            dsa.store(cache, k, 0)
+            assert torch.equal(cache.idx_k[:, :8], store_roundtrip(k[0], "fp4"))   # SGLang's MXFP4, read back
+            a = attestation()
+            assert (a["index_dtype"], a["pool_bytes_per_token"]) == (dtype, pool)
+            assert a["counts"]["store.fp4"] == 1
+        finally:
+            attest.reset()
     for bad in ({"query_dtype": "fp16"}, {"rescore_factor": 0}):
         with pytest.raises(ValueError):
             DSA("fp8+bf16", **bad)
@@ -337,14 +353,16 @@ def test_two_stage_server_probe_and_attestation(embedded_server):
 
 
 @pytest.mark.parametrize("args,line", [
-    (("--index-dtype", "fp8+fp4"), "--index-dtype must be one of fp8, bf16, fp32, fp8+bf16, not 'fp8+fp4'"),
-    (("--index-query-dtype", "fp16"), "--index-query-dtype must be one of fp32, bf16, fp8, not 'fp16'"),
-    (("--rescore-factor", "4"), "--rescore-factor needs a two-stage --index-dtype (fp8+bf16), not fp8"),
+    (("--index-dtype", "fp8+fp4"),
+     "--index-dtype must be one of fp8, fp4, bf16, fp32, fp8+bf16, fp4+bf16, not 'fp8+fp4'"),
+    (("--index-query-dtype", "fp16"), "--index-query-dtype must be one of fp32, bf16, fp8, fp4, not 'fp16'"),
+    (("--rescore-factor", "4"), "--rescore-factor needs a two-stage --index-dtype (fp8+bf16, fp4+bf16), not fp8"),
     (("--index-dtype", "fp8+bf16", "--rescore-factor", "0"), "--rescore-factor must be >= 1"),
     (("--attention", "dense", "--index-query-dtype", "bf16"),
      "--index-query-dtype and --rescore-factor set the indexer: use them with --attention dsa"),
-    (("--index-dtype", "fp8+bf16", "--device", "cuda"),
-     "--index-dtype fp8+bf16 and --index-query-dtype are served on the CPU only (--device cpu)"),
+    (("--index-dtype", "fp4", "--device", "cuda"), "--index-dtype fp4 is served on the CPU only (--device cpu)"),
+    (("--index-query-dtype", "bf16", "--device", "cuda"),
+     "--index-query-dtype is served on the CPU only (--device cpu)"),
 ])
 def test_bad_precision_flags_are_refused_with_one_line(args, line):
     from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
@@ -358,7 +376,7 @@ def test_bad_precision_matrix_keys_are_refused():
     from niah.errors import BadInput
     from niah.serving.matrix import parse_matrix
 
-    with pytest.raises(BadInput, match=r"m.toml:3: index_query_dtype must be one of 'fp32', 'bf16', 'fp8'"):
+    with pytest.raises(BadInput, match=r"m.toml:3: index_query_dtype must be one of 'fp32', 'bf16', 'fp8', 'fp4'"):
         parse_matrix('engine = "embedded"\n[[config]]\nindex_query_dtype = "fp16"\nname = "a"\n', "m.toml")
     with pytest.raises(BadInput, match=r"args may not set --rescore-factor"):
         parse_matrix('engine = "embedded"\n[[config]]\nname = "a"\nargs = ["--rescore-factor", "2"]\n', "m.toml")
