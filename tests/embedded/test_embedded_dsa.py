@@ -380,3 +380,18 @@ def test_bad_precision_matrix_keys_are_refused():
         parse_matrix('engine = "embedded"\n[[config]]\nindex_query_dtype = "fp16"\nname = "a"\n', "m.toml")
     with pytest.raises(BadInput, match=r"args may not set --rescore-factor"):
         parse_matrix('engine = "embedded"\n[[config]]\nname = "a"\nargs = ["--rescore-factor", "2"]\n', "m.toml")
+
+
+def test_precision_example_matrix_runs_six_arms_at_top_k_64():
+    from pathlib import Path
+
+    from niah.serving.matrix import load_matrix
+    from niah.serving.matrix.commands import embedded_command
+
+    m = load_matrix(Path(__file__).parents[2] / "serving" / "examples" / "precision.toml")
+    assert m.names() == ["fp8", "fp8-qbf16", "bf16", "fp8-bf16-c4", "fp4", "fp4-bf16-c4"]
+    assert {c.settings["index_topk"] for c in m.configs} == {64}
+    argv = {c.name: " ".join(embedded_command(c, 1)[0]) for c in m.configs}
+    assert "--index-dtype fp8+bf16 --index-rotation none --index-query-dtype fp32 --rescore-factor 4" in argv[
+        "fp8-bf16-c4"]
+    assert "--index-query-dtype bf16" in argv["fp8-qbf16"] and "--index-dtype fp4 " in argv["fp4"]
