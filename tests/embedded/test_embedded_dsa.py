@@ -395,3 +395,18 @@ def test_precision_example_matrix_runs_six_arms_at_top_k_64():
     assert "--index-dtype fp8+bf16 --index-rotation none --index-query-dtype fp32 --rescore-factor 4" in argv[
         "fp8-bf16-c4"]
     assert "--index-query-dtype bf16" in argv["fp8-qbf16"] and "--index-dtype fp4 " in argv["fp4"]
+
+
+def test_probe_fidelity_counts_exact_ties_as_kept():
+    """Fewer than k keys score above 0: any zero-score key completes the exact top-k, so a
+    selection of other zero-score keys is as faithful as the exact one (fidelity 1)."""
+    from niah.serving.embedded.probe import row_stats, row_stats_tensor
+
+    exact = torch.tensor([5.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0])
+    scores = torch.tensor([5.0, 4.0, 0.0, 0.0, 0.0, 0.1, 0.2, 3.0])          # keeps zeros 5, 6
+    kept = torch.zeros(8, dtype=torch.bool)
+    kept[scores.topk(5).indices] = True
+    assert row_stats(scores, kept, exact, 5, (0, 1))["fidelity"] == 1.0
+    assert float(row_stats_tensor(scores, kept, exact, 5, (0, 1))[4]) == 1.0
+    worse = torch.tensor([5.0, 0.0, 0.05, 0.05, 0.05, 0.1, 0.2, 3.0])         # drops key 1 (exact 4.0)
+    assert row_stats(worse, kept, exact, 5, (0, 1))["fidelity"] == 4 / 5
