@@ -91,11 +91,11 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "model_path": _string,
         "tp": _int_range(1),
         "index_dtype": _choice("fp8", "bf16"),
-        "index_query_dtype": _choice("fp8"),  # a label: every SGLang arm keeps SGLang's fp8 query
         "kernels": _choice("stock", "niah"),
         "index_topk": _int_range(1, 2048),
         "python": _string,
         "model": _string,
+        "index_query_dtype": _choice("fp8"),  # a label: every SGLang arm keeps SGLang's fp8 query
     },
     "command": {  # any OpenAI-compatible server: argv with {port} (and {axis} keys) filled in
         "command": _string_list,
