@@ -10,6 +10,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     store_v4_index_keys                                          (DeepSeek-V4 C4 indexer key store)
     store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
+    bf16_paged_rescore, fp8_bf16_two_stage_topk                  (two-stage selection: bf16 re-score)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
 On CPU tensors the kernels run under TRITON_INTERPRET=1 (set it before triton is imported).
 """
@@ -31,6 +32,8 @@ _EXPORTS = {
     "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
     "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",
+    "bf16_paged_rescore": "niah.kernels.rescore.wrapper",
+    "fp8_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
     "calc_diff": "niah.kernels._common",
 }
 

@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 # Keys that may be crossed in [axes], and how each shows in a configuration's name.
 AXIS_NAMES: dict[str, Callable[[Any], str]] = {
-    "index_dtype": lambda v: f"{v}",
+    "index_dtype": lambda v: v.replace("+", "-"),    # two-stage "fp8+bf16" -> "fp8-bf16"
     "index_rotation": lambda v: "norot" if v == "none" else f"{v}",
+    "index_query_dtype": lambda v: f"q{v}",
+    "rescore_factor": lambda v: f"c{v}",
     "kernels": lambda v: f"{v}",
     "index_topk": lambda v: f"k{v}",
     "attention": lambda v: f"{v}",
@@ -29,7 +31,9 @@ AXIS_KEYS = tuple(AXIS_NAMES)
 # with index_rotation = "hadamard" pairs with the [axes] arm it rotates; comparable_axes).
 AXIS_DEFAULTS: dict[str, Any] = {"index_rotation": "none"}
 # The labels a configuration may state that its server's attestation must back.
-LABEL_KEYS = ("attention", "index_dtype", "kernels", "index_rotation", "index_topk", "window")
+# index_query_dtype is attested by the fact `query`, rescore_factor by the fact of its name.
+LABEL_KEYS = ("attention", "index_dtype", "kernels", "index_rotation", "index_query_dtype", "rescore_factor",
+              "index_topk", "window")
 
 
 def comparable_axes(a: dict[str, Any], b: dict[str, Any], settings_a: dict[str, Any] | None = None,

@@ -281,6 +281,8 @@ def _reports(a: dict, key: str):
         return facts.get("attention") or ("dsa" if a.get("index_dtype") else None)
     if key == "index_rotation":  # stated as the fact `rotation` (attest.set_facts)
         return facts.get("rotation")
+    if key == "index_query_dtype":  # stated as the fact `query` (SGLang's plugin: "fp8")
+        return facts.get("query")
     return facts.get(key)
 
 
@@ -296,7 +298,8 @@ def _check_label(a: dict, label: dict, when: str) -> tuple[str | None, set]:
     unreported = set()
     at = "" if when == "end" else f" at the {when} of the sweep"
     for key, want in label.items():
-        if dense and key in ("index_dtype", "index_rotation", "index_topk", "window", "kernels"):
+        if dense and key in ("index_dtype", "index_rotation", "index_query_dtype", "rescore_factor", "index_topk",
+                             "window", "kernels"):
             continue
         got = _reports(a, key)
         if got is None and (key in ("index_dtype", "kernels", "attention")

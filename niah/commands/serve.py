@@ -34,7 +34,16 @@ def check_serve_extra() -> None:
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
     index_dtype: str = typer.Option("fp8", "--index-dtype",
-                                    help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32."),
+                                    help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32; on the "
+                                         "CPU also fp4 (SGLang's MXFP4) and two-stage fp8+bf16 / fp4+bf16: both "
+                                         "forms stored, the first scores every key, its c*k best are re-scored from "
+                                         "bf16 rows."),
+    index_query_dtype: str = typer.Option(
+        None, "--index-query-dtype",
+        help="CPU: the index query's precision: fp32 (the default), bf16, fp8 (SGLang's: e4m3, one scale a "
+             "token and head) or fp4 (MXFP4, as the keys)."),
+    rescore_factor: int = typer.Option(None, "--rescore-factor",
+                                       help="Two-stage index dtypes: c, the c*k candidates re-scored (default 4)."),
     index_rotation: str = typer.Option(
         "none", "--index-rotation",
         help="none (SGLang's fused V3.2 path) or hadamard (DeepSeek's reference: index query and keys "
@@ -68,8 +77,21 @@ def serve(
 
     if attention not in ("dense", "dsa"):
         raise BadInput(f"--attention must be dense or dsa, not {attention!r}")
-    if index_dtype not in ("fp8", "bf16", "fp32"):
-        raise BadInput(f"--index-dtype must be fp8, bf16 or fp32, not {index_dtype!r}")
+    from niah.serving.embedded import precision
+
+    if index_dtype not in precision.INDEX_DTYPES:
+        raise BadInput(f"--index-dtype must be one of {', '.join(precision.INDEX_DTYPES)}, not {index_dtype!r}")
+    if index_query_dtype is not None and index_query_dtype not in precision.QUERY_DTYPES:
+        raise BadInput(f"--index-query-dtype must be one of {', '.join(precision.QUERY_DTYPES)}, "
+                       f"not {index_query_dtype!r}")
+    two_stage = index_dtype in precision.TWO_STAGE_DTYPES
+    if rescore_factor is not None and not two_stage:
+        raise BadInput(f"--rescore-factor needs a two-stage --index-dtype ({', '.join(precision.TWO_STAGE_DTYPES)}), "
+                       f"not {index_dtype}")
+    if rescore_factor is not None and rescore_factor < 1:
+        raise BadInput("--rescore-factor must be >= 1")
+    if attention != "dsa" and (index_query_dtype is not None or rescore_factor is not None):
+        raise BadInput("--index-query-dtype and --rescore-factor set the indexer: use them with --attention dsa")
     if index_rotation not in ROTATIONS:
         raise BadInput(f"--index-rotation must be {' or '.join(ROTATIONS)}, not {index_rotation!r}")
     if index_topk < 1:
@@ -89,6 +111,10 @@ def serve(
     if topk_impl not in ("niah", "torch"):
         raise BadInput(f"--topk must be niah or torch, not {topk_impl!r}")
     if device != "cpu":
+        if index_dtype not in ("fp8", "bf16", "fp32"):
+            raise BadInput(f"--index-dtype {index_dtype} is served on the CPU only (--device cpu)")
+        if index_query_dtype is not None:
+            raise BadInput("--index-query-dtype is served on the CPU only (--device cpu)")
         if attention == "dsa" and window:
             raise BadInput("--window is not served with --device cuda (the GPU path keeps the top-k only)")
         if bf16_read == "gather" and (attention != "dsa" or index_dtype != "bf16"):
@@ -108,5 +134,7 @@ def serve(
     gguf_path()   # a clear error before anything heavy when the weights are missing
     run(ServeConfig(attention, index_dtype, index_topk, window, query_chunk, threads, index_rotation,
                     device=device, rope_scaling=rope_scaling, rope_factor=rope_factor, bf16_read=bf16_read,
-                    topk_impl=topk_impl, cuda_graphs=cuda_graphs),
+                    topk_impl=topk_impl, cuda_graphs=cuda_graphs,
+                    index_query_dtype=index_query_dtype or precision.DEFAULT_QUERY_DTYPE,
+                    rescore_factor=rescore_factor or precision.DEFAULT_RESCORE_FACTOR),
         host=host, port=port, log_level=log_level)

@@ -50,7 +50,8 @@ def build_model(cfg, loaded):
         attention = CudaDSA(a.n_layer, a.n_local_heads, a.head_dim, a.block_size, cfg.index_dtype, cfg.index_topk,
                             cfg.query_chunk, cfg.index_rotation, cfg.bf16_read, cfg.topk_impl, cfg.device)
     elif cfg.attention == "dsa":
-        attention = DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk, rotation=cfg.index_rotation)
+        attention = DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk, rotation=cfg.index_rotation,
+                        query_dtype=cfg.index_query_dtype, rescore_factor=cfg.rescore_factor)
     model.set_attention(attention)
     model.decode_graphs = None
     if cuda and getattr(cfg, "cuda_graphs", True):

@@ -6,15 +6,19 @@ Per layer and per query token t (at position p):
 
 q are the layer's own post-RoPE queries; k~ are the layer's own post-RoPE keys as stored
 in the index cache and read back (niah.kernels.quant.store_roundtrip: fp8 e4m3 with one
-fp32 scale per token and kv head, the SGLang format; bf16; or fp32 = exact).
+fp32 scale per token and kv head, the SGLang format; bf16; or fp32 = exact). The
+precisions (precision.py): `index_dtype` "fp8+bf16" is two-stage selection (the store
+keeps both forms; fp8 scores every key, its c*k best are re-scored from their bf16 rows,
+the k best of those are kept; c = `rescore_factor`); `query_dtype` quantises the index
+query (fp32, the default; bf16; fp8 as SGLang's fused V3.2 query).
 
 GQA design choice: SmolLM2 has 9 query heads sharing 3 kv heads. DeepSeek's indexer has
 one shared index key per token; here each query head h is scored against the key of its
 OWN group g(h) = h // 3 (the key that head really attends to), and the nine ReLU'd dot
 products are summed with uniform weights w_h = H^-0.5 * D^-0.5 (no trained weights_proj
 exists in this model; a uniform positive scale does not change the top-k). One selection
-per token, shared by all heads, as in DSA. The index query stays fp32 (only the stored key
-is quantised, which is the mechanism under study).
+per token, shared by all heads, as in DSA. The index query is fp32 unless `query_dtype`
+says otherwise (quantised after the rotation, as SGLang quantises its query).
 
 Rotation (`rotation="hadamard"`, DeepSeek's reference indexer): the index query and the
 key are multiplied by the normalised Hadamard matrix of the head dimension before the
@@ -22,7 +26,7 @@ key store's quantisation (niah.kernels.rotation), so the index cache holds rotat
 keys and each chunk's index query is rotated once. q.k is unchanged in exact
 arithmetic; only what fp8 rounding loses changes. "none" (the default) is what SGLang
 0.5.23's fused V3.2 path serves. The probe's exact reference is the same for every arm:
-the unrotated query against the unrotated fp32 keys of the KV cache.
+the unrotated, unquantised query against the unrotated fp32 keys of the KV cache.
 
 Selection: the top-K causal keys by I (all of them while the context p+1 <= K, as SGLang
 does), plus the last W positions when W > 0. The main attention then reads only the kept
@@ -41,14 +45,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from niah.kernels.quant import INDEX_DTYPES, store_roundtrip
 from niah.kernels.rotation import ROTATIONS, rotate
+from niah.serving.embedded import precision, selection
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats
 from niah.serving.sglang import attest
-
-# Bytes one stored index key takes per kv head (fp8: values + one fp32 scale).
-KEY_BYTES = {"fp8": lambda d: d + 4, "bf16": lambda d: 2 * d, "fp32": lambda d: 4 * d}
 
 
 def attestation() -> dict | None:
@@ -65,17 +66,22 @@ class DSA:
     name = "dsa"
 
     def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512,
-                 dense_when_short: bool = True, sub: int = 128, rotation: str = "none"):
-        if index_dtype not in INDEX_DTYPES:
-            raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
+                 dense_when_short: bool = True, sub: int = 128, rotation: str = "none",
+                 query_dtype: str = precision.DEFAULT_QUERY_DTYPE,
+                 rescore_factor: int = precision.DEFAULT_RESCORE_FACTOR):
+        self.coarse, self.fine = precision.stages(index_dtype)      # ValueError for an unknown dtype
         if rotation not in ROTATIONS:
             raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
-        if topk < 1 or window < 0 or chunk < 1:
-            raise ValueError("topk must be >= 1, window >= 0, chunk >= 1")
+        if query_dtype not in precision.QUERY_DTYPES:
+            raise ValueError(f"index query dtype must be one of {precision.QUERY_DTYPES}, not {query_dtype!r}")
+        if topk < 1 or window < 0 or chunk < 1 or rescore_factor < 1:
+            raise ValueError("topk must be >= 1, window >= 0, chunk >= 1, rescore_factor >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
-        self.rotation = rotation
+        self.rotation, self.query_dtype, self.rescore_factor = rotation, query_dtype, rescore_factor
+        self._fine_k: dict[int, torch.Tensor] = {}                  # layer -> re-score-form keys [Hkv, S, D]
         attest.configure(index_dtype, "torch")
-        attest.set_facts(attention="dsa", index_topk=topk, window=window, rotation=rotation)
+        attest.set_facts(attention="dsa", index_topk=topk, window=window, rotation=rotation, query=query_dtype,
+                         **({"rescore_factor": rescore_factor} if self.fine else {}))
         self._raw = self._tile = self._sum = self._mask = None
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).
@@ -87,13 +93,26 @@ class DSA:
         """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back
         (rotated first when the rotation is "hadamard")."""
         T = k.shape[2]
-        attest.record("store", self.index_dtype, "niah.store_roundtrip")
-        attest.set_pool_bytes(k.shape[1] * KEY_BYTES[self.index_dtype](k.shape[3]))
-        cache.idx_k[:, start:start + T] = store_roundtrip(rotate(k[0], self.rotation), self.index_dtype)
+        attest.set_pool_bytes(precision.key_bytes(self.index_dtype, k.shape[1], k.shape[3]))
+        kr = rotate(k[0], self.rotation)
+        attest.record("store", self.coarse, "niah.store_roundtrip")
+        cache.idx_k[:, start:start + T] = selection.store_form(kr, self.coarse)
+        if self.fine is not None:                                   # two-stage: the re-score form too
+            attest.record("store", self.fine, "niah.store_roundtrip")
+            self.fine_keys(cache)[:, start:start + T] = selection.store_form(kr, self.fine)
+
+    def fine_keys(self, cache: LayerCache) -> torch.Tensor:
+        """The layer's re-score-form keys [Hkv, block_size, D] (two-stage), allocated once."""
+        got = self._fine_k.get(cache.layer_id)
+        if got is None or got.shape != cache.idx_k.shape:
+            got = self._fine_k[cache.layer_id] = torch.zeros_like(cache.idx_k)
+        return got
 
     def index_query(self, q: torch.Tensor) -> torch.Tensor:
-        """q: [1, H, C, D] post-RoPE -> the index query (rotated like the stored keys), fp32."""
-        return rotate(q, self.rotation) if self.rotation != "none" else q
+        """q: [1, H, C, D] post-RoPE -> the index query (rotated like the stored keys, then
+        quantised to query_dtype), fp32."""
+        q = rotate(q, self.rotation) if self.rotation != "none" else q
+        return selection.quantize_query(q, self.query_dtype)
 
     # -- the indexer --------------------------------------------------------------------
     def _buffers(self, C: int, S: int, Hkv: int, G: int) -> tuple[torch.Tensor, ...]:
@@ -142,10 +161,14 @@ class DSA:
             tot[r:, s0:s0 + n] = part
         return tot
 
-    def keep_mask(self, q: torch.Tensor, idx_k: torch.Tensor, p0: int, bufs: tuple | None = None) -> torch.Tensor:
+    def keep_mask(self, q: torch.Tensor, idx_k: torch.Tensor, p0: int, bufs: tuple | None = None,
+                  fine_k: torch.Tensor | None = None) -> torch.Tensor:
         """Additive mask of the kept keys for C queries at positions p0..p0+C-1, with
         idx_k: [Hkv, S, D], S = p0 + C. -> [C, S] fp32: 0 where kept, -inf elsewhere
-        (causal; the top-K by index score, plus the last `window` positions)."""
+        (causal; the top-K by index score, plus the last `window` positions).
+        Two-stage (fine_k: the re-score-form keys [Hkv, S, D]): the top-K of the c*K
+        best coarse candidates re-scored from fine_k; bufs[2]'s last row then holds that
+        row's scores in the two-stage order (selection.composite_row, for the probe)."""
         C, S = q.shape[2], idx_k.shape[1]
         _, H, _, D = q.shape
         bufs = bufs or (torch.empty(H * C * TILE), torch.empty(C * TILE), torch.empty(C, S), torch.empty(C, S))
@@ -155,11 +178,18 @@ class DSA:
             mask.zero_()
         else:
             scores = self.index_scores(q, idx_k, bufs, p0)          # [C, S]; stale where s > p
-            attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.index_dtype,
+            attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.coarse,
                           "niah.embedded_index_scores")
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
             attest.record("topk", "fp32", "torch.topk")
-            top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows with p < K pick -inf too
+            if fine_k is None:
+                top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows p < K: -inf too
+            else:
+                top, cand, resc = selection.two_stage_top(q, scores, fine_k, self.topk, self.rescore_factor)
+                attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.fine,
+                              "niah.embedded_rescore")
+                attest.record("topk", "fp32", "torch.topk")
+                scores[-1] = selection.composite_row(scores[-1], cand[-1], resc[-1])
             mask.fill_(float("-inf")).scatter_(1, top, 0.0)
             if self.window > 0:
                 rows = torch.arange(p0, S)[:, None]
@@ -193,7 +223,8 @@ class DSA:
             Sc = start + c1                                         # keys visible to this chunk
             qc = q[:, :, c0:c1]                                     # [1, H, C, D]
             bufs = self._buffers(c1 - c0, Sc, Hkv, H // Hkv)
-            mask = self.keep_mask(self.index_query(qc), cache.idx_k[:, :Sc], start + c0, bufs)   # [C, Sc]
+            fine = self.fine_keys(cache)[:, :Sc] if self.fine is not None else None
+            mask = self.keep_mask(self.index_query(qc), cache.idx_k[:, :Sc], start + c0, bufs, fine)   # [C, Sc]
             if needle is not None and c1 == T:                      # the last prompt token's row
                 a, b = needle
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
@@ -213,8 +244,8 @@ class DSA:
     def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
         """The fidelity reference of one query row q_row [1, H, 1, D] (post-RoPE, NOT
         rotated) over its S causal keys: index scores against the fp32 keys of the KV
-        cache (cache.k, never stored or rotated) -> [S]. The same for every index dtype
-        and rotation (rotating both sides would change it by fp32 rounding only)."""
+        cache (cache.k, never stored or rotated) -> [S]. The same for every index dtype,
+        query dtype and rotation (rotating both sides would change it by fp32 rounding only)."""
         return self.index_scores(q_row, cache.k[0, :, :S])[0]
 
     def _attend(self, qc: torch.Tensor, cache: LayerCache, mask: torch.Tensor, out: torch.Tensor) -> None:
@@ -244,5 +275,9 @@ class DSA:
             out[:, :, r0:r1] = o
 
     def describe(self) -> dict:
-        return {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
-                "index_topk": self.topk, "window": self.window, "query_chunk": self.chunk}
+        d = {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
+             "index_query_dtype": self.query_dtype, "index_topk": self.topk, "window": self.window,
+             "query_chunk": self.chunk}
+        if self.fine is not None:
+            d["rescore_factor"] = self.rescore_factor
+        return d

@@ -12,7 +12,13 @@ exact (fp32, never stored) keys. Definitions (docs/embedded-server.md, "Indexer 
   best and worst value token's rank divided by k (> 1: not kept, except by a tie-break);
 - margin: (score of the lowest-scoring KEPT value token - the k-th score) /
   (top score - the k-th score): 0 = at the cut, 1 = the top; None when none is kept;
-- fidelity: |top-k by these scores ∩ top-k by exact-key scores| / k.
+- fidelity: |top-k by these scores ∩ a top-k by exact-key scores| / k, the exact top-k that
+  overlaps it most: every key scoring above the exact k-th score is in every exact top-k,
+  and of the keys tied AT the k-th score any may complete it, so a selected key tied there
+  counts while the exact top-k has room for it. Where fewer than k keys score above 0 (ReLU'd scores tie
+  at 0; in some of SmolLM2's layers only 30-60 of 1,000 keys do), the exact top-k is not one
+  set: any zero-score key completes it, and a plain intersection would measure whether two
+  top-k calls broke the tie alike, not what the selection kept. Elsewhere the two agree.
 """
 
 from __future__ import annotations
@@ -40,10 +46,19 @@ def row_stats(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: 
     if bool(kept_n.any()):
         worst_kept = float(needle[kept_n].min())
         margin = (worst_kept - kth) / (first - kth) if first > kth else 0.0
-    exact_top = exact.topk(kk).indices
-    overlap = int(torch.isin(top.indices, exact_top).sum())
     return {"kept": float(kept_n.float().mean()), "rank_best": int(ranks.min()) / k,
-            "rank_worst": int(ranks.max()) / k, "margin": margin, "fidelity": overlap / kk}
+            "rank_worst": int(ranks.max()) / k, "margin": margin,
+            "fidelity": float(_overlap(top.indices, exact, kk)) / kk}
+
+
+def _overlap(selected: torch.Tensor, exact: torch.Tensor, kk: int) -> torch.Tensor:
+    """|selected ∩ the exact top-kk that overlaps it most| (module doc, fidelity): the selected
+    keys above the exact kk-th score, plus those tied at it while the exact top-kk has room."""
+    kth = exact.topk(kk).values[-1]
+    above = exact > kth
+    picked = exact[selected]
+    room = kk - above.sum()
+    return (picked > kth).sum() + torch.minimum((picked == kth).sum(), room)
 
 
 def row_stats_tensor(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: int,
@@ -66,7 +81,7 @@ def row_stats_tensor(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tens
     spread = first - kth
     margin = torch.where(spread > 0, (worst_kept - kth) / torch.where(spread > 0, spread, 1.0), 0.0)
     margin = torch.where(kept_n.any(), margin, torch.nan)
-    overlap = torch.isin(top.indices, exact.topk(kk).indices).sum().double()
+    overlap = _overlap(top.indices, exact, kk).double()
     return torch.stack([kept_n.double().mean(), ranks.min() / k, ranks.max() / k, margin, overlap / kk])
 
 

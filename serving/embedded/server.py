@@ -55,6 +55,8 @@ class ServeConfig:
     bf16_read: str = "fused"        # CUDA, bf16 keys: "fused" (kernels) or "gather" (the naive read)
     topk_impl: str = "niah"         # CUDA: "niah" (bundled top-k) or "torch"
     cuda_graphs: bool = True        # CUDA: decode steps replayed from CUDA graphs (cuda/graphs.py)
+    index_query_dtype: str = "fp32"  # CPU: the index query's precision (precision.py: fp32, bf16, fp8)
+    rescore_factor: int = 4         # CPU, two-stage index dtypes: c*k candidates re-scored
 
     def describe(self) -> dict:
         d = {"attention": self.attention}
@@ -65,6 +67,10 @@ class ServeConfig:
         if self.attention == "dsa":
             d.update(index_dtype=self.index_dtype, index_rotation=self.index_rotation, index_topk=self.index_topk,
                      window=self.window, query_chunk=self.query_chunk)
+            if self.device == "cpu":
+                d["index_query_dtype"] = self.index_query_dtype
+                if "+" in self.index_dtype:
+                    d["rescore_factor"] = self.rescore_factor
             if self.device != "cpu":
                 d["topk"] = self.topk_impl
                 if self.index_dtype == "bf16":

@@ -34,7 +34,8 @@ def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dic
     s = cfg.settings
     argv = [s.get("python", sys.executable), "-m", "niah", "serve"]
     for key, flag in (("attention", "--attention"), ("index_dtype", "--index-dtype"),
-                      ("index_rotation", "--index-rotation"), ("index_topk", "--index-topk"), ("window", "--window")):
+                      ("index_rotation", "--index-rotation"), ("index_query_dtype", "--index-query-dtype"),
+                      ("rescore_factor", "--rescore-factor"), ("index_topk", "--index-topk"), ("window", "--window")):
         if key in s:
             argv += [flag, str(s[key])]
     argv += ["--host", HOST, "--port", str(port), *s.get("args", [])]

@@ -12,6 +12,8 @@ import re
 from typing import Any, Callable
 
 from niah.kernels.rotation import ROTATIONS
+from niah.serving.embedded.precision import INDEX_DTYPES as EMBEDDED_INDEX_DTYPES
+from niah.serving.embedded.precision import QUERY_DTYPES
 
 ENGINES = ("embedded", "sglang", "external", "command")
 PORT_PLACEHOLDER = "$PORT"  # what the dry run prints: the real port is chosen at launch
@@ -76,7 +78,9 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
     "embedded": {
         **_COMMON,
         "attention": _choice("dense", "dsa"),
-        "index_dtype": _choice("fp8", "bf16", "fp32"),
+        "index_dtype": _choice(*EMBEDDED_INDEX_DTYPES),
+        "index_query_dtype": _choice(*QUERY_DTYPES),
+        "rescore_factor": _int_range(1),
         "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
         "window": _int_range(0),
@@ -91,6 +95,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "index_topk": _int_range(1, 2048),
         "python": _string,
         "model": _string,
+        "index_query_dtype": _choice("fp8"),  # a label: every SGLang arm keeps SGLang's fp8 query
     },
     "command": {  # any OpenAI-compatible server: argv with {port} (and {axis} keys) filled in
         "command": _string_list,
@@ -130,6 +135,7 @@ RESERVED_FLAGS = {
     "--json-model-override-args": "use index_topk", "--niah-index-dtype": "use index_dtype",
     "--attention": "use attention", "--index-dtype": "use index_dtype",
     "--index-topk": "use index_topk", "--window": "use window", "--niah-kernels": "use kernels",
-    "--index-rotation": "use index_rotation",
+    "--index-rotation": "use index_rotation", "--index-query-dtype": "use index_query_dtype",
+    "--rescore-factor": "use rescore_factor",
 }
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -7,7 +7,12 @@
 - fp8 selections differ from exact ones only where scores are within the quantisation
   error of the k-th score (and they do differ somewhere: the mechanism is real);
 - decode steps through the cache give the same logits as a full forward;
-- selection recall of a span is read from the last row's selection.
+- selection recall of a span is read from the last row's selection;
+- precision (serving/embedded/precision.py): the two-stage arms (fp8+bf16, fp4+bf16) select what bf16
+  selects when every key is a candidate; fp8+bf16 keeps bf16's share of the exact top-k at c = 4
+  (more than fp8); the index query is quantised as stated and attested (facts `query`,
+  `rescore_factor`, the bytes a token); the probe's fidelity through a real two-stage server
+  on a short prompt; bad precision settings refused (DSA, CLI, matrix) in one line.
 """
 
 from __future__ import annotations
@@ -225,6 +230,183 @@ def test_bad_dsa_settings_are_refused():
     from niah.serving.embedded.dsa import DSA
 
     with pytest.raises(ValueError):
-        DSA("fp4")
+        DSA("fp6")
     with pytest.raises(ValueError):
         DSA("fp8", topk=0)
+
+
+# -- precision: the index query and two-stage selection ---------------------------------------------
+def _select(dsa, q, k):
+    """dsa's kept keys [T, S] for captured q [1, H, T, D] and keys k [Hkv, S, D] (stored first)."""
+    from niah.serving.embedded.model import LayerCache
+
+    cache = LayerCache(k[None].clone(), k[None].clone(), torch.zeros_like(k))
+    dsa.store(cache, k[None], 0)
+    fine = dsa.fine_keys(cache)[:, :k.shape[1]] if dsa.fine else None
+    return dsa.keep_mask(dsa.index_query(q), cache.idx_k, 0, None, fine) == 0
+
+
+@pytest.mark.parametrize("two_stage", ["fp8+bf16", "fp4+bf16"])
+def test_two_stage_with_every_key_a_candidate_is_bf16(captured, two_stage):
+    from niah.serving.embedded.dsa import DSA
+
+    for layer in (0, 15):
+        q, k = captured.q[layer], captured.k[layer]
+        assert torch.equal(_select(DSA(two_stage, topk=16, rescore_factor=64), q, k),
+                           _select(DSA("bf16", topk=16), q, k))
+
+
+def test_two_stage_keeps_bf16s_share_of_the_exact_top_k(captured):
+    """Fidelity against the float64 top-k (rows past c*k keys whose k-th exact score is not
+    a ReLU tie at 0): fp8+bf16 at c = 4 within 0.005 of bf16, above fp8."""
+    from niah.serving.embedded.dsa import DSA
+
+    K = 16
+    arms = {"fp8": DSA("fp8", K), "bf16": DSA("bf16", K), "two": DSA("fp8+bf16", K, rescore_factor=4)}
+    got = dict.fromkeys(arms, 0.0)
+    n = 0
+    for layer in (2, 9, 17, 28):
+        q, k = captured.q[layer], captured.k[layer]
+        ref = exact_scores(q, k)
+        top = ref.topk(K, dim=-1)
+        rows = (torch.arange(q.shape[2]) >= 4 * K) & (top.values[:, -1] > 0)
+        want = torch.zeros(ref.shape, dtype=torch.bool).scatter_(1, top.indices, True)[rows]
+        n += int(rows.sum())
+        for name, dsa in arms.items():
+            got[name] += float((_select(dsa, q, k)[rows] & want).sum()) / K
+    share = {name: v / n for name, v in got.items()}
+    assert share["two"] >= share["bf16"] - 0.005 and share["two"] > share["fp8"], share
+
+
+def test_index_query_is_quantised_and_attested():
+    from niah.kernels.quant import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8
+    from niah.serving.embedded.dsa import DSA, attestation
+    from niah.kernels.quant import store_roundtrip
+    from niah.serving.embedded.model import LayerCache
+    from niah.serving.sglang import attest
+
+    q = torch.randn(1, 9, 5, 64)
+    attest.reset()
+    try:
+        assert torch.equal(DSA("fp8", query_dtype="fp8").index_query(q), dequantize_fp8(*quantize_fp8(q)))
+        assert torch.equal(DSA("fp8", query_dtype="bf16").index_query(q), q.to(torch.bfloat16).float())
+        assert torch.equal(DSA("fp8").index_query(q), q)                       # fp32: the default
+        assert torch.equal(DSA("fp4", query_dtype="fp4").index_query(q), dequantize_fp4(*quantize_fp4(q, rne=True)))
+        dsa = DSA("fp8+bf16", topk=4, query_dtype="bf16", rescore_factor=3)
+        cache = LayerCache(k=torch.zeros(1, 3, 16, 64), v=torch.zeros(1, 3, 16, 64), idx_k=torch.zeros(3, 16, 64))
+        dsa.store(cache, torch.randn(1, 3, 8, 64), 0)
+        a = attestation()
+        assert a["index_dtype"] == "fp8+bf16" and a["pool_bytes_per_token"] == 3 * (68 + 128)
+        assert (a["facts"]["query"], a["facts"]["rescore_factor"]) == ("bf16", 3)
+        assert a["counts"] == {"store.bf16": 1, "store.fp8": 1}                # both forms stored
+        assert dsa.describe()["index_query_dtype"] == "bf16" and dsa.describe()["rescore_factor"] == 3
+    finally:
+        attest.reset()
+    for dtype, coarse, pool in (("fp4", "fp4", 3 * 34), ("fp4+bf16", "fp4", 3 * (34 + 128))):
+        attest.reset()
+        try:
+            dsa = DSA(dtype, topk=4)
+            k = torch.randn(1, 3, 8, 64)
+            cache = LayerCache(k=torch.zeros(1, 3, 16, 64), v=torch.zeros(1, 3, 16, 64), idx_k=torch.zeros(3, 16, 64))
+            dsa.store(cache, k, 0)
+            assert torch.equal(cache.idx_k[:, :8], store_roundtrip(k[0], "fp4"))   # SGLang's MXFP4, read back
+            a = attestation()
+            assert (a["index_dtype"], a["pool_bytes_per_token"]) == (dtype, pool)
+            assert a["counts"]["store.fp4"] == 1
+        finally:
+            attest.reset()
+    for bad in ({"query_dtype": "fp16"}, {"rescore_factor": 0}):
+        with pytest.raises(ValueError):
+            DSA("fp8+bf16", **bad)
+
+
+def test_two_stage_server_probe_and_attestation(embedded_server):
+    """A real two-stage server (bf16 query, top-k 16) on a ~300-token prompt: the probe's
+    fidelity at each step is bf16-like, and /server_info attests what the labels say."""
+    import httpx
+
+    from niah.attestation.rules import label_contradiction
+
+    s = embedded_server("--attention", "dsa", "--index-dtype", "fp8+bf16", "--index-topk", "16",
+                        "--index-query-dtype", "bf16")
+    content = TEXT * 3
+    value = content.index("4817263")
+    r = httpx.post(s.url + "/chat/completions", timeout=300, json={
+        "messages": [{"role": "user", "content": content + " What is the secret number?"}], "max_tokens": 4,
+        "niah_value_span": [value, value + 7]})
+    assert r.status_code == 200, r.text
+    steps = r.json()["niah_indexer"]["steps"]
+    fid = [f for st in steps for f in st["fidelity"]]
+    assert len(steps) >= 1 and len(fid) == 30 * len(steps)
+    assert all(0.0 <= f <= 1.0 for f in fid) and sum(fid) / len(fid) > 0.97
+    info = httpx.get(s.base + "/server_info", timeout=30).json()
+    assert (info["index_dtype"], info["index_query_dtype"], info["rescore_factor"]) == ("fp8+bf16", "bf16", 4)
+    a = info["niah_attestation"]
+    assert a["pool_bytes_per_token"] == 588 and a["facts"]["query"] == "bf16" and a["facts"]["rescore_factor"] == 4
+    assert a["kernel_calls"]["decode_logits"]["niah.embedded_rescore"] >= 1
+    entry = {"engine": "embedded", "settings": {"attention": "dsa", "index_dtype": "fp8+bf16", "rescore_factor": 4,
+                                                "index_query_dtype": "bf16", "index_topk": 16}}
+    assert label_contradiction(entry, a) is None
+    entry["settings"]["index_query_dtype"] = "fp32"
+    assert label_contradiction(entry, a) == ("labelled index_query_dtype fp32 but the server ran bf16 "
+                                             "at the start of the sweep")
+
+
+@pytest.mark.parametrize("args,line", [
+    (("--index-dtype", "fp8+fp4"),
+     "--index-dtype must be one of fp8, fp4, bf16, fp32, fp8+bf16, fp4+bf16, not 'fp8+fp4'"),
+    (("--index-query-dtype", "fp16"), "--index-query-dtype must be one of fp32, bf16, fp8, fp4, not 'fp16'"),
+    (("--rescore-factor", "4"), "--rescore-factor needs a two-stage --index-dtype (fp8+bf16, fp4+bf16), not fp8"),
+    (("--index-dtype", "fp8+bf16", "--rescore-factor", "0"), "--rescore-factor must be >= 1"),
+    (("--attention", "dense", "--index-query-dtype", "bf16"),
+     "--index-query-dtype and --rescore-factor set the indexer: use them with --attention dsa"),
+    (("--index-dtype", "fp4", "--device", "cuda"), "--index-dtype fp4 is served on the CPU only (--device cpu)"),
+    (("--index-query-dtype", "bf16", "--device", "cuda"),
+     "--index-query-dtype is served on the CPU only (--device cpu)"),
+])
+def test_bad_precision_flags_are_refused_with_one_line(args, line):
+    from cli_inproc import niah  # the entry point in this process (tests/cli_inproc.py)
+
+    r = niah("serve", *args, "--port", "0")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [f"niah: error: {line}"]
+
+
+def test_bad_precision_matrix_keys_are_refused():
+    from niah.errors import BadInput
+    from niah.serving.matrix import parse_matrix
+
+    with pytest.raises(BadInput, match=r"m.toml:3: index_query_dtype must be one of 'fp32', 'bf16', 'fp8', 'fp4'"):
+        parse_matrix('engine = "embedded"\n[[config]]\nindex_query_dtype = "fp16"\nname = "a"\n', "m.toml")
+    with pytest.raises(BadInput, match=r"args may not set --rescore-factor"):
+        parse_matrix('engine = "embedded"\n[[config]]\nname = "a"\nargs = ["--rescore-factor", "2"]\n', "m.toml")
+
+
+def test_precision_example_matrix_runs_six_arms_at_top_k_64():
+    from pathlib import Path
+
+    from niah.serving.matrix import load_matrix
+    from niah.serving.matrix.commands import embedded_command
+
+    m = load_matrix(Path(__file__).parents[2] / "serving" / "examples" / "precision.toml")
+    assert m.names() == ["fp8", "fp8-qbf16", "bf16", "fp8-bf16-c4", "fp4", "fp4-bf16-c4"]
+    assert {c.settings["index_topk"] for c in m.configs} == {64}
+    argv = {c.name: " ".join(embedded_command(c, 1)[0]) for c in m.configs}
+    assert "--index-dtype fp8+bf16 --index-rotation none --index-query-dtype fp32 --rescore-factor 4" in argv[
+        "fp8-bf16-c4"]
+    assert "--index-query-dtype bf16" in argv["fp8-qbf16"] and "--index-dtype fp4 " in argv["fp4"]
+
+
+def test_probe_fidelity_counts_exact_ties_as_kept():
+    """Fewer than k keys score above 0: any zero-score key completes the exact top-k, so a
+    selection of other zero-score keys is as faithful as the exact one (fidelity 1)."""
+    from niah.serving.embedded.probe import row_stats, row_stats_tensor
+
+    exact = torch.tensor([5.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0])
+    scores = torch.tensor([5.0, 4.0, 0.0, 0.0, 0.0, 0.1, 0.2, 3.0])          # keeps zeros 5, 6
+    kept = torch.zeros(8, dtype=torch.bool)
+    kept[scores.topk(5).indices] = True
+    assert row_stats(scores, kept, exact, 5, (0, 1))["fidelity"] == 1.0
+    assert float(row_stats_tensor(scores, kept, exact, 5, (0, 1))[4]) == 1.0
+    worse = torch.tensor([5.0, 0.0, 0.05, 0.05, 0.05, 0.1, 0.2, 3.0])         # drops key 1 (exact 4.0)
+    assert row_stats(worse, kept, exact, 5, (0, 1))["fidelity"] == 4 / 5

@@ -89,7 +89,8 @@ def test_examples_expand_as_their_comments_say():
         ('engine = "embedded"\n\n[[config]]\nname = "x"\nengine = "vllm"\n', "m.toml:5: unknown engine 'vllm'"),
         # the bad value sits on its own line of a multi-line array
         ('engine = "embedded"\n[axes]\nindex_dtype = [\n  "fp8",\n  "int4",\n]\n',
-         "m.toml:5: axis 'index_dtype': must be one of 'fp8', 'bf16', 'fp32', not 'int4'"),
+         "m.toml:5: axis 'index_dtype': must be one of 'fp8', 'fp4', 'bf16', 'fp32', 'fp8+bf16', 'fp4+bf16', "
+         "not 'int4'"),
         ('engine = "embedded"\n[axes]\nindex_topk = [512, 0]\n',
          "m.toml:3: axis 'index_topk': must be an integer >= 1"),
         ('engine = "sglang"\nmodel_path = "m"\n[axes]\nindex_topk = [512, 4096]\n',
@@ -292,7 +293,8 @@ def test_cli_bad_matrix_is_one_line_exit_2(tmp_path):
     )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        f"niah: error: {bad}:3: axis 'index_dtype': must be one of 'fp8', 'bf16', 'fp32', not 'int4'"]
+        f"niah: error: {bad}:3: axis 'index_dtype': must be one of 'fp8', 'fp4', 'bf16', 'fp32', 'fp8+bf16', "
+        "'fp4+bf16', not 'int4'"]
 
 
 def test_the_manifest_records_each_arm_and_the_counted_differences(tmp_path, monkeypatch):

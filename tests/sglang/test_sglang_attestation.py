@@ -109,7 +109,7 @@ def test_embedded_indexer_attests_what_it_stored(fresh_counter):
         a = attestation()
         assert a["counts"] == {f"store.{dtype}": 1, f"prefill_logits.{dtype}": 1, "topk.fp32": 1}
         assert a["pool_bytes_per_token"] == 3 * (128 if dtype == "bf16" else 68)
-        assert a["facts"] == {"attention": "dsa", "index_topk": 4, "window": 0, "rotation": "none"}
+        assert a["facts"] == {"attention": "dsa", "index_topk": 4, "window": 0, "rotation": "none", "query": "fp32"}
         end = reading_of({"niah_attestation": a})
         entry = _entry("embedded", {"attention": "dsa", "index_dtype": dtype, "index_topk": 4}, start, end)
         assert status(entry) == (VALID, f"{dtype}/torch, {a['pool_bytes_per_token']} B/token; during the sweep: "

@@ -1,0 +1,90 @@
+"""The embedded indexer's precisions computed (torch): stored key forms, the quantised
+index query, and the two-stage selection's re-score (the definitions: precision.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from niah.kernels.quant import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8, store_roundtrip
+from niah.serving.embedded.precision import QUERY_DTYPES
+
+def store_form(k: torch.Tensor, form: str) -> torch.Tensor:
+    """One stored form of keys k [..., D] as the indexer reads it back, in fp32."""
+    return store_roundtrip(k, form)
+
+
+def quantize_query(q: torch.Tensor, query_dtype: str) -> torch.Tensor:
+    """The index query as quantised ([..., D], per token and head for fp8), in fp32."""
+    if query_dtype == "fp32":
+        return q
+    if query_dtype == "bf16":
+        return q.to(torch.bfloat16).float()
+    if query_dtype == "fp8":
+        return dequantize_fp8(*quantize_fp8(q))
+    if query_dtype == "fp4":
+        return dequantize_fp4(*quantize_fp4(q, rne=True))
+    raise ValueError(f"index query dtype must be one of {', '.join(QUERY_DTYPES)}, not {query_dtype!r}")
+
+
+ROWS = 64   # query rows re-scored at once (bounds the gathered [Hkv, ROWS, M, D] candidates)
+
+
+def rescore(q: torch.Tensor, fine_k: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """Re-score candidates from their re-score-form keys.
+
+    q: [1, H, C, D] fp32 index query (head h scored against kv group h // G, as in
+    dsa.DSA.index_scores); fine_k: [Hkv, S, D] (the bf16 form, read back in fp32);
+    cand: [C, M] int64 key positions per query row -> [C, M] fp32:
+        (H*D)^-0.5 * sum_h ReLU(q[c, h] . fine_k[cand[c, m], h // G]).
+    Only the C*M candidate rows are gathered, ROWS query rows at a time."""
+    _, H, C, D = q.shape
+    Hkv = fine_k.shape[0]
+    G = H // Hkv
+    M = cand.shape[1]
+    w = (H * D) ** -0.5
+    qg = q[0].reshape(Hkv, G, C, D)
+    out = torch.empty(C, M)
+    for r0 in range(0, C, ROWS):
+        r1 = min(C, r0 + ROWS)
+        R = r1 - r0
+        kf = fine_k[:, cand[r0:r1].reshape(-1)].reshape(Hkv * R, M, D)             # [Hkv*R, M, D]
+        qr = qg[:, :, r0:r1].permute(0, 2, 1, 3).reshape(Hkv * R, G, D)           # [Hkv*R, G, D]
+        dots = torch.bmm(qr, kf.transpose(1, 2)).relu_()                          # [Hkv*R, G, M]
+        out[r0:r1] = dots.view(Hkv, R, G, M).sum((0, 2)) * w
+    return out
+
+
+def two_stage_top(q: torch.Tensor, coarse_scores: torch.Tensor, fine_k: torch.Tensor, topk: int,
+                  factor: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The two-stage selection of C query rows.
+
+    coarse_scores: [C, S] coarse-form index scores, -inf where a key is not causal.
+    -> (top [C, min(k, M)] selected key positions, cand [C, M] candidate positions,
+    resc [C, M] their re-scores, -inf where the coarse score was), M = min(c*k, S).
+    Rows with fewer causal keys than M pick -inf candidates too; the caller's causal mask
+    drops those, as it does for the one-stage top-k."""
+    S = coarse_scores.shape[1]
+    M = min(factor * topk, S)
+    cvals, cand = coarse_scores.topk(M, dim=-1, sorted=False)                      # [C, M]
+    cand, order = cand.sort(dim=-1)       # by position: ties (ReLU'd scores tie at 0) break as the one-stage top-k's
+    cvals = cvals.gather(1, order)
+    resc = rescore(q, fine_k, cand).masked_fill_(torch.isneginf(cvals), float("-inf"))
+    pick = resc.topk(min(topk, M), dim=-1, sorted=False).indices                   # [C, K] into cand
+    return cand.gather(1, pick), cand, resc
+
+
+def composite_row(coarse_row: torch.Tensor, cand: torch.Tensor, resc: torch.Tensor) -> torch.Tensor:
+    """One row's scores in the two-stage order, for the probe (probe.row_stats): each
+    candidate scores its re-score; every other causal key scores its coarse score shifted
+    below the lowest candidate's (their order among themselves is kept). [S] fp32."""
+    out = coarse_row.clone()
+    is_cand = torch.zeros_like(out, dtype=torch.bool)
+    is_cand[cand] = True
+    finite_c = resc[torch.isfinite(resc)]
+    rest = ~is_cand & torch.isfinite(out)
+    if bool(rest.any()) and finite_c.numel():
+        shift = float(out[rest].max()) - float(finite_c.min()) + 1.0
+        out[rest] -= max(shift, 0.0)
+    out[cand] = resc
+    return out
