@@ -20,6 +20,11 @@ def _strict_importorskip(modname, minversion=None, reason=None, **kw):
 def pytest_configure(config):
     if _os.environ.get("NIAH_REQUIRE_EXTRAS") == "1":
         _pytest.importorskip = _strict_importorskip
+    # pytest-xdist 3.8's loadgroup reads groups from node ids as pytest 8 keeps them; under pytest 9
+    # the groups are silently ignored (see "parallel runs" below), so such a run stops at once.
+    if getattr(config.option, "dist", "no") == "loadgroup" and int(_pytest.__version__.split(".")[0]) >= 9:
+        raise _pytest.UsageError(f"--dist loadgroup needs pytest 8 here (pytest {_pytest.__version__} is "
+                                 "installed): use the pytest that pyproject.toml's dev extra pins")
 # ---- end optional dependencies ----
 
 # ---- the embedded model's converted weights: cached in the checkout, not in $HOME, so a
@@ -258,6 +263,7 @@ def _unit(item) -> str | None:
     return SHARED_UNITS.get(rel, rel)
 
 
+@_pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(config, items):
     units = {id(item): _unit(item) for item in items}
     for item in items:
@@ -265,4 +271,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(_pytest.mark.xdist_group(units[id(item)]))
     rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(units[id(item)], len(rank)))   # stable: the rest keep their order
+
 # ---- end parallel runs -----------------------------------------------------------------------
