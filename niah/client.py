@@ -41,6 +41,19 @@ def root_url(endpoint: str) -> str:
     return e[: -len("/v1")] if e.endswith("/v1") else e
 
 
+def check_endpoint(endpoint: str) -> str:
+    """The endpoint, or BadInput in one line when it is not an http(s) URL httpx can parse."""
+    if not endpoint.startswith(("http://", "https://")):
+        raise BadInput(f"endpoint {endpoint!r} must start with http:// or https://")
+    try:
+        url = httpx.URL(endpoint)
+    except (httpx.InvalidURL, ValueError) as e:
+        raise BadInput(f"endpoint {endpoint!r} is not a URL: {one_line(str(e))}") from None
+    if not url.host:
+        raise BadInput(f"endpoint {endpoint!r} names no host")
+    return endpoint
+
+
 def api_url(endpoint: str) -> str:
     """`http://h:p` or `http://h:p/v1` -> `http://h:p/v1`."""
     return root_url(endpoint) + "/v1"
@@ -80,6 +93,8 @@ def parse_headers(items: Iterable[str] | None) -> dict[str, str]:
             raise BadInput(f"--header {item!r} is not NAME:VALUE (e.g. --header 'X-Team: ml')")
         if "\n" in value or "\r" in value:
             raise BadInput(f"--header {name}: its value holds a line break")
+        if not value.isascii():
+            raise BadInput(f"--header {name}: its value must be ASCII (HTTP header values are bytes)")
         out[name] = value
     return out
 
@@ -98,6 +113,8 @@ def pass_through(headers: dict[str, str] | None = None, body: dict | None = None
 def request_headers(api_key: str | None = None) -> dict[str, str]:
     """The headers of every request: the bearer token (if any), then the pass-through headers
     (a pass-through Authorization replaces the token's)."""
+    if api_key and (not api_key.isascii() or any(c.isspace() for c in api_key)):
+        raise BadInput("the API key (--api-key, NIAH_API_KEY or OPENAI_API_KEY) must be ASCII without spaces")
     out = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for k, v in _PASS["headers"].items():
         out = {a: b for a, b in out.items() if a.lower() != k.lower()}

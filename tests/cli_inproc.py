@@ -29,8 +29,13 @@ def niah(*args, env: Mapping[str, str] | None = None, cwd=None, input: str | Non
     text, timeout) are accepted and have no effect."""
     from click.testing import CliRunner
 
+    from niah import client, redact
     from niah.cli import main
 
+    # a fresh process starts with no remembered secrets and no pass-through headers or body:
+    # so does each in-process call, whatever ran before it in this worker
+    redact._remembered.clear()
+    client._PASS.update(headers={}, body={})
     argv = ["niah", *map(str, args)]
     overrides = None
     if env is not None:

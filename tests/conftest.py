@@ -238,8 +238,9 @@ def embedded_server():
 
 # ---- parallel runs (`make test` runs pytest-xdist: -n 4 --dist loadgroup) -----------------------
 # Each test module is one unit of work, kept on one worker, so its module fixtures are built once;
-# modules that share a session fixture (a swept run folder, a model server, the Slurm daemons) are
-# one unit together, so the fixture is built once for the run. The kernel tests share nothing and
+# modules that share a session fixture's result (a swept run folder, the CI job's run, the Slurm
+# daemons) are one unit together, so it is built once for the run. embedded_server's users ask
+# for different flags (one server each), so they need no common unit. The kernel tests share nothing and
 # go out one test at a time. Units are handed out longest first (the order below, the rest after),
 # so that no long unit starts last and alone. Without -n only the order of modules changes.
 SHARED_UNITS = {

@@ -83,6 +83,8 @@ class GateResult:
     pairing: dict[str, str | None] = field(default_factory=dict)  # config -> method
     config_map: dict[str, str] = field(default_factory=dict)  # candidate config -> baseline config
     notes: list[str] = field(default_factory=list)
+    metric: str = "answer"          # answer, rank or both
+    rank_tolerance: float = 0.10    # the rank metric's tolerance
 
     @property
     def failed(self) -> list[Case]:
@@ -94,10 +96,15 @@ class GateResult:
 
     @property
     def verdict(self) -> str:
-        if not self.failed:
-            return "PASS"
-        kinds = {c.status for c in self.failed}
-        return " + ".join(k.upper() for k in (REGRESSION, OUTAGE) if k in kinds)
+        return verdict_of(self.cases)
+
+
+def verdict_of(cases) -> str:
+    """The one verdict of some cases (a gate's, or one configuration's): PASS, REGRESSION,
+    OUTAGE, or REGRESSION + OUTAGE where both kinds failed. Gate, its JSON and the report's
+    headline all say it through this."""
+    kinds = {c.status for c in cases} & {REGRESSION, OUTAGE}
+    return " + ".join(k.upper() for k in (REGRESSION, OUTAGE) if k in kinds) or PASS.upper()
 
 
 def _match_configs(base, cand, config: str | None) -> dict[str, str]:
@@ -239,7 +246,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     bside, cside = read_side(baseline), read_side(candidate)
     bman, base, bwhat = bside.manifest, trials_frame(bside.records), bside.what
     cman, cand, cwhat = cside.manifest, trials_frame(cside.records), cside.what
-    res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate)
+    res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate, metric=metric, rank_tolerance=rank_tolerance)
     res.notes += [f"{side.what}: {n}" for side in (bside, cside) for n in side.notes]
     res.config_map = _match_configs(base, cand, config)
     # attestation missing / contradicting its label, or unattested labels: exit 2

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from niah.errors import BadInput
 from niah.report import style
 from niah.report.compare import ALL
-from niah.report.gate import OUTAGE, PASS, REGRESSION, answer_cases, run_gate
+from niah.report.gate import OUTAGE, REGRESSION, answer_cases, run_gate, verdict_of
 from niah.report.stats import trials_needed
 
 DROP = 0.10  # a length this far below the shortest length's recall is where it drops
@@ -121,8 +121,7 @@ def small_sample(lengths: list[LengthRecall], depths: int, alpha: float) -> str 
 
 def _verdict(cases) -> tuple[str, list[str]]:
     bad = [c for c in cases if c.status in (REGRESSION, OUTAGE)]
-    kinds = {c.status for c in bad}
-    verdict = OUTAGE.upper() if OUTAGE in kinds else REGRESSION.upper() if bad else PASS.upper()
+    verdict = verdict_of(cases)
     failing = []
     for c in bad:
         where = "all lengths" if c.length == ALL else style.fmt_len(int(c.length))

@@ -16,6 +16,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from niah.report.compare import ALL
+from niah.report.gate import verdict_of
 
 COMPARE, GATE, PLAN = "niah.compare/1", "niah.gate/1", "niah.plan/1"
 
@@ -88,12 +89,12 @@ def gate_json(res) -> dict:
     configs = {}
     for cfg in dict.fromkeys(c.config for c in res.cases):
         mine = [c for c in res.cases if c.config == cfg]
-        bad = {c.status for c in mine} & {"regression", "outage"}
         configs[cfg] = {"baseline_config": res.config_map.get(cfg, cfg), "pairing": res.pairing.get(cfg),
-                        "verdict": " + ".join(k.upper() for k in ("regression", "outage") if k in bad) or "PASS"}
+                        "verdict": verdict_of(mine)}
     return {"schema": GATE, "verdict": res.verdict, "exit_code": res.exit_code,
             "baseline": res.baseline, "candidate": res.candidate,
-            "rule": {"tolerance": res.tolerance, "alpha": res.alpha, "max_error_rate": res.max_error_rate},
+            "rule": {"tolerance": res.tolerance, "alpha": res.alpha, "max_error_rate": res.max_error_rate,
+                     "metric": res.metric, "rank_tolerance": res.rank_tolerance},
             "notes": list(res.notes), "configs": configs, "cases": cases,
             "failed": [{"config": c.config, "length": c.length if c.length == ALL else int(c.length),
                         "metric": c.metric, "status": c.status} for c in res.failed]}

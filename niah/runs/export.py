@@ -1,5 +1,8 @@
 """Export a run's trials as one table: CSV or parquet (through pandas), or JSON.
 
+The trials are read through the checked reader (niah/runs/integrity.py), as compare and gate
+read them: a folder with a problem (a corrupt line, a duplicated trial) is refused in one line.
+
 JSON is one array of the trial records exactly as trials.jsonl stores them (lists and
 objects kept as they are, no pandas), for scripts that want one document to parse.
 """
@@ -10,7 +13,7 @@ import json
 from pathlib import Path
 
 from niah.errors import BadInput, writing
-from niah.runs.trials import load_run
+from niah.runs.integrity import load_checked
 
 FORMATS = ("csv", "parquet", "json")
 
@@ -20,7 +23,9 @@ def export_run(run: Path | str, fmt: str = "csv", out: Path | str | None = None)
     if fmt not in FORMATS:
         raise BadInput(f"unknown export format {fmt!r}: use csv, parquet or json")
     run = Path(run)
-    _, records = load_run(run)
+    checked = load_checked(run)    # a folder with unreadable or duplicated trials is refused (exit 2)
+    checked.refuse()
+    records = checked.records
     out = Path(out) if out else run / f"trials.{fmt}"
     if fmt == "json":
         with writing(out):

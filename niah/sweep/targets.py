@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from niah.client import BODY_CHARS, api_url, pass_through_state, request_headers, root_url
+from niah.client import BODY_CHARS, api_url, check_endpoint, pass_through_state, request_headers, root_url
 from niah.errors import BadInput, ServerError, one_line
 from niah.redact import redact_headers
 from niah.prompts.builder import corpus_capacity, fixed_tokens
@@ -140,9 +140,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     max_tokens exceeds the model's context, or a length shorter than the prompt's fixed parts.
     """
     check_spec(spec)
-    endpoint = api_url(target.endpoint)
-    if not endpoint.startswith(("http://", "https://")):
-        raise BadInput(f"endpoint {target.endpoint!r} must start with http:// or https://")
+    endpoint = check_endpoint(api_url(target.endpoint))
     models, server_info = _probe(endpoint, target.api_key)
     entries = [m for m in (models.get("data") or []) if isinstance(m, dict)]
     ids = [m.get("id") for m in entries]

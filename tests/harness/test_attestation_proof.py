@@ -66,7 +66,7 @@ FP8_PER_REQUEST = _calls("decode_logits", "fp8", "niah.fp8_paged_mqa_logits", 9)
 
 
 def test_external_labels_without_server_info_are_refused_unless_accepted(tmp_path):
-    """Issue 17: `external` labelled bf16 and fp8 against servers with no /server_info."""
+    """`external` labelled bf16 and fp8 against servers with no /server_info."""
     with _tiny(tmp_path, "a") as a, _tiny(tmp_path, "b") as b:
         run = _sweep_matrix(tmp_path, 'engine = "external"\n'
                             f'[[config]]\nname = "fp8"\nendpoint = "{a.endpoint}"\nindex_dtype = "fp8"\n'

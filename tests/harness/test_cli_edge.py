@@ -274,3 +274,25 @@ def test_bad_extra_body_or_header_is_one_line_exit_2(args, words, tmp_path):
     assert r.returncode == 2 and r.stdout == "", r.stdout
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("niah: error: ") and words in r.stderr, r.stderr
     assert not (tmp_path / "r").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--endpoint", "http://[::1"], "is not a URL"),
+    (["--endpoint", "http:///v1"], "names no host"),
+    (["--endpoint", "http://127.0.0.1:9/v1", "--header", "X-Team: é"], "must be ASCII"),
+    (["--endpoint", "http://127.0.0.1:9/v1", "--api-key", "clé secrète"], "must be ASCII without spaces"),
+])
+def test_malformed_endpoint_header_or_key_is_one_line_before_any_request(tmp_path, args, words):
+    line = one_line_2(cli("sweep", *args, "--lengths", "1k", "--out", tmp_path / "run"))
+    assert words in line and not (tmp_path / "run").exists()
+
+
+def test_export_refuses_a_folder_with_corrupt_trials(run, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad)
+    with open(bad / "trials.jsonl", "a", encoding="utf-8") as f:
+        f.write("not json\n" + (bad / "trials.jsonl").read_text(encoding="utf-8").splitlines()[0] + "\n")
+    assert "cannot be trusted" in one_line_2(cli("export", bad, "-f", "json"))
+    assert not (bad / "trials.json").exists()

@@ -56,7 +56,8 @@ def test_gate_json_carries_the_verdict_and_every_case(runs, tmp_path):
     case = next(c for c in bad["cases"] if c["length"] == 4096)
     assert case["row"]["recall_a"] == 1.0 and case["row"]["recall_b"] == 0.5 and case["row"]["losses"] == 12
     assert case["row"]["verdict"] == "B worse" and 0 < case["row"]["p"] < 0.05
-    assert bad["rule"] == {"tolerance": 0.05, "alpha": 0.05, "max_error_rate": 0.1}
+    assert bad["rule"] == {"tolerance": 0.05, "alpha": 0.05, "max_error_rate": 0.1, "metric": "answer",
+                           "rank_tolerance": 0.1}
     assert "## niah gate: REGRESSION" in (tmp_path / "s.md").read_text()  # --summary still written
 
 
