@@ -67,6 +67,29 @@ def remember_headers(headers: Mapping[str, str]) -> None:
             remember_secret(v.split(None, 1)[-1] if v.split() else v)
 
 
+def remember_body(body: object) -> None:
+    """Remember the values under secret-named keys of a JSON body (`{"api_key": "..."}` at any
+    depth), so neither the recorded body nor the recorded command quotes them."""
+    if isinstance(body, dict):
+        for k, v in body.items():
+            if is_secret_name(str(k)) and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                remember_secret(str(v))
+            else:
+                remember_body(v)
+    elif isinstance(body, list):
+        for v in body:
+            remember_body(v)
+
+
+def redact_body(body: object) -> object:
+    """A JSON body as recorded: values under secret-named keys masked, known secrets masked in text."""
+    if isinstance(body, dict):
+        return {k: MASK if is_secret_name(str(k)) else redact_body(v) for k, v in body.items()}
+    if isinstance(body, list):
+        return [redact_body(v) for v in body]
+    return redact_text(body) if isinstance(body, str) else body
+
+
 def remember_secret(value: str | None) -> None:
     """Mask `value` wherever it appears in what this process records from now on."""
     if value:

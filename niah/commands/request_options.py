@@ -36,10 +36,11 @@ def request_options(f):
     @functools.wraps(f)
     def wrapper(*args, header=None, extra_body=None, **kw):
         from niah.client import parse_extra_body, parse_headers, pass_through
-        from niah.redact import remember_headers
+        from niah.redact import remember_body, remember_headers
 
         headers, body = parse_headers(header), parse_extra_body(extra_body)
         remember_headers(headers)
+        remember_body(body)
         with pass_through(headers, body):
             return f(*args, **kw)
 

@@ -21,7 +21,7 @@ import httpx
 
 from niah.client import BODY_CHARS, api_url, check_endpoint, pass_through_state, request_headers, root_url
 from niah.errors import BadInput, ServerError, one_line
-from niah.redact import redact_headers
+from niah.redact import redact_body, redact_headers
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
 from niah.sweep.counter import CounterCheck, resolve_counter
@@ -110,11 +110,12 @@ class PreparedTarget:
 
 def pass_through_record() -> dict | None:
     """What a configuration's manifest entry records of --header / --extra-body (`request`):
-    the extra body as given, the headers with secret-like values masked; None without any."""
+    the extra body with values under secret-named keys masked, the headers with secret-like
+    values masked; None without any."""
     headers, body = pass_through_state()
     if not (headers or body):
         return None
-    return {"headers": redact_headers(headers), "extra_body": body}
+    return {"headers": redact_headers(headers), "extra_body": redact_body(body)}
 
 
 # -- probing a server ---------------------------------------------------------------------------

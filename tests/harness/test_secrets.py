@@ -107,14 +107,14 @@ def test_headers_and_extra_body_reach_the_server_on_every_request_and_secret_val
     request (probes, counter, attestation read, trials) carries the headers, every
     generation request the extra body; `chat_template_kwargs: {thinking: true}` makes the
     oracle's template longer, so exact lengths prove the counter saw it too. The manifest
-    records both, the secret header's value masked; no file holds it."""
+    records both, the secret header's value and the body's `api_key` masked; no file holds them."""
     import httpx
 
     from cli_inproc import niah as inproc
 
-    secret = "hdr-secret-9e8d7c6b5a"
+    secret, body_secret = "hdr-secret-9e8d7c6b5a", "body-secret-5f4e3d2c1b"
     srv = oracle_factory()
-    body = {"chat_template_kwargs": {"thinking": True}, "top_k": 1}
+    body = {"chat_template_kwargs": {"thinking": True}, "top_k": 1, "metadata": {"api_key": body_secret}}
     for counter in ("server", "usage"):
         out = tmp_path / counter
         before = len(httpx.get(srv.url[:-3] + "/seen", timeout=10).json())
@@ -131,10 +131,11 @@ def test_headers_and_extra_body_reach_the_server_on_every_request_and_secret_val
         manifest, recs = load_run(out)
         assert [x["outcome"] for x in recs] == ["correct"] * 4
         assert all(x["prompt_tokens"] == x["length"] for x in recs), [(x["length"], x["prompt_tokens"]) for x in recs]
+        recorded = {**body, "metadata": {"api_key": MASK}}
         assert manifest["configs"]["default"]["request"] == {"headers": {"X-Api-Key": MASK, "X-Team": "ml"},
-                                                             "extra_body": body}
+                                                             "extra_body": recorded}
         assert f"X-Api-Key: {MASK}" in manifest["command"]
-        assert files_holding(out, secret) == [], counter
+        assert files_holding(out, secret) == [] and files_holding(out, body_secret) == [], counter
 
 
 def test_header_redaction_rules():
