@@ -58,7 +58,7 @@ slurm:
 # pytest-xdist: four workers on two cores (much of the suite waits on servers, signals and
 # subprocesses); tests/conftest.py keeps each module, and modules sharing a session fixture,
 # on one worker, and hands out the longest first. `make test PYTEST_PARALLEL=` runs serially.
-PYTEST_PARALLEL ?= -n 4 --dist loadgroup --no-loadscope-reorder
+PYTEST_PARALLEL ?= -n 4 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)

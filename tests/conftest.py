@@ -237,31 +237,29 @@ def embedded_server():
 # ---- end embedded model servers ------------------------------------------------------------
 
 # ---- parallel runs (`make test` runs pytest-xdist: -n 4 --dist loadgroup) -----------------------
-# Each test module is one unit of work, kept on one worker, so its module fixtures are built once;
-# modules that share a session fixture's result (a swept run folder, the CI job's run, the Slurm
-# daemons) are one unit together, so it is built once for the run. embedded_server's users ask
-# for different flags (one server each), so they need no common unit. The kernel tests share nothing and
-# go out one test at a time. Units are handed out longest first (the order below, the rest after),
-# so that no long unit starts last and alone. Without -n only the order of modules changes.
-SHARED_UNITS = {
-    "e2e/test_ci_workflow.py": "ci-job", "e2e/test_gate_selfgate.py": "ci-job",
-    "e2e/test_indexer_sweep.py": "indexer-run", "report/test_report_html.py": "indexer-run",
-    "matrix/test_slurm.py": "slurm",
-}
-LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "slurm",
+# The tests that use one of the session fixtures below (a swept run folder, the CI job's run, the
+# Slurm daemons) are one unit of work, kept on one worker, so the fixture is built once for the
+# run; every other test module is one unit, so its module fixtures are built once; the kernel
+# tests share nothing and go out one test at a time. embedded_server's users ask for different
+# flags (one server each), so they need no common unit. Units are handed out longest first (the
+# order below, the rest after), so that no long unit starts last and alone. Without -n only the
+# order of modules changes.
+SHARED_FIXTURES = {"ci_healthy_job": "ci-job", "indexer_run": "indexer-run", "slurm": "slurm"}
+LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "slurm", "e2e/test_ci_workflow.py",
                  "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "embedded/test_embedded_dsa.py",
                  "report/test_report.py", "matrix/test_lifecycle.py", "sglang/test_sglang_v4.py",
                  "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py", "sglang/test_sglang_fp4.py",
                  "sglang/test_sglang_kernels.py", "report/test_report_sweep.py", "report/test_gate_coverage.py",
-                 "harness/test_package.py", "matrix/test_executor.py"]
+                 "harness/test_package.py", "matrix/test_executor.py", "report/test_report_html.py"]
 PER_TEST_FOLDERS = ("kernels/",)
 
 
 def _unit(item) -> str | None:
+    shared = [SHARED_FIXTURES[f] for f in SHARED_FIXTURES if f in item.fixturenames]
+    if shared:
+        return shared[0]
     rel = _Path(str(item.fspath)).resolve().relative_to(_Path(__file__).resolve().parent).as_posix()
-    if rel.startswith(PER_TEST_FOLDERS):
-        return None
-    return SHARED_UNITS.get(rel, rel)
+    return None if rel.startswith(PER_TEST_FOLDERS) else rel
 
 
 @_pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
@@ -272,5 +270,4 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(_pytest.mark.xdist_group(units[id(item)]))
     rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(units[id(item)], len(rank)))   # stable: the rest keep their order
-
 # ---- end parallel runs -----------------------------------------------------------------------
