@@ -55,10 +55,11 @@ slurm:
 	  command -v munged >/dev/null || \
 	  { $(APT) update -qq && $(APT) install -y -qq slurmctld slurmd slurm-client munge; }
 
-# pytest-xdist: four workers on two cores (much of the suite waits on servers, signals and
-# subprocesses); tests/conftest.py keeps each module, and modules sharing a session fixture,
-# on one worker, and hands out the longest first. `make test PYTEST_PARALLEL=` runs serially.
-PYTEST_PARALLEL ?= -n 4 --dist loadgroup --no-loadscope-reorder --durations=25
+# Serial by default. `make test PYTEST_PARALLEL="-n 4 --dist loadgroup --no-loadscope-reorder"` runs
+# four pytest-xdist workers (tests/conftest.py keeps the users of a shared session fixture, and
+# modules with module fixtures, on one worker): measured here it took as long (33 min, the suite
+# is CPU-bound on 2 cores) and four Ctrl-C tests raced their sweeps under that load.
+PYTEST_PARALLEL ?= --durations=25
 
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
 # NIAH_REQUIRE_EXTRAS=1: a missing optional dependency fails the suite (tests/conftest.py)

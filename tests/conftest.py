@@ -32,34 +32,7 @@ def pytest_configure(config):
 _os.environ.setdefault("NIAH_CACHE", str(_Path(__file__).resolve().parents[1] / ".cache" / "niah"))
 
 # ---- harness: the oracle server, a real OpenAI-compatible process on loopback ----
-ORACLE_SCRIPT = _Path(__file__).parent / "servers" / "oracle.py"
-
-
-class OracleServer:
-    """tests/servers/oracle.py as a subprocess on a free loopback port."""
-
-    def __init__(self, *flags: str):
-        self.proc = _subprocess.Popen(
-            [_sys.executable, str(ORACLE_SCRIPT), "--port", "0", *flags],
-            stdout=_subprocess.PIPE, stderr=_subprocess.STDOUT, text=True,
-        )
-        line = self.proc.stdout.readline()
-        if not line.startswith("PORT "):
-            self.proc.kill()
-            raise RuntimeError(f"oracle server did not start: {line}{self.proc.stdout.read()}")
-        self.port = int(line.split()[1])
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-
-    def stats(self) -> dict:
-        import httpx
-
-        return httpx.get(f"http://127.0.0.1:{self.port}/stats", timeout=10).json()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.proc.stdout.close()
+from oracle_server import OracleServer  # noqa: E402 - tests/oracle_server.py, beside the fixtures
 
 
 @_pytest.fixture
@@ -239,8 +212,9 @@ def embedded_server():
 # ---- parallel runs (`make test` runs pytest-xdist: -n 4 --dist loadgroup) -----------------------
 # The tests that use one of the session fixtures below (a swept run folder, the CI job's run, the
 # Slurm daemons) are one unit of work, kept on one worker, so the fixture is built once for the
-# run; every other test module is one unit, so its module fixtures are built once; the kernel
-# tests share nothing and go out one test at a time. embedded_server's users ask for different
+# run; a test module with a module-scoped fixture is one unit, so that fixture is built once;
+# every other test (modules without one, the kernel tests, the contract's mutated wheels whose
+# module fixture only names the wheel) goes out one at a time. embedded_server's users ask for different
 # flags (one server each), so they need no common unit. Units are handed out longest first (the
 # order below, the rest after), so that no long unit starts last and alone. Without -n only the
 # order of modules changes.
@@ -251,15 +225,27 @@ LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "s
                  "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py", "sglang/test_sglang_fp4.py",
                  "sglang/test_sglang_kernels.py", "report/test_report_sweep.py", "report/test_gate_coverage.py",
                  "harness/test_package.py", "matrix/test_executor.py", "report/test_report_html.py"]
-PER_TEST_FOLDERS = ("kernels/",)
+PER_TEST = ("kernels/", "sglang/test_sglang_contract.py")
+_MODULE_FIXTURE = ("scope=\"module\"", "scope='module'")
+
+
+def _rel(item) -> str:
+    return _Path(str(item.fspath)).resolve().relative_to(_Path(__file__).resolve().parent).as_posix()
+
+
+def _has_module_fixture(path: str, seen: dict = {}) -> bool:  # noqa: B006 - a cache per run
+    if path not in seen:
+        text = (_Path(__file__).resolve().parent / path).read_text(encoding="utf-8")
+        seen[path] = any(m in text for m in _MODULE_FIXTURE)
+    return seen[path]
 
 
 def _unit(item) -> str | None:
     shared = [SHARED_FIXTURES[f] for f in SHARED_FIXTURES if f in item.fixturenames]
     if shared:
         return shared[0]
-    rel = _Path(str(item.fspath)).resolve().relative_to(_Path(__file__).resolve().parent).as_posix()
-    return None if rel.startswith(PER_TEST_FOLDERS) else rel
+    rel = _rel(item)
+    return rel if not rel.startswith(PER_TEST) and _has_module_fixture(rel) else None
 
 
 @_pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
@@ -269,5 +255,6 @@ def pytest_collection_modifyitems(config, items):
         if units[id(item)] is not None:
             item.add_marker(_pytest.mark.xdist_group(units[id(item)]))
     rank = {u: i for i, u in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(units[id(item)], len(rank)))   # stable: the rest keep their order
+    # stable: the rest keep their order; a module's tests sent one at a time rank as the module
+    items.sort(key=lambda item: rank.get(units[id(item)] or _rel(item), len(rank)))
 # ---- end parallel runs -----------------------------------------------------------------------

@@ -79,8 +79,9 @@ def serve(
         raise BadInput(f"--attention must be dense or dsa, not {attention!r}")
     from niah.serving.embedded import precision
 
-    if index_dtype not in precision.INDEX_DTYPES:
-        raise BadInput(f"--index-dtype must be one of {', '.join(precision.INDEX_DTYPES)}, not {index_dtype!r}")
+    if index_dtype not in precision.EMBEDDED_INDEX_DTYPES:
+        raise BadInput(f"--index-dtype must be one of {', '.join(precision.EMBEDDED_INDEX_DTYPES)}, "
+                       f"not {index_dtype!r}")
     if index_query_dtype is not None and index_query_dtype not in precision.QUERY_DTYPES:
         raise BadInput(f"--index-query-dtype must be one of {', '.join(precision.QUERY_DTYPES)}, "
                        f"not {index_query_dtype!r}")

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 SINGLE_DTYPES = ("fp8", "fp4", "bf16", "fp32")
 TWO_STAGE_DTYPES = ("fp8+bf16", "fp4+bf16")
-INDEX_DTYPES = SINGLE_DTYPES + TWO_STAGE_DTYPES
+EMBEDDED_INDEX_DTYPES = SINGLE_DTYPES + TWO_STAGE_DTYPES
 QUERY_DTYPES = ("fp32", "bf16", "fp8", "fp4")
 DEFAULT_QUERY_DTYPE = "fp32"
 DEFAULT_RESCORE_FACTOR = 4
@@ -48,8 +48,8 @@ _FORM_BYTES = {"fp8": lambda d: d + 4, "fp4": lambda d: d // 2 + d // 32, "bf16"
 
 def stages(index_dtype: str) -> tuple[str, str | None]:
     """(coarse form, re-score form or None): "fp8+bf16" -> ("fp8", "bf16"), "fp8" -> ("fp8", None)."""
-    if index_dtype not in INDEX_DTYPES:
-        raise ValueError(f"index dtype must be one of {', '.join(INDEX_DTYPES)}, not {index_dtype!r}")
+    if index_dtype not in EMBEDDED_INDEX_DTYPES:
+        raise ValueError(f"index dtype must be one of {', '.join(EMBEDDED_INDEX_DTYPES)}, not {index_dtype!r}")
     coarse, _, fine = index_dtype.partition("+")
     return coarse, fine or None
 

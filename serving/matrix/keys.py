@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from niah.kernels.rotation import ROTATIONS
-from niah.serving.embedded.precision import INDEX_DTYPES as EMBEDDED_INDEX_DTYPES
+from niah.serving.embedded.precision import EMBEDDED_INDEX_DTYPES
 from niah.serving.embedded.precision import QUERY_DTYPES
 
 ENGINES = ("embedded", "sglang", "external", "command")

@@ -478,7 +478,7 @@ def user_repo(tmp_path_factory, oracle_factory_module):
 
 @pytest.fixture(scope="module")
 def oracle_factory_module():
-    from conftest import OracleServer
+    from oracle_server import OracleServer
 
     servers = []
 

@@ -23,7 +23,7 @@ try:
     from tests.conftest import OracleServer
     from tests.lifecycle_helpers import ROOT, read_manifest, read_trials, wait_for
 except ImportError:
-    from conftest import OracleServer  # type: ignore
+    from oracle_server import OracleServer
     from lifecycle_helpers import ROOT, read_manifest, read_trials, wait_for  # type: ignore
 
 

@@ -177,18 +177,24 @@ def test_v4_matrix_dry_run_stock_is_plain_sglang_and_bf16_adds_only_niahs_switch
                          env={k: v for k, v in os.environ.items() if not k.startswith("NIAH_")})
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if " -m " in ln and not ln.startswith("#")]
-    assert len(lines) == 4 and all("DeepSeek-V4-Flash" in ln for ln in lines)
-    stock = [ln for ln in lines if " -m sglang.launch_server " in ln]
+    assert len(lines) == 6 and all("DeepSeek-V4-Flash" in ln for ln in lines)
+    stock_all = [ln for ln in lines if " -m sglang.launch_server " in ln]
+    stock = [ln for ln in stock_all if "--enable-deepseek-v4-fp4-indexer" not in ln]
+    fp4 = [ln for ln in stock_all if "--enable-deepseek-v4-fp4-indexer" in ln]
     niah = [ln for ln in lines if " -m niah.serving.sglang " in ln]
-    assert len(stock) == len(niah) == 2
-    for s_line, n_line in zip(stock, niah):
+    assert len(stock) == len(fp4) == len(niah) == 2
+    for s_line, f_line, n_line in zip(stock, fp4, niah):
         sglang_args = s_line.split(" -m sglang.launch_server ")[1]
         assert n_line.endswith(" --niah-index-dtype bf16 --niah-kernels niah " + sglang_args)
         assert n_line.startswith("NIAH_INDEX_DTYPE=bf16 NIAH_KERNELS=niah ")
+        assert f_line.replace(" --enable-deepseek-v4-fp4-indexer", "") == s_line   # the stock fp4 arm: one flag
         assert "SGLANG_" not in s_line + n_line and "--disable-prefill-cuda-graph" not in s_line + n_line
     diffs = [ln for ln in out.stdout.splitlines() if ln.startswith("# index_dtype:")]
-    assert len(diffs) == 2 and all(": 5 differences: launcher -m sglang.launch_server -> -m niah.serving.sglang; "
-                                   "+ --niah-index-dtype bf16; + --niah-kernels niah; " in d for d in diffs)
+    to_bf16 = [d for d in diffs if "fp8-" in d.split("->")[0] and "bf16-" in d]
+    assert len(diffs) == 6 and len(to_bf16) == 2
+    assert all(": 5 differences: launcher -m sglang.launch_server -> -m niah.serving.sglang; "
+               "+ --niah-index-dtype bf16; + --niah-kernels niah; " in d for d in to_bf16)
+    assert sum(d.endswith(": 1 difference: + --enable-deepseek-v4-fp4-indexer") for d in diffs) == 2
 
 
 # ---------------------------------------------------------------------------------------
