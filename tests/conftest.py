@@ -20,6 +20,14 @@ def _strict_importorskip(modname, minversion=None, reason=None, **kw):
 def pytest_configure(config):
     if _os.environ.get("NIAH_REQUIRE_EXTRAS") == "1":
         _pytest.importorskip = _strict_importorskip
+    # The Ctrl-C tests send SIGINT to a `niah` they start. A process started with SIGINT ignored
+    # (a background job of a script, a pytest-xdist worker) hands that on to its children, and
+    # Python then never raises KeyboardInterrupt in them; with a handler here they start with
+    # SIGINT's default, as from a terminal, however the suite was launched.
+    import signal as _signal
+
+    if _signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     # pytest-xdist 3.8's loadgroup reads groups from node ids as pytest 8 keeps them; under pytest 9
     # the groups are silently ignored (see "parallel runs" below), so such a run stops at once.
     if getattr(config.option, "dist", "no") == "loadgroup" and int(_pytest.__version__.split(".")[0]) >= 9:
