@@ -197,7 +197,8 @@ def test_prompt_counts_like_the_sweep_with_the_same_options(oracle_factory, tmp_
 
 def test_make_test_fails_on_a_missing_extra(tmp_path):
     assert "NIAH_REQUIRE_EXTRAS=1" in (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n")[0]
-    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    for helper in ("conftest.py", "oracle_server.py"):   # the suite's conftest and what it imports
+        (tmp_path / helper).write_text((ROOT / "tests" / helper).read_text())
     (tmp_path / "test_x.py").write_text(
         'import pytest\n\nmissing = pytest.importorskip("niah_no_such_extra_module")\n\n\ndef test_x():\n    pass\n')
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
