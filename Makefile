@@ -57,8 +57,8 @@ slurm:
 
 # Serial by default. `make test PYTEST_PARALLEL="-n 4 --dist loadgroup --no-loadscope-reorder"` runs
 # four pytest-xdist workers (tests/conftest.py keeps the users of a shared session fixture, and
-# modules with module fixtures, on one worker): measured here it took as long (33 min, the suite
-# is CPU-bound on 2 cores) and four Ctrl-C tests raced their sweeps under that load.
+# modules with module fixtures, on one worker): measured here it took as long (33 min on a fresh
+# clone, 42.9 CPU-min: the suite is CPU-bound on 2 cores), so serial stays the default.
 PYTEST_PARALLEL ?= --durations=25
 
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
