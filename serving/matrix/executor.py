@@ -5,6 +5,8 @@
     gpus_per_config = 2            # optional: arms at once on disjoint GPU sets of this host
     gpus = ["0", "1", "2", "3"]    # optional: the GPUs to share out (default: CUDA_VISIBLE_DEVICES,
                                    # else every GPU nvidia-smi lists)
+    configs_per_gpu = 3            # optional (default 1): arms at once on each GPU set, for a small
+                                   # model that leaves a large GPU mostly idle (each its own process)
 
     [executor]
     kind = "slurm"                 # one Slurm job per configuration (sbatch)
@@ -81,7 +83,7 @@ def _positive(v: Any) -> str | None:
 
 
 KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
-    "local": {"gpus_per_config": _int(1), "gpus": _gpu_list},
+    "local": {"gpus_per_config": _int(1), "gpus": _gpu_list, "configs_per_gpu": _int(1)},
     "slurm": {"partition": _text, "account": _text, "time": _time, "gpus": _int(0), "nodes": _int(1),
               "cpus_per_task": _int(1), "extra": _texts, "setup": _texts, "poll_s": _positive},
 }
@@ -120,8 +122,10 @@ def parse_executor(table: Any, where: Callable[[str | None], str]) -> Executor:
         problem = KEYS[kind][key](v)
         if problem:
             raise BadInput(f"{where(key)}: executor {key} {problem}")
-    if kind == "local" and "gpus" in settings and "gpus_per_config" not in settings:
-        raise BadInput(f"{where('gpus')}: executor gpus lists GPUs to share out: set gpus_per_config too")
+    needs = {"gpus": "lists GPUs to share out", "configs_per_gpu": "shares each GPU set among arms"}
+    for key, what in needs.items():
+        if kind == "local" and key in settings and "gpus_per_config" not in settings:
+            raise BadInput(f"{where(key)}: executor {key} {what}: set gpus_per_config too")
     return Executor(kind, settings)
 
 
@@ -167,9 +171,17 @@ def host_gpus(settings: dict[str, Any]) -> list[str]:
                    "list them with gpus = [\"0\", \"1\", ...]")
 
 
-def gpu_slots(gpus: list[str], per_config: int) -> list[tuple[str, ...]]:
-    """Disjoint GPU sets of `per_config` GPUs each (a remainder too small is left idle)."""
+def gpu_slots(gpus: list[str], per_config: int, per_gpu: int = 1) -> list[tuple[str, ...]]:
+    """Disjoint GPU sets of `per_config` GPUs each (a remainder too small is left idle), each
+    set listed `per_gpu` times: that many arms run on it at once. The sets come round in
+    turn (0, 1, 0, 1, ...), so arms fill every set before any set takes a second one."""
     if per_config > len(gpus):
         raise BadInput(f"executor gpus_per_config = {per_config}, but only {len(gpus)} GPU(s): "
                        f"{', '.join(gpus)}")
-    return [tuple(gpus[i:i + per_config]) for i in range(0, len(gpus) - per_config + 1, per_config)]
+    sets = [tuple(gpus[i:i + per_config]) for i in range(0, len(gpus) - per_config + 1, per_config)]
+    return [s for _ in range(per_gpu) for s in sets]
+
+
+def local_slots(settings: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The local executor's slots: one entry per arm that may run at once (gpu_slots)."""
+    return gpu_slots(host_gpus(settings), settings["gpus_per_config"], settings.get("configs_per_gpu", 1))

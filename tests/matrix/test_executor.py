@@ -44,6 +44,8 @@ def test_the_table_is_read_and_checked_naming_the_line():
         ('kind = "slurm"\nnodes = 0', r"m.toml:7: executor nodes must be an integer >= 1, not 0"),
         ('gpus = ["0", "1"]', r"m.toml:6: executor gpus lists GPUs to share out: set gpus_per_config too"),
         ('gpus_per_config = 1\ngpus = ["0", "0"]', r"m.toml:7: executor gpus must be a non-empty list of distinct"),
+        ('configs_per_gpu = 2', r"m.toml:6: executor configs_per_gpu shares each GPU set among arms"),
+        ('gpus_per_config = 1\nconfigs_per_gpu = 0', r"m.toml:7: executor configs_per_gpu must be an integer >= 1"),
     ]:
         with pytest.raises(BadInput, match=msg):
             parse_matrix(BASE + "[executor]\n" + table + "\n", "m.toml")
@@ -63,6 +65,9 @@ def test_the_command_line_overrides_the_table():
 
 def test_gpu_sets_are_disjoint():
     assert gpu_slots(["0", "1", "2", "3", "4"], 2) == [("0", "1"), ("2", "3")]  # the fifth is left idle
+    # configs_per_gpu: each set taken that many times, every set once before any twice
+    assert gpu_slots(["0", "1", "2", "3"], 2, 2) == [("0", "1"), ("2", "3"), ("0", "1"), ("2", "3")]
+    assert gpu_slots(["0"], 1, 3) == [("0",), ("0",), ("0",)]
     with pytest.raises(BadInput, match="gpus_per_config = 3, but only 2 GPU"):
         gpu_slots(["0", "1"], 3)
 
@@ -89,7 +94,13 @@ def test_dry_run_prints_the_local_placement(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "2 configuration(s) at once on disjoint GPU sets (0,1; 2,3)" in text
     assert "# dense: CUDA_VISIBLE_DEVICES=0,1\n# fp8-k128: CUDA_VISIBLE_DEVICES=2,3\n" in text
-    assert "# fp8-k512: waits for the first free set" in text
+    assert "# fp8-k512: waits for the first free slot" in text
+    m.write_text((EXAMPLES / "embedded.toml").read_text() + '\n[executor]\ngpus_per_config = 1\ngpus = [0]\n'
+                 'configs_per_gpu = 2\n')
+    print_matrix_commands(m, out=tmp_path / "run")
+    text = capsys.readouterr().out
+    assert "2 configuration(s) at once on disjoint GPU sets, 2 a set (0; 0)" in text
+    assert "# dense: CUDA_VISIBLE_DEVICES=0\n# fp8-k128: CUDA_VISIBLE_DEVICES=0\n" in text
 
 
 # -- local, gpus_per_config: placement on a fake GPU list ---------------------------------------
