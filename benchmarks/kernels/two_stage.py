@@ -122,7 +122,7 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
             return dg.fp8_paged_mqa_logits(q8d, fp8, w8, ctx2, table, meta, ctx_len, clean_logits=False)
 
         def dg_topk():
-            logits = dg.fp8_paged_mqa_logits(q8d, fp8, w8, ctx2, table, meta, ctx_len, clean_logits=True)
+            logits = dg.fp8_paged_mqa_logits(q8d, fp8, w8, ctx2, table, meta, ctx_len, clean_logits=False)
             return topk_indices(logits, k, ctx)
 
         calls["DeepGEMM fp8 logits"] = dg_logits
