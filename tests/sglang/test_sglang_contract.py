@@ -293,3 +293,42 @@ def test_every_known_key_flow_lies_in_a_function_whose_call_sites_have_dispositi
     orphans = [(f, where) for f, rows in FLOWS.items() for where, *_ in rows
                if not any((f, ".".join(where.split(".")[:i])) in functions for i in range(1, where.count(".") + 2))]
     assert not orphans, orphans
+
+
+def test_the_scan_cache_answers_only_for_exactly_the_same_inputs(tmp_path, monkeypatch):
+    """A file's scan is read back for the same name and text; a changed text, a corrupt
+    entry or an entry of another key is scanned again, and the answer is always the scan's."""
+    import json
+    import zipfile
+
+    from niah.serving.sglang.contract.flows import Flow, scan_flows
+    from niah.serving.sglang.contract.scan_cache import cached_scan, cached_selection
+
+    monkeypatch.setenv("NIAH_CACHE", str(tmp_path))
+    rel = "sglang/srt/layers/attention/dsa/dsa_indexer.py"
+    with zipfile.ZipFile(sglang_wheel()) as z:
+        text = z.read(rel).decode()
+    calls = []
+
+    def scan(r, t):
+        calls.append(r)
+        return scan_flows(r, t)
+
+    first = cached_scan("flows", scan, rel, text, Flow)
+    assert first and all(isinstance(f, Flow) for f in first) and calls == [rel]
+    assert cached_scan("flows", scan, rel, text, Flow) == first and calls == [rel]  # read back, not scanned
+    changed = text.replace("def _get_topk_paged(", "def _get_topk_paged_v2(")
+    assert cached_scan("flows", scan, rel, changed, Flow) == scan_flows(rel, changed) and len(calls) == 2
+    (entry,) = [p for p in tmp_path.rglob("*.json") if json.loads(p.read_text())["rows"] == [list(f) for f in first]]
+    bads = ("{not json", json.dumps({"key": "another", "rows": []}), json.dumps({"key": entry.stem, "rows": [[1]]}))
+    for bad in bads:
+        entry.write_text(bad)
+        assert cached_scan("flows", scan, rel, text, Flow) == first  # scanned again, rewritten
+    assert len(calls) == 5
+    monkeypatch.setenv("NIAH_CONTRACT_CACHE", "0")
+    assert cached_scan("flows", scan, rel, text, Flow) == first and len(calls) == 6
+    monkeypatch.delenv("NIAH_CONTRACT_CACHE")
+    texts = {"a.py": "x = 1", "b.py": "index_k(1)"}
+    assert cached_selection(texts, lambda r, t: "index_k" in t) == ["b.py"]
+    assert cached_selection(texts, lambda r, t: True) == ["b.py"]  # read back: the same inputs
+    assert cached_selection({**texts, "a.py": "index_k(2)"}, lambda r, t: "index_k" in t) == ["a.py", "b.py"]

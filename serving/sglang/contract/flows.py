@@ -23,6 +23,7 @@ import ast
 from typing import NamedTuple
 
 from niah.serving.sglang.contract.flow_sites import FLOWS
+from niah.serving.sglang.contract.scan_cache import cached_scan
 
 # The pool's accessors: what returns index keys (or their scales / fp4 payloads) from a pool.
 POOL_ACCESSORS = frozenset({
@@ -195,7 +196,7 @@ def check_flows(files: dict[str, str]) -> list[str]:
     problems = []
     for rel in sorted(files):
         groups: dict[tuple[str, str, str, str], list[int]] = {}
-        for fl in scan_flows(rel, files[rel]):
+        for fl in cached_scan("flows", scan_flows, rel, files[rel], Flow):
             groups.setdefault((fl.file, fl.where, fl.callee, fl.guard), []).append(fl.line)
         for key, lines in groups.items():
             path, where, callee, guard = key

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from niah.serving.sglang.contract.sites import (LAYOUT_SCOPE, ROW_NUMBERS, ROW_WIDTH, Site, _enclosing, _LAYOUT_TEXT,
                                                 _scopes)
+from niah.serving.sglang.contract.scan_cache import cached_scan
 from niah.serving.sglang.contract.sources import ContractImportError
 
 
@@ -140,7 +141,7 @@ def check_layout(source, files: dict[str, str] | None = None) -> list[str]:
             problems.append(f"{sym.where or c.module}: layout changed: {c.module}.{c.qualname} no longer says "
                             f"`{c.expect}` ({c.why})")
     for rel in sorted(files or {}):
-        for s in scan_layout(rel, files[rel]):
+        for s in cached_scan("layout", scan_layout, rel, files[rel], Site):
             if not any(c.file == s.file and c.qualname == s.where and _normal(s.callee) in _normal(c.expect)
                        for c in LAYOUT):
                 problems.append(f"{s.file}:{s.line}: new layout constant: {s.where or '<module>'} writes the fp8 "

@@ -18,6 +18,7 @@ import re
 from typing import NamedTuple
 
 from niah.serving.sglang.contract.call_sites import call_counts, call_sites
+from niah.serving.sglang.contract.scan_cache import cached_scan
 
 # Callee names that read or write index keys or their scales, or compute indexer logits.
 # `k_indexer` and `prepare_and_store`: V3.2's fused key store (fused_k_indexer_norm_rope_store)
@@ -167,7 +168,7 @@ def check_call_sites(files: dict[str, str]) -> list[str]:
     problems = []
     for rel in sorted(files):
         groups: dict[tuple[str, str, str], list[int]] = {}
-        for s in scan_calls(rel, files[rel]):
+        for s in cached_scan("calls", scan_calls, rel, files[rel], Site):
             groups.setdefault((s.file, s.where, s.callee), []).append(s.line)
         for (path, where, callee), lines in groups.items():
             n = len(lines)

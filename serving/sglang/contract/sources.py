@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from niah.errors import BadInput
+from niah.serving.sglang.contract.scan_cache import cached_selection
 from niah.serving.sglang.contract.sites import scanned
 
 
@@ -160,12 +161,8 @@ class AstSource:
             names = [n for n in self._zip.namelist() if n.startswith("sglang/") and n.endswith(".py")]
         else:
             names = [str(p.relative_to(self.path)) for p in self.path.glob("sglang/**/*.py")]
-        out = {}
-        for n in names:
-            text = self._read(n) or ""
-            if scanned(n, text):
-                out[n] = text
-        return out
+        texts = {n: self._read(n) or "" for n in names}
+        return {n: texts[n] for n in cached_selection(texts, scanned)}
 
     def lookup(self, module: str, qualname: str) -> Symbol | None:
         tree = self._tree(module)
