@@ -17,7 +17,6 @@ Every case is checked against the float64 / fp32 reference (calc_diff) at B=1 fi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import has_cuda, timeit  # noqa: E402
+from measure import deep_gemm, has_cuda, timeit, write_results  # noqa: E402
 
 
 def pages_of(keys: torch.Tensor):
@@ -39,15 +38,6 @@ def pages_of(keys: torch.Tensor):
     fp4 = torch.empty(n // 64, 64 * 68, dtype=torch.uint8, device=keys.device)
     store_fp4_index_keys(keys, fp4, torch.arange(n, device=keys.device))
     return fp4, fp8_pages(keys.reshape(n // 64, 64, 128)), keys.bfloat16().reshape(n // 64, 64, 1, 128)
-
-
-def deep_gemm():
-    try:
-        import deep_gemm as dg
-    except Exception as e:  # noqa: BLE001 (ImportError, or a build that does not load)
-        print(f"DeepGEMM: not available ({type(e).__name__}: {str(e)[:160]})")
-        return None
-    return dg
 
 
 def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
@@ -143,9 +133,9 @@ def main() -> None:
     cases = [(1, 200, False)] if a.tiny else [(1, 131072, False), (64, 65536, True)]
     for batch, ctx_len, ragged in cases:
         decode_case(results, dev, batch, ctx_len, ragged, dg, a.tiny)
-        a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
+        write_results(a.out, env, results)
     store_and_prefill(results, dev, a.tiny)
-    a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
+    write_results(a.out, env, results)
     print(f"wrote {a.out}")
 
 

@@ -89,6 +89,21 @@ def ceilings(dev) -> dict:
     return {"copy_GBps": copy, "bf16_TFLOPs": bf16, "fp8_TFLOPs": fp8}
 
 
+def deep_gemm():
+    """DeepGEMM's module when `import deep_gemm` works, else None (said on one line)."""
+    try:
+        import deep_gemm as dg
+    except Exception as e:  # noqa: BLE001 (ImportError, or a build that does not load)
+        print(f"DeepGEMM: not available ({type(e).__name__}: {str(e)[:160]})")
+        return None
+    return dg
+
+
+def write_results(path, env: dict, results: list) -> None:
+    """The benchmark's JSON ({"env", "results"}), rewritten after every case."""
+    path.write_text(json.dumps({"env": env, "results": results}, indent=1))
+
+
 # ----------------------------------------------------------------------------- inputs
 def fp8_pages(k: torch.Tensor) -> torch.Tensor:
     """k [pages, 64, D] -> uint8 [pages, 64, 1, D+4] (SGLang/DeepGEMM page), chunked."""

@@ -24,7 +24,6 @@ bf16 one-stage top-k selects.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,18 +32,9 @@ if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import fp8_pages, has_cuda, timeit  # noqa: E402
+from measure import deep_gemm, fp8_pages, has_cuda, timeit, write_results  # noqa: E402
 
 HEADS, DIM = 64, 128
-
-
-def deep_gemm():
-    try:
-        import deep_gemm as dg
-    except Exception as e:  # noqa: BLE001 (ImportError, or a build that does not load)
-        print(f"DeepGEMM: not available ({type(e).__name__}: {str(e)[:160]})")
-        return None
-    return dg
 
 
 def inputs(dev, batch, ctx_len, ragged, seed=0):
@@ -162,8 +152,8 @@ def main() -> None:
     cases = [(1, 200, False)] if a.tiny else [(1, 131072, False), (64, 65536, True)]
     for batch, ctx_len, ragged in cases:
         decode_case(results, dev, batch, ctx_len, ragged, dg, a.tiny)
-        a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
-    a.out.write_text(json.dumps({"env": env, "results": results}, indent=1))
+        write_results(a.out, env, results)
+    write_results(a.out, env, results)
     print(f"wrote {a.out}")
 
 

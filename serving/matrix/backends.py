@@ -258,7 +258,11 @@ def print_jobs(matrix, executor: Executor, out: Path, file) -> None:
             print(f"\n# --- {cfg.name}: {part_dir(out, cfg.name) / JOB_SCRIPT}", file=file)
             print(backend.job_script(cfg.name), end="", file=file)
         return
-    slots = local_slots(executor.settings)
+    try:
+        slots = local_slots(executor.settings)
+    except BadInput as e:  # a plan made where the GPUs are not (a laptop, a login node): say so, run nothing
+        print(f"\n# local executor: {e}; a run here would stop there, before any server starts", file=file)
+        return
     per_gpu = executor.settings.get("configs_per_gpu", 1)
     shared = f", {per_gpu} a set" if per_gpu > 1 else ""
     print(f"\n# local executor: {len(slots)} configuration(s) at once on disjoint GPU sets{shared} "

@@ -85,7 +85,7 @@ def test_dry_run_prints_the_slurm_job_scripts(tmp_path, capsys):
     assert not out.exists()  # nothing written
 
 
-def test_dry_run_prints_the_local_placement(tmp_path, capsys):
+def test_dry_run_prints_the_local_placement(tmp_path, capsys, monkeypatch):
     from niah.serving.matrix.commands import print_matrix_commands
 
     m = tmp_path / "m.toml"
@@ -101,6 +101,12 @@ def test_dry_run_prints_the_local_placement(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "2 configuration(s) at once on disjoint GPU sets, 2 a set (0; 0)" in text
     assert "# dense: CUDA_VISIBLE_DEVICES=0\n# fp8-k128: CUDA_VISIBLE_DEVICES=0\n" in text
+    # planned where no GPU is listed or found: the plan says so instead of failing
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    m.write_text((EXAMPLES / "embedded.toml").read_text() + '\n[executor]\ngpus_per_config = 1\n')
+    print_matrix_commands(m, out=tmp_path / "run")
+    assert "# local executor: executor gpus_per_config: no GPU found" in capsys.readouterr().out
 
 
 # -- local, gpus_per_config: placement on a fake GPU list ---------------------------------------
@@ -141,6 +147,31 @@ def test_gpus_per_config_runs_arms_at_once_on_disjoint_gpu_sets(tmp_path):
     # a resume finds nothing missing and starts nothing
     run_matrix(matrix, SweepSpec(lengths=[200], depths=[0.0, 100.0], trials=1), run, resume=True)
     assert len(read_trials(run)) == 6 and read_manifest(run)["configs"]["k1"]["jobs"] == m["configs"]["k1"]["jobs"]
+
+
+def test_configs_per_gpu_runs_arms_at_once_on_one_gpu(tmp_path):
+    """configs_per_gpu = 2 on one GPU: both arms' servers are given it and run at once."""
+    from niah.runs.integrity import load_checked
+    from niah.serving.matrix import run_matrix
+    from niah.sweep import SweepSpec
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('engine = "command"\n'
+                      f"command = {toml_list(tiny_command('--delay', '0.5', '--print-env', 'CUDA_VISIBLE'))}\n"
+                      "[axes]\nindex_topk = [1, 2]\n"
+                      '[executor]\ngpus_per_config = 1\ngpus = ["0"]\nconfigs_per_gpu = 2\n')
+    run = run_matrix(matrix, SweepSpec(lengths=[200], depths=[0.0, 100.0], trials=1), tmp_path / "run")
+    checked = load_checked(run)
+    assert checked.problems == [] and len(checked.records) == 4
+    spans = {}
+    for name in ("k1", "k2"):
+        job = read_manifest(run)["configs"][name]["job"]
+        assert job["state"] == "COMPLETED" and job["gpus"] == "0"
+        log = (run / "parts" / name / "logs" / f"{name}.log").read_text()
+        assert "env CUDA_VISIBLE_DEVICES=0" in log.splitlines()
+        status = json.loads((run / "parts" / name / "job.status.json").read_text())
+        spans[name] = (datetime.fromisoformat(status["started"]), datetime.fromisoformat(status["ended"]))
+    assert spans["k1"][0] < spans["k2"][1] and spans["k2"][0] < spans["k1"][1]  # at once, not one after the other
 
 
 def test_the_local_executor_without_gpus_per_config_keeps_the_plain_run_folder(tmp_path):
