@@ -33,6 +33,7 @@ from niah.prompts.sets import SetIndex, read_set
 from niah.runs.folder import check_same_tokenizers, start_run
 from niah.runs.manifest import MANIFEST, read_manifest, record_config, update_config
 from niah.sweep.indexer import length_warnings
+from niah.sweep.interrupt import run_async
 from niah.sweep.run import pending_trials, run_target
 from niah.sweep.spec import SweepSpec, check_spec
 from niah.sweep.targets import PreparedTarget, Target, prepare_target
@@ -86,7 +87,7 @@ def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress
 
     try:
         with progress if live and progress is not None else contextlib.nullcontext():
-            asyncio.run(main())
+            run_async(main())
     finally:
         for p in prepared:
             if hasattr(p.tokenizer, "cost"):

@@ -168,6 +168,31 @@ def test_ctrl_c_keeps_finished_trials(oracle_factory, tmp_path):
     assert all(x["outcome"] == "correct" for x in recs)
 
 
+def test_a_sigterm_inside_an_anyio_task_group_reaches_the_sweep_as_an_interrupt():
+    """httpx connects inside an anyio task group, which wraps the KeyboardInterrupt that SIGTERM
+    raises there in an exception group; the sweep's clean-up (exit 143, trials kept) must see
+    the interrupt itself, not a traceback."""
+    import asyncio
+
+    import anyio
+
+    from niah.sweep.interrupt import run_async, terminate_as_interrupt
+
+    async def connecting():
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.sleep, 30)
+            await anyio.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await anyio.sleep(30)
+
+    with terminate_as_interrupt():
+        with pytest.raises(BaseException) as plain:
+            asyncio.run(connecting())
+        assert not isinstance(plain.value, KeyboardInterrupt)  # what the sweep saw before: a group
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            run_async(connecting())
+
+
 @pytest.mark.parametrize("tokenizer", ["usage", "server"])
 def test_external_server_gone_stops_and_resume_fills_the_gap(oracle_factory, tmp_path, tokenizer):
     """A server niah did not launch dies: nothing measured is lost, nothing is faked."""
