@@ -11,6 +11,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
     bf16_paged_rescore, fp8_bf16_two_stage_topk                  (two-stage selection: bf16 re-score)
+    fp4_bf16_two_stage_topk                                      (two-stage selection from fp4 keys)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
 On CPU tensors the kernels run under TRITON_INTERPRET=1 (set it before triton is imported).
 """
@@ -34,6 +35,7 @@ _EXPORTS = {
     "topk_indices": "niah.kernels.topk.wrapper",
     "bf16_paged_rescore": "niah.kernels.rescore.wrapper",
     "fp8_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
+    "fp4_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
     "calc_diff": "niah.kernels._common",
 }
 

@@ -1,24 +1,27 @@
-"""Two-stage selection (fp8 scores, bf16 re-score of the candidates) side by side with the
+"""Two-stage selection (fp8 or fp4 scores, bf16 re-score of the candidates) side by side with the
 one-stage reads it replaces, one process:
 
     python benchmarks/kernels/two_stage.py --out two_stage.json           # CUDA
     python benchmarks/kernels/two_stage.py --tiny --out two_stage.json    # CPU, TRITON_INTERPRET=1: the wiring only
 
 One decode step of the indexer (H=64, D=128, next_n=1, top-k 2,048 as DeepSeek-V3.2 selects)
-at B=1 x 131,072 and at B=64 with lengths uniform in 1..65,536 (ragged), on the same keys
-stored both ways (the store keeps both forms of every token). Timed (triton.testing.do_bench
-medians, L2 flushed):
+at B=64 with lengths uniform in 1..65,536 (ragged) and at B=1 x 131,072, on the same keys
+stored three ways (fp8, fp4 and bf16; the store keeps the coarse and the bf16 form of every
+token). Timed (triton.testing.do_bench medians, L2 flushed):
   - DeepGEMM's `fp8_paged_mqa_logits` (clean_logits=False, SGLang's call), when `import
     deep_gemm` works, alone and followed by the top-k (niah's `topk_indices`: SGLang's own
     top-k kernel is not on this machine);
   - niah's fp8 and bf16 paged logits, each followed by the same top-k (one-stage selection);
   - `fp8_bf16_two_stage_topk` at candidate factors c = 2, 4, 8 (fp8 logits over every key,
     the c*k candidates, `bf16_paged_rescore` of those rows only, the final top-k), and the
-    re-score kernel alone at c = 4.
-Ratios: two-stage / DeepGEMM fp8 logits (goal <= 1.2), / DeepGEMM fp8 logits + top-k, and /
-niah bf16 logits + top-k. Checked first on the same inputs: the re-scores equal niah's bf16
-logits at the candidates (calc_diff), and two-stage with c*k >= the length selects what the
-bf16 one-stage top-k selects.
+    re-score kernel alone at c = 4;
+  - niah's fp4 paged logits (`fp4_paged_mqa_logits`, MXFP4 query as SGLang's fp4 path, and a
+    bf16 query), alone and followed by the top-k (one-stage fp4 selection), and
+    `fp4_bf16_two_stage_topk` at c = 2, 4, 8 (fp4 query; c = 4 with the bf16 query too).
+Ratios: two-stage / DeepGEMM fp8 logits (fp8+bf16: goal <= 1.2), / DeepGEMM fp8 logits + top-k
+(fp4+bf16: goal <= 0.8), and / niah bf16 logits + top-k. Checked first on the same inputs: the
+re-scores equal niah's bf16 logits at the candidates (calc_diff), and both two-stage forms
+with c*k >= the length select what the bf16 one-stage top-k selects.
 """
 
 from __future__ import annotations
@@ -37,29 +40,44 @@ from measure import deep_gemm, fp8_pages, has_cuda, timeit, write_results  # noq
 HEADS, DIM = 64, 128
 
 
+def fp4_pages(keys: torch.Tensor) -> torch.Tensor:
+    """keys [pages, 64, D] -> uint8 [pages, 64 * (D/2 + D/32)] (SGLang's fp4 page): the store kernel
+    on CUDA, its torch reference on CPU (the interpreter would spend seconds on it)."""
+    from niah.kernels import store_fp4_index_keys
+    from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
+
+    pages, bkv, d = keys.shape
+    cache = torch.zeros(pages, bkv * (d // 2 + d // 32), dtype=torch.uint8, device=keys.device)
+    slots = torch.arange(pages * bkv, device=keys.device)
+    store = store_fp4_index_keys if keys.is_cuda else ref_store_fp4_index_keys
+    return store(keys.reshape(-1, d), cache, slots)
+
+
 def inputs(dev, batch, ctx_len, ragged, seed=0):
     g = torch.Generator(device=dev).manual_seed(seed)
     per = (ctx_len + 63) // 64
     table = torch.randperm(batch * per, device=dev, generator=g).reshape(batch, per).int()
     keys = torch.randn(batch * per, 64, DIM, device=dev, generator=g)
     fp8 = fp8_pages(keys)
+    fp4 = fp4_pages(keys)
     bf16 = keys.bfloat16().reshape(batch * per, 64, 1, DIM)
     del keys
     q = torch.randn(batch, HEADS, DIM, device=dev, generator=g)
     w = torch.rand(batch, HEADS, device=dev, generator=g) * HEADS**-0.5
     ctx = (torch.randint(1, ctx_len + 1, (batch,), device=dev, generator=g, dtype=torch.int32) if ragged
            else torch.full((batch,), ctx_len, dtype=torch.int32, device=dev))
-    return table, fp8, bf16, q, w, ctx
+    return table, fp8, fp4, bf16, q, w, ctx
 
 
 def check(results, case, dev, tiny) -> None:
     """The re-scores against the bf16 logits at the candidates; two-stage = bf16 top-k when c*k covers."""
-    from niah.kernels import bf16_paged_mqa_logits, bf16_paged_rescore, fp8_bf16_two_stage_topk, topk_indices
+    from niah.kernels import (bf16_paged_mqa_logits, bf16_paged_rescore, fp4_bf16_two_stage_topk,
+                              fp8_bf16_two_stage_topk, topk_indices)
     from niah.kernels._common import calc_diff
-    from niah.kernels.quant import quantize_fp8
+    from niah.kernels.quant import quantize_fp4, quantize_fp8
 
     batch, ctx_len, k = (2, 300, 32) if tiny else (4, 4096, 256)
-    table, fp8, bf16, q, w, ctx = inputs(dev, batch, ctx_len, ragged=True, seed=1)
+    table, fp8, fp4, bf16, q, w, ctx = inputs(dev, batch, ctx_len, ragged=True, seed=1)
     q8, s8 = quantize_fp8(q)
     w8 = w * s8.reshape(batch, HEADS)
     logits = bf16_paged_mqa_logits(q.bfloat16()[:, None], bf16, w, ctx, table, None, ctx_len, clean_logits=True)
@@ -69,25 +87,33 @@ def check(results, case, dev, tiny) -> None:
     diff = float(calc_diff(resc[ok].double(), logits.gather(1, cand.clamp(min=0).long())[ok].double()))
     picked = fp8_bf16_two_stage_topk(q8, fp8, w8, q.bfloat16(), bf16, w, ctx, table, ctx_len, k,
                                      factor=(ctx_len + k - 1) // k)
+    picked4 = fp4_bf16_two_stage_topk(quantize_fp4(q), fp4, w, q.bfloat16(), bf16, w, ctx, table, ctx_len, k,
+                                      factor=(ctx_len + k - 1) // k)
     one = topk_indices(logits, k, ctx)
-    same = float(sum(len(set(a[a >= 0].tolist()) & set(b[b >= 0].tolist())) for a, b in zip(picked, one))
-                 / max(1, int((one >= 0).sum())))
+
+    def kept(sel):
+        return float(sum(len(set(a[a >= 0].tolist()) & set(b[b >= 0].tolist())) for a, b in zip(sel, one))
+                     / max(1, int((one >= 0).sum())))
+
+    same, same4 = kept(picked), kept(picked4)
     results.append({"case": case, "impl": "check", "rescore_vs_bf16_logits_calc_diff": diff,
-                    "two_stage_covering_equals_bf16_topk": same})
+                    "two_stage_covering_equals_bf16_topk": same, "fp4_two_stage_covering_equals_bf16_topk": same4})
     print(f"{case}: re-score vs bf16 logits calc_diff {diff:.2e}; two-stage (c*k >= length) keeps "
-          f"{same:.4f} of bf16's top-{k}")
+          f"{same:.4f} (fp8+bf16) and {same4:.4f} (fp4+bf16) of bf16's top-{k}")
 
 
 def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
-    from niah.kernels import (bf16_paged_mqa_logits, bf16_paged_rescore, fp8_bf16_two_stage_topk,
-                              fp8_paged_mqa_logits, topk_indices)
-    from niah.kernels.quant import quantize_fp8
+    from niah.kernels import (bf16_paged_mqa_logits, bf16_paged_rescore, fp4_bf16_two_stage_topk,
+                              fp4_paged_mqa_logits, fp8_bf16_two_stage_topk, fp8_paged_mqa_logits, topk_indices)
+    from niah.kernels.quant import quantize_fp4, quantize_fp8
 
     k = 32 if tiny else 2048
-    table, fp8, bf16, q, w, ctx = inputs(dev, batch, ctx_len, ragged)
+    table, fp8, fp4, bf16, q, w, ctx = inputs(dev, batch, ctx_len, ragged)
     q8, s8 = quantize_fp8(q)
     w8 = w * s8.reshape(batch, HEADS)
     q16 = q.bfloat16()
+    q4 = quantize_fp4(q)                                     # MXFP4 query (codes, exponents), SGLang's fp4 path
+    q4n = tuple(t[:, None] for t in q4)
     case = f"decode B={batch} {'ragged<=' if ragged else 'x'}{ctx_len} top-k {k}"
     cand4 = topk_indices(fp8_paged_mqa_logits(q8[:, None], fp8, w8, ctx, table, None, ctx_len), min(4 * k, ctx_len),
                          ctx)
@@ -103,6 +129,17 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
     for c in (2, 4, 8):
         calls[f"two-stage c={c}"] = (lambda c=c: fp8_bf16_two_stage_topk(q8, fp8, w8, q16, bf16, w, ctx, table,
                                                                           ctx_len, k, factor=c))
+    calls.update({
+        "niah fp4 logits (fp4 query)": lambda: fp4_paged_mqa_logits(q4n, fp4, w, ctx, table, None, ctx_len),
+        "niah fp4 logits (bf16 query)": lambda: fp4_paged_mqa_logits(q16[:, None], fp4, w, ctx, table, None, ctx_len),
+        "niah fp4 logits + top-k": lambda: topk_indices(
+            fp4_paged_mqa_logits(q4n, fp4, w, ctx, table, None, ctx_len), k, ctx),
+    })
+    for c in (2, 4, 8):
+        calls[f"fp4 two-stage c={c}"] = (lambda c=c: fp4_bf16_two_stage_topk(q4, fp4, w, q16, bf16, w, ctx, table,
+                                                                              ctx_len, k, factor=c))
+    calls["fp4 two-stage c=4 (bf16 query)"] = lambda: fp4_bf16_two_stage_topk(q16, fp4, w, q16, bf16, w, ctx, table,
+                                                                              ctx_len, k, factor=4)
     if dg is not None:
         ctx2 = ctx.view(-1, 1)
         meta = dg.get_paged_mqa_logits_metadata(ctx2, 64, dg.get_num_sms())
@@ -122,16 +159,20 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
         timed[impl] = ms = timeit(fn)
         results.append({"case": case, "impl": impl, "ms": ms})
         print(f"{case}: {impl}: {ms:.4f} ms")
+    goals = {("two-stage", "DeepGEMM fp8 logits"): 1.2, ("fp4 two-stage", "DeepGEMM fp8 logits + top-k"): 0.8}
+    arms = [f"{a} c={c}" for a in ("two-stage", "fp4 two-stage") for c in (2, 4, 8)]
+    arms += ["fp4 two-stage c=4 (bf16 query)", "niah fp4 logits + top-k"]
     for base in ("DeepGEMM fp8 logits", "DeepGEMM fp8 logits + top-k", "niah bf16 logits + top-k"):
         if base not in timed:
             continue
-        for c in (2, 4, 8):
-            ratio = timed[f"two-stage c={c}"] / timed[base]
-            row = {"case": case, "impl": f"two-stage c={c} / {base}", "ratio": ratio}
-            if base == "DeepGEMM fp8 logits":
-                row["goal"] = 1.2
+        for arm in arms:
+            ratio = timed[arm] / timed[base]
+            row = {"case": case, "impl": f"{arm} / {base}", "ratio": ratio}
+            goal = goals.get((arm.split(" c=")[0], base))
+            if goal is not None:
+                row["goal"] = goal
             results.append(row)
-            print(f"{case}: two-stage c={c} / {base} = {ratio:.3f}" + (" (goal <= 1.2)" if "goal" in row else ""))
+            print(f"{case}: {arm} / {base} = {ratio:.3f}" + (f" (goal <= {goal})" if goal else ""))
 
 
 def main() -> None:
@@ -149,7 +190,7 @@ def main() -> None:
     if dg is not None:
         env["deep_gemm"] = getattr(dg, "__version__", "importable")
     check(results, "check", dev, a.tiny)
-    cases = [(1, 200, False)] if a.tiny else [(1, 131072, False), (64, 65536, True)]
+    cases = [(1, 200, False)] if a.tiny else [(64, 65536, True), (1, 131072, False)]
     for batch, ctx_len, ragged in cases:
         decode_case(results, dev, batch, ctx_len, ragged, dg, a.tiny)
         write_results(a.out, env, results)

@@ -11,8 +11,14 @@
         factor*topk best as candidates, their bf16 rows re-scored (bf16_paged_rescore: only
         those rows are read), the topk best of those; -1 where a row has fewer keys. Both
         caches share one block table (the store keeps both forms of every token).
-Bytes a token and layer of the two pools: (D + 4) + 2D (fp8 with its scale, and bf16); a
-decode step reads every key's fp8 row plus factor*topk bf16 rows a request.
+    fp4_bf16_two_stage_topk(q_fp4, fp4_cache, w_fp4, q_bf16, bf16_cache, w_bf16, context_lens,
+                            block_table, max_context_len, topk, factor=4, mma="auto") -> int32 [B, topk]
+        the same with fp4_paged_mqa_logits as the coarse stage: q_fp4 bf16 [B, H, D] or an
+        MXFP4 pair (codes [B, H, D/2], exponents int32 [B, H] or uint8 [B, H, D/32]), fp4_cache
+        the fp4 pages (kernels/fp4_store), mma as fp4_paged_mqa_logits takes it.
+Bytes a token and layer of the two pools: (D + 4) + 2D (fp8 with its scale, and bf16), or
+(D/2 + D/32) + 2D (fp4 with its exponents, and bf16); a decode step reads every key's coarse
+row plus factor*topk bf16 rows a request.
 """
 
 from __future__ import annotations
@@ -86,21 +92,21 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def fp8_bf16_two_stage_topk(q_fp8: torch.Tensor, fp8_cache: torch.Tensor, w_fp8: torch.Tensor, q_bf16: torch.Tensor,
-                            bf16_cache: torch.Tensor, w_bf16: torch.Tensor, context_lens: torch.Tensor,
-                            block_table: torch.Tensor, max_context_len: int, topk: int,
-                            factor: int = 4) -> torch.Tensor:
-    """int32 [B, topk] positions selected by the two stages (module doc)."""
-    from niah.kernels.paged_logits.wrapper import fp8_paged_mqa_logits  # noqa: PLC0415 (siblings, loaded lazily)
-    from niah.kernels.topk.wrapper import topk_indices  # noqa: PLC0415 (as above)
-
+def _check_two_stage(name: str, q, topk: int, factor: int) -> int:
+    """The batch size of a decode query (a tensor or the first of an MXFP4 pair), after the checks."""
     if topk < 1 or factor < 1:
-        raise ValueError(f"fp8_bf16_two_stage_topk: topk and factor must be >= 1, got {topk}, {factor}")
-    if q_fp8.dim() != 3:
-        raise ValueError(f"fp8_bf16_two_stage_topk: q_fp8 must be [B, H, D] (decode), got {tuple(q_fp8.shape)}")
-    batch = q_fp8.shape[0]
-    coarse = fp8_paged_mqa_logits(q_fp8[:, None], fp8_cache, w_fp8, context_lens, block_table, None,
-                                  max_context_len, clean_logits=True)                  # [B, L]
+        raise ValueError(f"{name}: topk and factor must be >= 1, got {topk}, {factor}")
+    first = q[0] if isinstance(q, (tuple, list)) else q
+    if first.dim() != 3:
+        raise ValueError(f"{name}: the coarse query must be [B, H, D] (decode), got {tuple(first.shape)}")
+    return first.shape[0]
+
+
+def _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk, factor,
+                 batch) -> torch.Tensor:
+    """Stages two and three: the factor*topk best coarse logits as candidates, their bf16 re-scores, the topk best."""
+    from niah.kernels.topk.wrapper import topk_indices  # noqa: PLC0415 (siblings, loaded lazily)
+
     m = min(factor * topk, max_context_len)
     lens = context_lens.reshape(batch, -1)[:, -1].clamp(0, max_context_len).int()
     cand = topk_indices(coarse, m, lens)                                               # [B, M], -1 padding
@@ -111,3 +117,32 @@ def fp8_bf16_two_stage_topk(q_fp8: torch.Tensor, fp8_cache: torch.Tensor, w_fp8:
     if k < topk:
         out = torch.cat([out, torch.full((batch, topk - k), -1, dtype=torch.int32, device=out.device)], 1)
     return out
+
+
+def fp8_bf16_two_stage_topk(q_fp8: torch.Tensor, fp8_cache: torch.Tensor, w_fp8: torch.Tensor, q_bf16: torch.Tensor,
+                            bf16_cache: torch.Tensor, w_bf16: torch.Tensor, context_lens: torch.Tensor,
+                            block_table: torch.Tensor, max_context_len: int, topk: int,
+                            factor: int = 4) -> torch.Tensor:
+    """int32 [B, topk] positions selected by the two stages (module doc)."""
+    from niah.kernels.paged_logits.wrapper import fp8_paged_mqa_logits  # noqa: PLC0415 (siblings, loaded lazily)
+
+    batch = _check_two_stage("fp8_bf16_two_stage_topk", q_fp8, topk, factor)
+    coarse = fp8_paged_mqa_logits(q_fp8[:, None], fp8_cache, w_fp8, context_lens, block_table, None,
+                                  max_context_len, clean_logits=True)                  # [B, L]
+    return _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk,
+                        factor, batch)
+
+
+def fp4_bf16_two_stage_topk(q_fp4, fp4_cache: torch.Tensor, w_fp4: torch.Tensor, q_bf16: torch.Tensor,
+                            bf16_cache: torch.Tensor, w_bf16: torch.Tensor, context_lens: torch.Tensor,
+                            block_table: torch.Tensor, max_context_len: int, topk: int, factor: int = 4,
+                            mma: str = "auto") -> torch.Tensor:
+    """int32 [B, topk] positions selected by the two stages, fp4 keys the coarse one (module doc)."""
+    from niah.kernels.fp4_paged_logits.wrapper import fp4_paged_mqa_logits  # noqa: PLC0415 (as above)
+
+    batch = _check_two_stage("fp4_bf16_two_stage_topk", q_fp4, topk, factor)
+    q = tuple(t[:, None] for t in q_fp4) if isinstance(q_fp4, (tuple, list)) else q_fp4[:, None]
+    coarse = fp4_paged_mqa_logits(q, fp4_cache, w_fp4, context_lens, block_table, None, max_context_len,
+                                  clean_logits=True, mma=mma)                          # [B, L]
+    return _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk,
+                        factor, batch)

@@ -1,4 +1,4 @@
-"""Two-stage selection: the bf16 re-score kernel and the whole fp8 -> bf16 selection, against
+"""Two-stage selection: the bf16 re-score kernel and the whole fp8 -> bf16 (and fp4 -> bf16) selection, against
 the float64 torch references (kernels/rescore/reference.py) and the exact float64 top-k.
 
 Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors (tests/kernels/conftest.py).
@@ -7,10 +7,12 @@ Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors (tests/ker
 import pytest
 import torch
 
-from niah.kernels import bf16_paged_rescore, fp8_bf16_two_stage_topk
+from niah.kernels import bf16_paged_rescore, fp4_bf16_two_stage_topk, fp8_bf16_two_stage_topk
 from niah.kernels._common import calc_diff, zero_masked
+from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
+from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
 from niah.kernels.paged_logits.reference import ref_paged_mqa_logits
-from niah.kernels.quant import quantize_fp8
+from niah.kernels.quant import quantize_fp4, quantize_fp8
 from niah.kernels.rescore.reference import ref_paged_rescore, ref_two_stage_topk
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,3 +105,34 @@ def test_two_stage_keeps_bf16s_share_of_the_exact_top_k():
 
     assert share(two) >= share(bf16) - 0.02
     assert share(two) > share(fp8)
+
+
+@pytest.mark.parametrize("q_kind", ["bf16", "fp4"])
+def test_fp4_two_stage_matches_its_reference_and_is_bf16s_selection_when_every_key_is_a_candidate(q_kind):
+    """fp4 keys (SGLang's MXFP4 pages) as the coarse stage: the selection against the float64
+    chain (fp4 logits, candidates, bf16 re-scores, top-k); with factor * k >= every length it is
+    bf16's own top-k."""
+    lens, k, dim = [300, 90], 16, 64
+    p = make_pools(len(lens), 16, dim, lens, seed=6)
+    n_pages = p["bf16"].shape[0]
+    keys = p["bf16"].float().reshape(n_pages * BLOCK_KV, dim)
+    fp4 = ref_store_fp4_index_keys(keys, torch.zeros(n_pages, BLOCK_KV * (dim // 2 + dim // 32), dtype=torch.uint8),
+                                   torch.arange(n_pages * BLOCK_KV))
+    q4 = quantize_fp4(p["q"]) if q_kind == "fp4" else p["qb"]
+    q4_dev = tuple(dev(*q4)) if q_kind == "fp4" else dev(q4)[0]
+    args = dev(fp4, p["w"], p["qb"], p["bf16"], p["w"], p["ctx"], p["bt"])
+    got = _sets(fp4_bf16_two_stage_topk(q4_dev, *args, 320, k, factor=4).cpu())
+    q4_ref = tuple(t[:, None] for t in q4) if q_kind == "fp4" else q4[:, None]
+    coarse = ref_fp4_paged_mqa_logits(q4_ref, fp4, p["w"], p["ctx"], p["bt"], 320)
+    cvals, cand = coarse.topk(4 * k, dim=-1)
+    cand = torch.where(torch.isneginf(cvals), -1, cand).int()
+    resc = ref_paged_rescore(p["qb"], p["bf16"], p["w"], p["bt"], cand)
+    ref = _sets(cand.long().gather(1, resc.topk(k, dim=-1).indices))
+    assert [len(s) for s in got] == [16, 16]
+    assert sum(len(a & b) for a, b in zip(got, ref)) >= 31          # fp32 vs fp64 logits: at most a near-tie apart
+    whole = _sets(fp4_bf16_two_stage_topk(q4_dev, *args, 320, k, factor=20).cpu())
+    bf16 = ref_paged_mqa_logits(p["qb"][:, None], p["bf16"], p["w"], p["ctx"], p["bt"], 320)
+    assert whole == _sets(bf16.topk(k, -1).indices)
+    with pytest.raises(ValueError, match="must be \\[B, H, D\\]"):
+        fp4_bf16_two_stage_topk(q4_dev[:, None] if q_kind == "bf16" else tuple(t[:, None] for t in q4_dev), *args,
+                                320, k)
