@@ -9,8 +9,10 @@ in the index cache and read back (niah.kernels.quant.store_roundtrip: fp8 e4m3 w
 fp32 scale per token and kv head, the SGLang format; bf16; or fp32 = exact). The
 precisions (precision.py): `index_dtype` "fp8+bf16" is two-stage selection (the store
 keeps both forms; fp8 scores every key, its c*k best are re-scored from their bf16 rows,
-the k best of those are kept; c = `rescore_factor`); `query_dtype` quantises the index
-query (fp32, the default; bf16; fp8 as SGLang's fused V3.2 query).
+the k best of those are kept; c = `rescore_factor`; keys whose coarse score is a ReLU tie
+at 0 enter the candidates by their largest coarse head product: selection.candidate_order);
+`query_dtype` quantises the index query (fp32, the default; bf16; fp8 as SGLang's fused
+V3.2 query).
 
 GQA design choice: SmolLM2 has 9 query heads sharing 3 kv heads. DeepSeek's indexer has
 one shared index key per token; here each query head h is scored against the key of its
@@ -82,7 +84,7 @@ class DSA:
         attest.configure(index_dtype, "torch")
         attest.set_facts(attention="dsa", index_topk=topk, window=window, rotation=rotation, query=query_dtype,
                          **({"rescore_factor": rescore_factor} if self.fine else {}))
-        self._raw = self._tile = self._sum = self._mask = None
+        self._raw = self._tile = self._sum = self._mask = self._floor = None
         # While the context is <= K every key is kept, so SGLang (and we) run plain dense
         # attention there. False forces the indexer path anyway (tests use it).
         self.dense_when_short = dense_when_short
@@ -119,18 +121,21 @@ class DSA:
         """Scratch reused across chunks and layers (fresh multi-100 MB allocations page-fault
         on every call and cost as much as the matmul): the per-head dot products of one
         column tile [Hkv, G*C, TILE] and its head sum [C, TILE] (both cache-sized), the index
-        scores [C, S] and the additive attention mask [C, S]."""
+        scores [C, S] and the additive attention mask [C, S]; two-stage, the largest head
+        product of each score [C, S] too (the candidates' order among ReLU ties, or None)."""
         if self._raw is None or self._sum.shape[1] < S:
             cap = -(-S // 1024) * 1024
             self._raw = torch.empty(Hkv * G * self.chunk * TILE)      # per-head dot products, one tile
             self._tile = torch.empty(self.chunk * TILE)               # head sum of one tile
             self._sum = torch.empty(self.chunk, cap)                  # index scores
             self._mask = torch.empty(self.chunk, cap)                 # additive attention mask
+            self._floor = torch.empty(self.chunk, cap) if self.fine is not None else None
+        floor = self._floor.view(-1)[:C * S].view(C, S) if self._floor is not None else None
         return (self._raw, self._tile, self._sum.view(-1)[:C * S].view(C, S),
-                self._mask.view(-1)[:C * S].view(C, S))
+                self._mask.view(-1)[:C * S].view(C, S), floor)
 
     def index_scores(self, q: torch.Tensor, idx_k: torch.Tensor, out: tuple | None = None,
-                     p0: int | None = None) -> torch.Tensor:
+                     p0: int | None = None, floor: torch.Tensor | None = None) -> torch.Tensor:
         """q: [1, H, C, D] (fp32), idx_k: [Hkv, S, D] -> I: [C, S] fp32 (no causal mask).
 
         I[c, s] = (H*D)^-0.5 * sum_h ReLU(q[c, h] . idx_k[s, h // G]).
@@ -139,7 +144,9 @@ class DSA:
         cache through ReLU and the head sum (one [Hkv, G*C, S] pass was ~1.4x slower: it
         streams 100+ MB through memory three times). Same arithmetic per element.
         With p0 (the position of row 0), tiles are not computed for rows that see none of
-        their columns (s > p): those entries are left stale and the caller masks them."""
+        their columns (s > p): those entries are left stale and the caller masks them.
+        With floor ([C, S]), it receives w * max_h q[c, h] . idx_k[s, h // G] (before the
+        ReLU; <= 0 exactly where I is 0), stale where I is."""
         _, H, C, D = q.shape
         Hkv, S, _ = idx_k.shape
         G = H // Hkv
@@ -155,6 +162,8 @@ class DSA:
             qr = qg if r == 0 else q[0, :, r:].reshape(Hkv, G * A, D)      # [Hkv, G*A, D]
             raw = raw_buf[:H * A * n].view(Hkv, G * A, n)
             torch.bmm(qr, idx_k[:, s0:s0 + n].transpose(1, 2), out=raw)   # [Hkv, G*A, n]
+            if floor is not None:
+                floor[r:, s0:s0 + n] = raw.view(H, A, n).amax(0).mul_((H * D) ** -0.5)
             raw.relu_()
             part = tile_buf[:A * n].view(A, n)
             torch.mm(w, raw.view(H, A * n), out=part.view(1, A * n))      # [A, n]; 2.5x faster than sum(0)
@@ -171,13 +180,15 @@ class DSA:
         row's scores in the two-stage order (selection.composite_row, for the probe)."""
         C, S = q.shape[2], idx_k.shape[1]
         _, H, _, D = q.shape
-        bufs = bufs or (torch.empty(H * C * TILE), torch.empty(C * TILE), torch.empty(C, S), torch.empty(C, S))
+        bufs = bufs or (torch.empty(H * C * TILE), torch.empty(C * TILE), torch.empty(C, S), torch.empty(C, S),
+                        torch.empty(C, S) if fine_k is not None else None)
         mask = bufs[3]
+        floor = None if fine_k is None else bufs[4] if len(bufs) > 4 and bufs[4] is not None else torch.empty(C, S)
         future = torch.ones(C, C, dtype=torch.bool).triu_(1)       # [C, C]: s > p inside the diagonal block
         if S <= self.topk and self.dense_when_short:               # every row keeps all its (<= K) keys
             mask.zero_()
         else:
-            scores = self.index_scores(q, idx_k, bufs, p0)          # [C, S]; stale where s > p
+            scores = self.index_scores(q, idx_k, bufs, p0, floor)   # [C, S]; stale where s > p
             attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.coarse,
                           "niah.embedded_index_scores")
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
@@ -185,7 +196,8 @@ class DSA:
             if fine_k is None:
                 top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows p < K: -inf too
             else:
-                top, cand, resc = selection.two_stage_top(q, scores, fine_k, self.topk, self.rescore_factor)
+                top, cand, resc = selection.two_stage_top(q, scores, fine_k, self.topk, self.rescore_factor,
+                                                          floor)
                 attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.fine,
                               "niah.embedded_rescore")
                 attest.record("topk", "fp32", "torch.topk")

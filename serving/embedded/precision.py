@@ -7,7 +7,9 @@ Index keys (`index_dtype`), as the CPU DSA emulation (dsa.py) stores them:
 - "fp8+bf16", "fp4+bf16": two-stage selection. The store keeps BOTH forms of every key (the
   fp8 or fp4 row with its scale(s), and the bf16 row); the indexer scores every causal key
   from the coarse (fp8 / fp4) form,
-  keeps the c*k best as candidates (c = `rescore_factor`), re-scores only those candidates
+  keeps the c*k best as candidates (c = `rescore_factor`; keys whose coarse score is a ReLU
+  tie at 0 rank below every scoring key and among themselves by their largest coarse head
+  product, selection.candidate_order), re-scores only those candidates
   from their bf16 rows (gathered by index: no full bf16 read), and selects the k best of
   the re-scored candidates. With c*k >= the context every key is a candidate and the
   selection is bf16's.

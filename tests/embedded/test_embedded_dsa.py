@@ -10,9 +10,11 @@
 - selection recall of a span is read from the last row's selection;
 - precision (serving/embedded/precision.py): the two-stage arms (fp8+bf16, fp4+bf16) select what bf16
   selects when every key is a candidate; fp8+bf16 keeps bf16's share of the exact top-k at c = 4
-  (more than fp8); the index query is quantised as stated and attested (facts `query`,
-  `rescore_factor`, the bytes a token); the probe's fidelity through a real two-stage server
-  on a short prompt; bad precision settings refused (DSA, CLI, matrix) in one line.
+  (more than fp8), and, where the exact k-th score is a ReLU tie at 0, bf16's share at c = 2 (the
+  coarse stage orders its zero ties by their largest head product); the index query is
+  quantised as stated and attested (facts `query`, `rescore_factor`, the bytes a token); the
+  probe's fidelity through a real two-stage server on a short prompt; bad precision settings
+  refused (DSA, CLI, matrix) in one line.
 """
 
 from __future__ import annotations
@@ -276,6 +278,33 @@ def test_two_stage_keeps_bf16s_share_of_the_exact_top_k(captured):
             got[name] += float((_select(dsa, q, k)[rows] & want).sum()) / K
     share = {name: v / n for name, v in got.items()}
     assert share["two"] >= share["bf16"] - 0.005 and share["two"] > share["fp8"], share
+
+
+def test_two_stage_candidates_order_relu_ties_by_their_largest_head_product(captured):
+    """Rows whose exact k-th score is a ReLU tie at 0: the exact top-k is every key scoring
+    above 0, completed by any zero (the probe's tie rule). A key fp8 rounds down to 0 from
+    just above it is one of the many coarse zeros; taken in no order, the c*k candidates
+    miss it and two-stage keeps fp8's share (0.983 here); ordered by their largest fp8 head
+    product, bf16's (0.999)."""
+    from niah.serving.embedded.dsa import DSA
+    from niah.serving.embedded.probe import _overlap
+
+    K, c = 16, 2
+    arms = {"fp8": DSA("fp8", K), "bf16": DSA("bf16", K), "two": DSA("fp8+bf16", K, rescore_factor=c)}
+    got = dict.fromkeys(arms, 0.0)
+    n = 0
+    for layer in range(30):
+        q, k = captured.q[layer], captured.k[layer]
+        ref = exact_scores(q, k)
+        kth = ref.topk(K, dim=-1).values[:, -1]
+        rows = ((torch.arange(q.shape[2]) >= c * K) & (kth == 0)).nonzero().squeeze(1).tolist()
+        n += len(rows)
+        for name, dsa in arms.items():
+            sel = _select(dsa, q, k)
+            got[name] += sum(float(_overlap(sel[r].nonzero().squeeze(1), ref[r], K)) / K for r in rows)
+    share = {name: v / n for name, v in got.items()}
+    assert n >= 50, n
+    assert share["two"] >= share["bf16"] - 0.002 and share["two"] > share["fp8"] + 0.01, share
 
 
 def test_index_query_is_quantised_and_attested():
