@@ -204,6 +204,12 @@ def test_embedded_arms_run_as_slurm_jobs_into_one_run_folder(slurm, tmp_path):
     r = niah("compare", str(run), "--a", "dense", "--b", "fp8-k64")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "dense" in r.stdout and "fp8-k64" in r.stdout
+    r = niah("report", str(run), "--out", str(tmp_path / "report"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = (tmp_path / "report" / "summary.md").read_text(encoding="utf-8")
+    for name in ("dense", "fp8-k64"):  # each job's configuration has its headline and heatmap
+        assert f"- `{name}`:" in summary, summary[:2000]
+        assert (tmp_path / "report" / f"heatmap_{name}.png").is_file()
 
 
 # -- a job cancelled under niah, then resumed ---------------------------------------------------
