@@ -217,23 +217,26 @@ def embedded_server():
         assert any("stopped" in line for line in s.lines), "".join(s.lines[-20:])
 # ---- end embedded model servers ------------------------------------------------------------
 
-# ---- parallel runs (`make test` runs pytest-xdist: -n 4 --dist loadgroup) -----------------------
+# ---- parallel runs (`make test` runs pytest-xdist: -n 2 --dist loadgroup) -----------------------
 # The tests that use one of the session fixtures below (a swept run folder, the CI job's run, the
 # Slurm daemons) are one unit of work, kept on one worker, so the fixture is built once for the
 # run; a test module with a module-scoped fixture is one unit, so that fixture is built once;
-# every other test (modules without one, the kernel tests, the contract's mutated wheels whose
-# module fixture only names the wheel) goes out one at a time. embedded_server's users ask for different
+# every other test (modules without one, the kernel tests, the modules whose module fixture only
+# names the wheel or its unpacked tree) goes out one at a time. embedded_server's users ask for different
 # flags (one server each), so they need no common unit. Units are handed out longest first (the
-# order below, the rest after), so that no long unit starts last and alone. Without -n only the
+# order below, by their measured time on the 2-core machine; the rest after), so that no long unit
+# starts last and alone: the tests of one 2-minute unit run last once kept one worker busy for
+# 100 s after the other had finished. Without -n only the
 # order of modules changes.
 SHARED_FIXTURES = {"ci_healthy_job": "ci-job", "indexer_run": "indexer-run", "slurm": "slurm"}
-LONGEST_FIRST = ["ci-job", "indexer-run", "embedded/test_embedded_server.py", "slurm", "e2e/test_ci_workflow.py",
-                 "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "embedded/test_embedded_dsa.py",
-                 "report/test_report.py", "matrix/test_lifecycle.py", "sglang/test_sglang_v4.py",
-                 "sglang/test_sglang_v32.py", "sglang/test_sglang_gpu_evidence.py", "sglang/test_sglang_fp4.py",
-                 "sglang/test_sglang_kernels.py", "report/test_report_sweep.py", "report/test_gate_coverage.py",
-                 "harness/test_package.py", "matrix/test_executor.py", "report/test_report_html.py"]
-PER_TEST = ("kernels/", "sglang/test_sglang_contract.py")
+LONGEST_FIRST = ["ci-job", "e2e/test_ci_workflow.py", "indexer-run", "sglang/test_sglang_v4.py",
+                 "embedded/test_embedded_dsa.py", "embedded/test_embedded_server.py", "slurm",
+                 "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "sglang/test_sglang_v32.py",
+                 "report/test_report.py", "matrix/test_lifecycle.py", "sglang/test_sglang_gpu_evidence.py",
+                 "sglang/test_sglang_fp4.py", "sglang/test_sglang_kernels.py", "report/test_report_sweep.py",
+                 "report/test_gate_coverage.py", "harness/test_package.py", "matrix/test_executor.py",
+                 "report/test_report_html.py"]
+PER_TEST = ("kernels/", "sglang/test_sglang_contract.py", "sglang/test_sglang_refusals.py")
 _MODULE_FIXTURE = ("scope=\"module\"", "scope='module'")
 
 
