@@ -56,9 +56,10 @@ slurm:
 	  { $(APT) update -qq && $(APT) install -y -qq slurmctld slurmd slurm-client munge; }
 
 # Two pytest-xdist workers, one per core (tests/conftest.py keeps the users of a shared session
-# fixture, and modules with module fixtures, on one worker). Measured on a fresh clone of the
-# 2-core machine: 15 min 7 s of tests (16 min 49 s with setup), against 32 min 17 s serially
-# before the contract's scan cache. `make test PYTEST_PARALLEL=--durations=25` runs serially.
+# fixture, and modules with module fixtures, on one worker; units go out longest first). Measured
+# on a fresh clone of the 2-core machine after `make setup`: 11 min 22 s (774 tests; the two workers
+# finish 10 s apart). Three workers were no faster there (14 min 30 s: the model servers contend).
+# `make test PYTEST_PARALLEL=--durations=25` runs serially.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # ruff first (pyproject.toml [tool.ruff]: a second, then the suite).
