@@ -226,7 +226,7 @@ def embedded_server():
 # flags (one server each), so they need no common unit. Units are handed out longest first (the
 # order below, by their measured time on the 2-core machine; the rest after), so that no long unit
 # starts last and alone: the tests of one 2-minute unit run last once kept one worker busy for
-# 114 s after the other had finished. Without -n only the
+# 105 s after the other had finished. Without -n only the
 # order of modules changes.
 SHARED_FIXTURES = {"ci_healthy_job": "ci-job", "indexer_run": "indexer-run", "slurm": "slurm"}
 LONGEST_FIRST = ["ci-job", "e2e/test_ci_workflow.py", "indexer-run", "sglang/test_sglang_v4.py",
