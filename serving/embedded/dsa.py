@@ -183,7 +183,7 @@ class DSA:
         bufs = bufs or (torch.empty(H * C * TILE), torch.empty(C * TILE), torch.empty(C, S), torch.empty(C, S),
                         torch.empty(C, S) if fine_k is not None else None)
         mask = bufs[3]
-        floor = None if fine_k is None else bufs[4] if len(bufs) > 4 and bufs[4] is not None else torch.empty(C, S)
+        floor = None if fine_k is None else bufs[4] if bufs[4] is not None else torch.empty(C, S)
         future = torch.ones(C, C, dtype=torch.bool).triu_(1)       # [C, C]: s > p inside the diagonal block
         if S <= self.topk and self.dense_when_short:               # every row keeps all its (<= K) keys
             mask.zero_()

@@ -56,34 +56,34 @@ def rescore(q: torch.Tensor, fine_k: torch.Tensor, cand: torch.Tensor) -> torch.
 
 
 def candidate_order(coarse_scores: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
-    """The order the candidates are taken in: the coarse score where it is above 0; where it
-    is a ReLU tie at 0, the largest coarse head product (floor, w_h-scaled, <= 0 there), so
-    those keys rank below every scoring key and among themselves by how near they came to
-    scoring; -inf where the coarse score is (not causal). [C, S] fp32.
+    """The order the candidates are taken in, written over `floor` (scratch) and returned: the
+    coarse score where it is above 0; where it is a ReLU tie at 0, the largest coarse head
+    product (floor, w_h-scaled, <= 0 there), so those keys rank below every scoring key and
+    among themselves by how near they came to scoring; -inf where the coarse score is (not
+    causal). [C, S] fp32.
 
     Why: where fewer than c*k keys score above 0 (rows of SmolLM2's layers where only tens
     of keys do), the exact top-k holds every key whose exact score is above 0, and a key
     the coarse form rounds down to 0 from just above it is among thousands of tied zeros: a
     plain top-(c*k) takes an arbitrary few of those, and the re-score never sees the key."""
-    return torch.where(coarse_scores > 0, coarse_scores, floor).masked_fill_(torch.isneginf(coarse_scores),
-                                                                           float("-inf"))
+    torch.where(coarse_scores > 0, coarse_scores, floor, out=floor)
+    return floor.masked_fill_(torch.isneginf(coarse_scores), float("-inf"))
 
 
 def two_stage_top(q: torch.Tensor, coarse_scores: torch.Tensor, fine_k: torch.Tensor, topk: int,
-                  factor: int, floor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  factor: int, floor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The two-stage selection of C query rows.
 
     coarse_scores: [C, S] coarse-form index scores, -inf where a key is not causal;
     floor: [C, S] the largest coarse head product of each (dsa.DSA.index_scores), which
-    orders the keys tied at 0 as candidates (candidate_order); None: taken as they come.
+    orders the keys tied at 0 as candidates (candidate_order; overwritten).
     -> (top [C, min(k, M)] selected key positions, cand [C, M] candidate positions,
     resc [C, M] their re-scores, -inf where the coarse score was), M = min(c*k, S).
     Rows with fewer causal keys than M pick -inf candidates too; the caller's causal mask
     drops those, as it does for the one-stage top-k."""
     S = coarse_scores.shape[1]
     M = min(factor * topk, S)
-    order_by = coarse_scores if floor is None else candidate_order(coarse_scores, floor)
-    cvals, cand = order_by.topk(M, dim=-1, sorted=False)                           # [C, M]
+    cvals, cand = candidate_order(coarse_scores, floor).topk(M, dim=-1, sorted=False)     # [C, M]
     cand, order = cand.sort(dim=-1)       # by position: ties (ReLU'd scores tie at 0) break as the one-stage top-k's
     cvals = cvals.gather(1, order)
     resc = rescore(q, fine_k, cand).masked_fill_(torch.isneginf(cvals), float("-inf"))
