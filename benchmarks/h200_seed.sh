@@ -2,7 +2,7 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests profile bench matrix
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests kernel profile bench matrix
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
@@ -64,6 +64,11 @@ tests() {
   log "tests done"
 }
 
+kernel() {   # the sparse attention kernel beside its first version (benchmarks/kernels/sparse_attention.py)
+  python3 "$HERE/benchmarks/kernels/sparse_attention.py" | tee "$OUT/sparse_attention.jsonl"
+  log "kernel done"
+}
+
 profile() {
   python3 "$HERE/benchmarks/gpu_profile.py" --tokens "${PROFILE_TOKENS:-22600}" \
     --arms "${PROFILE_ARMS:-dense,fp8-k512,bf16-k512,bf16-gather-k512}" --out "$OUT/profile" 2>&1 \
@@ -73,8 +78,8 @@ profile() {
 }
 
 bench() {
-  python3 -m niah.serving.embedded.cuda.bench --lengths "${BENCH_LENGTHS:-4096,22600}" \
-    --arms "${BENCH_ARMS:-dense,fp8-k512,bf16-k512,bf16-gather-k512}" | tee "$OUT/bench.jsonl"
+  python3 -m niah.serving.embedded.cuda.bench --lengths "${BENCH_LENGTHS:-300,4096,12189,22600}" \
+    --arms "${BENCH_ARMS:-dense,fp8-k512,bf16-k512,fp8-k1024,bf16-k1024,bf16-gather-k512}" | tee "$OUT/bench.jsonl"
   log "bench done"
 }
 

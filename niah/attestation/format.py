@@ -28,9 +28,9 @@ FIELD = "niah_attestation"  # the key under which servers report their record
 FP8_PATHS = ("store", "prefill_logits", "decode_logits")
 KINDS = ("eager", "captured", "replayed")  # how a call was seen
 # Facts that are measurements, not what the server is: they change between readings by
-# nature (peak GPU memory per prompt length, the memory taken before the first request),
+# nature (peak GPU memory per prompt length, a request's working memory, the memory taken before a request),
 # so they are never compared across readings (niah.attestation.rules).
-MEASURED_FACTS = ("peak_gpu_bytes", "base_gpu_bytes")
+MEASURED_FACTS = ("peak_gpu_bytes", "work_gpu_bytes", "base_gpu_bytes")
 
 
 def derive(calls: dict, index_dtype: str | None) -> dict:

@@ -4,7 +4,9 @@
 GPU is there). `build_model(cfg, loaded)` makes the Transformer on cfg.device with its
 attention: dense, the CPU emulation (dsa.DSA) or, on CUDA, the bundled kernels
 (cuda.indexer.CudaDSA), with the RoPE scaling asked for, and on CUDA its decode graphs
-(cuda.graphs.DecodeGraphs, unless cfg.cuda_graphs is False; attested as the fact `decode`).
+(cuda.graphs.DecodeGraphs, unless cfg.cuda_graphs is False; attested as the fact `decode`)
+and, on CUDA, its prefill chunk (`model.prefill_chunk` = cfg.query_chunk tokens a forward
+pass: generate.prefill; attested as the fact `prefill_chunk`).
 `warm_up(model)` compiles the GPU kernels once before the server says it is ready (one
 sequence long enough for selection, two eager decode steps, one captured graph's replay).
 """
@@ -53,6 +55,7 @@ def build_model(cfg, loaded):
         attention = DSA(cfg.index_dtype, cfg.index_topk, cfg.window, cfg.query_chunk, rotation=cfg.index_rotation,
                         query_dtype=cfg.index_query_dtype, rescore_factor=cfg.rescore_factor)
     model.set_attention(attention)
+    model.prefill_chunk = cfg.query_chunk if cuda else None    # generate.prefill: chunked on the GPU
     model.decode_graphs = None
     if cuda and getattr(cfg, "cuda_graphs", True):
         from niah.serving.embedded.cuda.graphs import DecodeGraphs  # noqa: PLC0415 (imports torch; CUDA only)
@@ -61,7 +64,8 @@ def build_model(cfg, loaded):
     if cuda:
         from niah.serving.sglang import attest  # noqa: PLC0415 (as the imports above)
 
-        attest.set_facts(decode="cuda-graphs" if model.decode_graphs is not None else "eager")
+        attest.set_facts(decode="cuda-graphs" if model.decode_graphs is not None else "eager",
+                         prefill_chunk=model.prefill_chunk)
     return model
 
 

@@ -28,7 +28,13 @@ class Generation:
 
 def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = None,
             probe=None) -> tuple[torch.Tensor, dict]:
-    """Run the prompt; -> (logits of the last position [V], stats)."""
+    """Run the prompt; -> (logits of the last position [V], stats).
+
+    A model with `prefill_chunk` (the GPU server's: build_model sets it) takes the prompt
+    that many tokens at a time (chunked prefill, as SGLang's `--chunked-prefill-size`), so
+    its activations do not grow with the prompt; the needle and the probe are recorded by
+    the last chunk (the last prompt token's selection). The same causal attention as in one
+    pass: each chunk attends to the cache the chunks before it wrote."""
     stats: dict = {}
     if needle_positions is not None:
         stats["needle_positions"] = needle_positions
@@ -37,7 +43,10 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
     peaks = PEAKS if model.device.type == "cuda" else None   # peak GPU memory per prompt length
     if peaks is not None:
         peaks.begin()
-    logits = model(torch.tensor([ids]), 0, stats=stats)       # [1, 1, V]
+    chunk = getattr(model, "prefill_chunk", None) or len(ids)
+    for c0 in range(0, len(ids), chunk):
+        last = c0 + chunk >= len(ids)
+        logits = model(torch.tensor([ids[c0:c0 + chunk]]), c0, stats=stats if last else None)   # [1, 1, V]
     if peaks is not None:
         peaks.end(len(ids))
     return logits[0, -1], stats

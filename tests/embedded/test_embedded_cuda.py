@@ -127,7 +127,8 @@ def test_topk_torch_option_selects_the_same():
         assert set(sa[r].tolist()) == set(sb[r].tolist())
 
 
-def test_sparse_attention_kernel_matches_masked_sdpa():
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
+def test_sparse_attention_kernel_matches_masked_sdpa(precision):
     g = torch.Generator().manual_seed(3)
     T, S, K = 12, 40, 8
     q = torch.randn(1, H, T, D, generator=g).to(DEV)
@@ -137,8 +138,55 @@ def test_sparse_attention_kernel_matches_masked_sdpa():
     idx[0, 3:] = -1                                  # a short row
     idx[1, :] = torch.arange(K)                      # column 0 kept
     idx = idx.to(DEV)
-    torch.testing.assert_close(sparse_attention(q, k, v, idx), sparse_attention_reference(q, k, v, idx),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(sparse_attention(q, k, v, idx, precision=precision),
+                               sparse_attention_reference(q, k, v, idx), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="precision"):
+        sparse_attention(q, k, v, idx, precision="tf32")
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+def test_score_rows_bound_the_scores_and_keep_the_selection(dtype):
+    """A score budget smaller than the chunk's [C, S] scores: the fused read scores a few rows
+    at a time (never more than the budget's fp32 scores a call) and keeps the same keys and
+    attention output as one call over the whole chunk; the gather read takes the whole chunk."""
+    T = 90
+    k, q = keys_and_query(T, seed=6)
+    cache = layer_cache(k)
+    whole, rows = make(dtype), make(dtype, score_bytes=4 * 84 * 16)     # 16 rows over the 84 keys below
+    for d in (whole, rows):
+        d.store(cache, k, 0)
+    assert whole.score_rows(84) == 64 and rows.score_rows(84) == 16
+    for S in (100, 1000, 22600, 131072):
+        assert rows.score_rows(S) * 4 * S <= rows.score_bytes or rows.score_rows(S) == 1
+    assert make("bf16", bf16_read="gather", score_bytes=4).score_rows(10**5) == 64
+    seen = []
+    real = rows.prefill_scores
+    rows.prefill_scores = lambda *a, **kw: seen.append(real(*a, **kw)) or seen[-1]
+    idx_a, last_a = whole._prefill_select(0, q[:, :, 20:84], 20)
+    idx_b, last_b = rows._prefill_select(0, q[:, :, 20:84], 20)
+    assert [t.shape[0] for t in seen] == [16, 16, 16, 16] and all(t.numel() * 4 <= rows.score_bytes for t in seen)
+    assert idx_a.shape == idx_b.shape and torch.equal(last_a, last_b)
+    for r in range(64):
+        assert set(idx_a[r].tolist()) == set(idx_b[r].tolist())
+    torch.testing.assert_close(rows(q[:, :, 20:84], cache, 20), whole(q[:, :, 20:84], cache, 20), rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_prefill_equals_one_pass():
+    """generate.prefill with the GPU server's prefill chunk: the same last logits, the same
+    per-layer selection recall as one pass over the prompt (fp32 and fp8 index keys)."""
+    from niah.serving.embedded.generate import prefill
+
+    ids = torch.randint(0, 64, (45,), generator=torch.Generator().manual_seed(2)).tolist()
+    for dtype in ("fp32", "fp8"):
+        m = tiny_model()
+        m.set_attention(CudaDSA(2, HKV, D, 128, dtype, 8, 64, device=DEV))
+        got = []
+        for chunk in (None, 16):
+            m.prefill_chunk = chunk
+            logits, stats = prefill(m, ids, needle_positions=(10, 14))
+            got.append((logits.cpu(), stats["selection_recall"]))
+        torch.testing.assert_close(got[1][0], got[0][0], rtol=1e-4, atol=1e-4)
+        assert got[1][1] == got[0][1]
 
 
 def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():

@@ -3,7 +3,8 @@ sparse_kernel.py) and `sparse_attention_reference` (torch, the same math through
 
 q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
-Scale D^-0.5 (SDPA's default, as the CPU server's attention).
+Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
+products, "tf32x3" (default) or "ieee" (sparse_kernel.py says what each is).
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import torch.nn.functional as F
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 
+PRECISIONS = ("tf32x3", "ieee")
+
+
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
-                     block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                     block_n: int | None = None, num_warps: int | None = None,
+                     precision: str = "tf32x3") -> torch.Tensor:
     from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel  # noqa: PLC0415 (imports triton: at first launch)
 
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
         raise ValueError(f"sparse_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"sparse_attention: precision must be one of {PRECISIONS}, not {precision!r}")
     if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
         raise ValueError("sparse_attention: fp32 q, k, v with H a multiple of Hkv")
     check_device(q, k, v, idx)
@@ -35,12 +42,13 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     if T == 0:
         return out.transpose(0, 1)[None]
     K = idx.shape[1]
-    block_n = block_n or (16 if interpreting() else 32)
+    block_n = block_n or (16 if interpreting() else 64)
     sparse_attention_kernel[(T, Hkv)](
         qt, kk, vv, idx, out, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         idx.stride(0), out.stride(0), out.stride(1),
-        K=K, G=G, BLOCK_G=next_pow2(G), D=D, BLOCK_N=block_n, num_warps=num_warps or 4,
+        K=K, G=G, BLOCK_G=max(16, next_pow2(G)), D=D, BLOCK_N=block_n, PRECISION=precision,
+        num_warps=num_warps or 4,
     )
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
 

@@ -1,5 +1,7 @@
-"""Time the GPU path on the real model, no HTTP: per arm and prompt length, one prefill and
-N greedy decode steps, with the peak GPU memory of the prefill. One JSON line each.
+"""Time the GPU path on the real model, no HTTP: per arm and prompt length, one prefill (the
+server's: generate.prefill, chunked) and N greedy decode steps, with the peak GPU memory of
+the prefill and its working memory (the peak over what was allocated before it). One JSON
+line each.
 
     python -m niah.serving.embedded.cuda.bench --lengths 4096,22600 --arms dense,fp8-k512,bf16-gather-k512
 
@@ -31,7 +33,7 @@ def arm_config(arm: str, device: str):
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from niah.serving.embedded.generate import decode_one  # noqa: PLC0415 (imports torch, as above)
+    from niah.serving.embedded.generate import decode_one, prefill  # noqa: PLC0415 (imports torch, as above)
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="4096,22600")
@@ -52,8 +54,8 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
             t1 = time.perf_counter()
-            logits = model(ids, 0)
-            tok = int(logits[0, -1].argmax())
+            logits, _ = prefill(model, ids[0].tolist())
+            tok = int(logits.argmax())
             t2 = time.perf_counter()
             peak = torch.cuda.max_memory_allocated()
             for i in range(a.decode):
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({"arm": arm, "tokens": n, "prefill_s": round(t2 - t1, 4),
                               "decode_ms_per_token": round(1000 * (t3 - t2) / max(1, a.decode), 2),
                               "trial_s_estimate": round(t3 - t1, 3), "peak_gpu_bytes": int(peak),
-                              "base_gpu_bytes": int(base), "peak_over_base_gib": round((peak - base) / 2**30, 3),
+                              "base_gpu_bytes": int(base), "work_gpu_bytes": int(peak - base),
+                              "peak_over_base_gib": round((peak - base) / 2**30, 3),
                               "ready_s": round(ready, 2)}), flush=True)
         del model
         torch.cuda.empty_cache()

@@ -12,13 +12,17 @@ only), computed the way a DSA server computes it:
   into the head weights (scales are positive, so they commute with the ReLU), or bf16;
   fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
 - scores: prefill through the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`: rows
-  of `chunk` queries over the sequence's keys, one gather of its pages per layer, as
-  SGLang's prefill does), decode through the paged kernel (`fp8_paged_mqa_logits` /
-  `bf16_paged_mqa_logits`, the pages read in place through the block table). The 3 kv heads
+  of queries over the sequence's keys, one gather of its pages per layer, as SGLang's
+  prefill does), as many rows a call as fit in `score_bytes` of fp32 scores (64 MiB:
+  `score_rows`; the top-k of each call's rows taken before the next, the attention once a
+  chunk), so the read's working memory is bounded at any length; decode through the paged
+  kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the pages read in place through
+  the block table). The 3 kv heads
   are the kernels' batch: one launch (decode) or one per kv head (prefill), summed.
 - `bf16_read="gather"` (bf16 only): the seed's naive read instead, every page copied once
-  per query ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same selection up to bf16
-  rounding of the products, and the memory that killed the seed's 22K prompt.
+  per query of the whole chunk ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same
+  selection up to bf16 rounding of the products, and the memory that killed the seed's 22K
+  prompt (it grows with chunk x S: no budget, as the seed's path had none).
 - top-k: `niah.kernels.topk_indices` by default ("niah"): graph-safe, ties at the cut keep
   the lowest positions (deterministic), rows with fewer candidates padded with -1 exactly
   as the attention kernel wants them; `topk="torch"` uses torch.topk (ties arbitrary).
@@ -29,7 +33,7 @@ only), computed the way a DSA server computes it:
 Attestation (serving/sglang/attest.py, as the CPU server reports it): one `record` per
 kernel launch by name, pool bytes per token and layer (3 kv heads: fp8 204, bf16 384,
 fp32 768), facts attention, index_topk, window (0: no window on this path), rotation,
-device, query precision, bf16_read, topk.
+device, query precision, bf16_read, topk, score_bytes.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ BF16_READS = ("fused", "gather")
 TOPK_IMPLS = ("niah", "torch")
 QUERY = {"fp8": "fp8", "bf16": "bf16", "fp32": "fp32"}
 KERNELS = "niah-cuda"      # the arm's kernels: niah's Triton kernels in the embedded server
+SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (rows = SCORE_BYTES / 4S)
 
 
 class CudaDSA:
@@ -59,7 +64,8 @@ class CudaDSA:
 
     def __init__(self, n_layer: int, n_kv: int, dim: int, capacity: int, index_dtype: str = "fp8",
                  topk: int = 512, chunk: int = 4096, rotation: str = "none", bf16_read: str = "fused",
-                 topk_impl: str = "niah", device: str | torch.device = "cuda", dense_when_short: bool = True):
+                 topk_impl: str = "niah", device: str | torch.device = "cuda", dense_when_short: bool = True,
+                 score_bytes: int = SCORE_BYTES):
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
         if rotation not in ROTATIONS:
@@ -68,8 +74,9 @@ class CudaDSA:
             raise ValueError(f"bf16_read must be one of {BF16_READS} ('gather' needs bf16 keys), not {bf16_read!r}")
         if topk_impl not in TOPK_IMPLS:
             raise ValueError(f"topk must be one of {TOPK_IMPLS}, not {topk_impl!r}")
-        if topk < 1 or chunk < 1:
-            raise ValueError("topk and chunk must be >= 1")
+        if topk < 1 or chunk < 1 or score_bytes < 1:
+            raise ValueError("topk, chunk and score_bytes must be >= 1")
+        self.score_bytes = score_bytes
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
         self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
         self.window = 0
@@ -86,7 +93,7 @@ class CudaDSA:
         attest.configure(index_dtype, KERNELS, self.bytes_per_token)
         attest.set_facts(attention="dsa", index_topk=topk, window=0, rotation=rotation, device=str(self.device),
                          query=QUERY[index_dtype], bf16_read=bf16_read if index_dtype == "bf16" else None,
-                         topk=self._topk_name())
+                         topk=self._topk_name(), score_bytes=self.score_bytes)
 
     def _topk_name(self) -> str:
         return "niah.topk_indices" if self.topk_impl == "niah" else "torch.topk"
@@ -265,6 +272,30 @@ class CudaDSA:
         return torch.where(torch.isneginf(top.values), -1, top.indices).to(torch.int32)
 
     # -- the attention (installed by Transformer.set_attention) ----------------------------
+    def score_rows(self, S: int) -> int:
+        """Query rows one score call takes over S keys: as many as fit in `score_bytes` of
+        fp32 [rows, S] scores (at most the chunk), so the read's working memory is bounded at
+        any length; the gather read takes the whole chunk (the seed's naive path)."""
+        if self.index_dtype == "bf16" and self.bf16_read == "gather":
+            return self.chunk
+        return max(1, min(self.chunk, self.score_bytes // (4 * S)))
+
+    def _prefill_select(self, layer: int, iq: torch.Tensor, p0: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Kept positions of the C queries of iq ([1, H, C, D] at p0..p0+C-1): int32 [C, min(K, p0+C)]
+        (-1 pads), scored `score_rows` rows at a time; and the last row's scores [p0 + C]."""
+        C = iq.shape[2]
+        rows = self.score_rows(p0 + C)
+        if rows >= C:
+            scores = self.prefill_scores(layer, iq, p0)
+            return self.select(scores), scores[-1]
+        idx = torch.full((C, min(self.topk, p0 + C)), -1, dtype=torch.int32, device=iq.device)
+        for r0 in range(0, C, rows):
+            r1 = min(C, r0 + rows)
+            scores = self.prefill_scores(layer, iq[:, :, r0:r1], p0 + r0)
+            part = self.select(scores)
+            idx[r0:r1, :part.shape[1]] = part
+        return idx, scores[-1]
+
     def __call__(self, q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
         _, H, T, D = q.shape
         S = start + T
@@ -283,9 +314,9 @@ class CudaDSA:
             p0 = start + c0
             if c1 - c0 == 1 and p0 > 0:
                 scores = self.decode_scores(cache.layer_id, iq[:, :, c0:c1], p0 + 1)
+                idx, last = self.select(scores), scores[-1]
             else:
-                scores = self.prefill_scores(cache.layer_id, iq[:, :, c0:c1], p0)
-            idx = self.select(scores)                                      # [C, K]
+                idx, last = self._prefill_select(cache.layer_id, iq[:, :, c0:c1], p0)      # [C, K], [p0 + C]
             if c1 == T and (needle is not None or probe is not None):
                 kept = self._kept_row(idx[-1], p0 + c1 - c0)
                 if needle is not None:
@@ -295,7 +326,7 @@ class CudaDSA:
                 if probe is not None:
                     Sr = kept.shape[0]
                     probe.record(cache.layer_id, Sr - 1, Sr, row_stats_tensor(
-                        scores[-1, :Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
+                        last[:Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
             out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
         return out
 
@@ -316,7 +347,8 @@ class CudaDSA:
 
     def describe(self) -> dict:
         d = {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
-             "index_topk": self.topk, "window": 0, "query_chunk": self.chunk, "topk": self.topk_impl}
+             "index_topk": self.topk, "window": 0, "query_chunk": self.chunk, "topk": self.topk_impl,
+             "score_bytes": self.score_bytes}
         if self.index_dtype == "bf16":
             d["bf16_read"] = self.bf16_read
         return d

@@ -12,7 +12,10 @@ so key_heads 1 per live copy) and DeepSeek-V4's indexer (one shared 128-dim key,
 `PeakLog` keeps, per prompt length, the largest torch.cuda.max_memory_allocated seen over
 a request's prefill (the peak is reset before it) and publishes it as the attestation fact
 `peak_gpu_bytes` ({"<prompt tokens>": bytes}), beside `base_gpu_bytes` (allocated before
-the prefill: weights and caches).
+the latest prefill: weights, caches, pools and the decode graphs captured so far, which grow
+over a run) and `work_gpu_bytes` ({"<prompt tokens>": bytes}, the largest peak minus what
+was allocated just before that prefill: the request's own working memory, apart from the
+pools and graphs).
 """
 
 from __future__ import annotations
@@ -34,10 +37,15 @@ def gather_bytes(queries: int, context: int, head_dim: int, elem_bytes: int = 2,
     return queries * pages * page * head_dim * elem_bytes * key_heads
 
 
+def _by_length(d: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(d.items(), key=lambda kv: int(kv[0])))
+
+
 class PeakLog:
     def __init__(self):
         self._lock = threading.Lock()
         self.peaks: dict[str, int] = {}
+        self.work: dict[str, int] = {}
         self.base = 0
 
     def begin(self) -> None:
@@ -53,7 +61,8 @@ class PeakLog:
         with self._lock:
             key = str(int(tokens))
             self.peaks[key] = max(self.peaks.get(key, 0), peak)
-            attest.set_facts(peak_gpu_bytes=dict(sorted(self.peaks.items(), key=lambda kv: int(kv[0]))),
+            self.work[key] = max(self.work.get(key, 0), peak - int(self.base))
+            attest.set_facts(peak_gpu_bytes=_by_length(self.peaks), work_gpu_bytes=_by_length(self.work),
                              base_gpu_bytes=int(self.base))
         return peak
 

@@ -1,13 +1,18 @@
-"""Triton kernel: attention of each query over its own kept keys only (GQA, fp32).
+"""Triton kernel: attention of each query over its own kept keys only (GQA, fp32 data).
 
     out[t, h] = softmax_j( q[t, h] . k[g, idx[t, j]] * scale ) @ v[g, idx[t, j]]    g = h // G
 
 idx [T, K] int32 holds the kept key positions of query t (-1 = none: rows shorter than K).
-One program = one (query t, kv head g): the G query heads of the group ([BLOCK_G, D] in
-registers), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
-from the KV cache (no gather is materialised), online softmax in fp32. The dot products
-are broadcast multiply-and-sum in fp32 (G = 3 rows would waste a 16-row tensor-core tile,
-and fp32 keeps the CPU server's SDPA numerics).
+One program = one (query t, kv head g): the G query heads of the group as the rows of a
+[BLOCK_G, D] tile (BLOCK_G >= 16, the smallest tile `tl.dot` takes; rows past G are zero
+and never stored), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
+from the KV cache (no gather is materialised), online softmax in fp32.
+
+Both products are `tl.dot` at `PRECISION`: "tf32x3" (the default: three tf32 tensor-core
+products per fp32 product, the small parts' cross terms included, fp32-level accuracy, the
+CPU server's SDPA to ~1e-6) or "ieee" (fp32 FMA). benchmarks/kernels/sparse_attention.py
+times both beside the first version of this kernel (a broadcast multiply-and-sum on CUDA
+cores); docs/embedded-server.md has the H200 figures.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ def sparse_attention_kernel(
     stride_ot, stride_oh,
     K: tl.constexpr,          # kept keys per query (the top-k: one compile per value)
     G: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    BLOCK_G: tl.constexpr,    # >= 16 and >= G
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,  # "tf32x3" or "ieee"
 ):
     t = tl.program_id(0)
     g = tl.program_id(1)
@@ -56,16 +62,15 @@ def sparse_attention_kernel(
         idx = tl.load(idx_row + n, mask=n < K, other=-1)
         valid = idx >= 0
         rows = tl.where(valid, idx, 0).to(tl.int64)
-        # [BLOCK_N, D]
         k = tl.load(k_base + rows[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                          # [BLOCK_G, BLOCK_N]
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)                     # [BLOCK_G, BLOCK_N]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp(s - m_safe[:, None])                                             # 0 where masked
         alpha = tl.exp(m - m_safe)
         v = tl.load(v_base + rows[:, None] * stride_vs + offs_d[None, :], mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)  # [BLOCK_G, D]
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)        # [BLOCK_G, D]
         denom = denom * alpha + tl.sum(p, axis=1)
         m = m_new
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
