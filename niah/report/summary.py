@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from niah.attestation import report_section
+from niah.attestation import last_attestation, report_section
 from niah.report import style
 from niah.report.compare import rows_markdown
 from niah.report.ranks import rank_markdown
@@ -225,6 +225,32 @@ def integrity_rows(problems: list[str], notes: list[str]) -> list[tuple[str, str
     return ([("integrity problem", p) for p in problems] + [("note", n) for n in notes])
 
 
+def memory_section(manifest: dict[str, Any], infos, lengths) -> str | None:
+    """GPU memory per prompt length, for the configurations whose server attests it (the
+    embedded server on CUDA: facts work_gpu_bytes / peak_gpu_bytes, keyed by exact prompt
+    tokens; each length takes the largest reading within its length tolerance). None when
+    no configuration reports it."""
+    rows = []
+    for n in infos:
+        facts = (last_attestation((manifest.get("configs") or {}).get(n) or {}) or {}).get("facts") or {}
+        work, peak = facts.get("work_gpu_bytes") or {}, facts.get("peak_gpu_bytes") or {}
+        if not work and not peak:
+            continue
+
+        def at(d: dict, length: int) -> str:
+            got = [v for k, v in d.items() if str(k).isdigit() and abs(int(k) - length) <= length_tolerance(length)]
+            return f"{max(got) / 2**30:.2f}" if got else "—"
+
+        rows.append([f"`{n}`"] + [f"{at(work, L)} / {at(peak, L)}" for L in lengths])
+    if not rows:
+        return None
+    return ("\n## GPU memory per prompt length (GiB: the prefill's working memory / its peak)\n\n"
+            "Working memory: the prefill's peak minus what was allocated just before it (weights, caches, index-key "
+            "pool, captured decode graphs); the peak includes those, so it also grows with the graphs a run captures. "
+            "Largest reading per length, as the server attested it.\n\n"
+            + _table(["config"] + [style.fmt_len(L) for L in lengths], rows))
+
+
 def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, overall, lengths, depths,
           diffs: list[dict[str, Any]], figures: dict[str, str], alpha: float, sections: tuple = (),
           problems: list[str] = (), notes: list[str] = ()) -> str:
@@ -289,6 +315,10 @@ def build(run_name: str, manifest: dict[str, Any], df, infos, cells, by_len, ove
                     for r in sig) + "\n")
             else:
                 out.append("\nNo single cell differs significantly.\n")
+
+    memory = memory_section(manifest, infos, lengths)
+    if memory:
+        out.append(memory)
 
     out.append("\n## Failure taxonomy\n")
     out.append(taxonomy_table(df, infos))

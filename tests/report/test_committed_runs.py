@@ -3,12 +3,15 @@ and with the paired verdicts docs/embedded-server.md and the README quote.
 
 results/precision-k32/ is the embedded server at top-k 32 on 2K-4K prompts, where index-key
 precision costs answers; these checks fail if the folder is edited, a trial lost, or the
-compare statistics change what they conclude from it.
+compare statistics change what they conclude from it. results/h200-seed-sweep/ is the GPU
+server's seed matrix on one H200 (and device/repeat/ the same command run again): the
+lengths, arms, kernels, memory and reproduction docs/embedded-server.md reports.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cli_inproc import niah
@@ -18,6 +21,7 @@ from niah.runs.integrity import load_checked
 
 ROOT = Path(__file__).resolve().parents[2]
 K32 = ROOT / "results" / "precision-k32"
+H200 = ROOT / "results" / "h200-seed-sweep"
 
 
 def _compare(a: str, b: str) -> dict:
@@ -50,3 +54,42 @@ def test_the_top_k_32_run_shows_precision_costing_answers():
     two_stage = _compare("bf16", "fp8-bf16-c4")
     (whole,) = [row for row in two_stage["rows"] if row["group"] == "all"]
     assert (whole["losses"], whole["wins"], whole["k_a"], whole["k_b"]) == (0, 0, 21, 21)
+
+
+def _work_gib(entry: dict, length: int) -> float:
+    from niah.attestation import last_attestation
+
+    work = last_attestation(entry)["facts"]["work_gpu_bytes"]
+    return max(v for k, v in work.items() if abs(int(k) - length) <= 4) / 2**30
+
+
+def test_the_h200_seed_sweep_holds_what_the_docs_report():
+    checked = load_checked(H200)
+    assert checked.problems == []
+    configs = checked.manifest["configs"]
+    assert set(configs) == {"dense", "fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024", "bf16-gather-k512"}
+    assert max(r["length"] for r in checked.records) == 22600 and len(checked.records) == 720
+    from niah.attestation import last_attestation
+
+    for name, entry in configs.items():
+        assert status(entry)[0] == VALID, (name, status(entry))
+        att = last_attestation(entry)
+        assert att["facts"]["device"] == "cuda"
+        if name != "dense":
+            assert att["kernels"] == "niah-cuda" and att["facts"]["prefill_chunk"] == 4096
+    # the gather read's working memory grows with length; the fused reads' levels off at the score budget
+    for name in ("fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"):
+        assert _work_gib(configs[name], 22600) < 0.35 and _work_gib(configs[name], 22600) / _work_gib(
+            configs[name], 12189) < 1.1, name
+    gather = configs["bf16-gather-k512"]
+    assert _work_gib(gather, 22600) > 10 and _work_gib(gather, 22600) / _work_gib(gather, 6574) > 4
+    # the whole matrix within 10 minutes on the one H200, both times
+    for log in (H200 / "sweep.log", H200 / "device" / "repeat" / "sweep.log"):
+        assert int(re.search(r"sweep rc=0 wall_s=(\d+)", log.read_text()).group(1)) <= 600
+    # the same command again on the H200: the same outcome and answer in every trial
+    again = {(r["config"], r["length"], r["depth"], r["trial"]): r
+             for r in map(json.loads, (H200 / "device" / "repeat" / "trials.jsonl").read_text().splitlines())}
+    assert len(again) == 720
+    for r in checked.records:
+        other = again[(r["config"], r["length"], r["depth"], r["trial"])]
+        assert (other["outcome"], other["answer"]) == (r["outcome"], r["answer"])
