@@ -2,7 +2,7 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests kernel profile bench matrix
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests kernel profile bench matrix single
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
@@ -96,6 +96,16 @@ matrix() {
   cp /tmp/matrix.log "$run/sweep.log"
   (cd /tmp && tar czf "$OUT/h200-seed-sweep.tgz" h200-seed-sweep)
   log "matrix done"
+}
+
+single() {   # the matrix's 22,600-token trials, one arm at a time: the per-trial time with the GPU to itself
+  local run=/tmp/h200-one-arm-at-a-time
+  rm -rf "$run"
+  (cd /tmp && python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths 22600 \
+     --depths 10:90:5 --trials 3 --executor-set configs_per_gpu=1 --out "$run") 2>&1 | tail -4
+  (cd /tmp && python3 -m niah report "$run") 2>&1 | tail -2
+  (cd /tmp && tar czf "$OUT/h200-one-arm-at-a-time.tgz" h200-one-arm-at-a-time)
+  log "single done"
 }
 
 for step in "$@"; do
