@@ -93,3 +93,10 @@ def test_the_h200_seed_sweep_holds_what_the_docs_report():
     for r in checked.records:
         other = again[(r["config"], r["length"], r["depth"], r["trial"])]
         assert (other["outcome"], other["answer"]) == (r["outcome"], r["answer"])
+    # and its 22,600-token trials one arm at a time: the same prompts, the same answers
+    alone = [json.loads(x) for x in (H200 / "device" / "one-arm-at-a-time" / "trials.jsonl").read_text().splitlines()]
+    assert len(alone) == 90 and {r["length"] for r in alone} == {22600}
+    mine = {(r["config"], r["depth"], r["trial"]): r for r in checked.records if r["length"] == 22600}
+    for r in alone:
+        m = mine[(r["config"], r["depth"], r["trial"])]
+        assert (r["prompt_sha256"], r["answer"]) == (m["prompt_sha256"], m["answer"])
