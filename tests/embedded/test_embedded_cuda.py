@@ -127,7 +127,7 @@ def test_topk_torch_option_selects_the_same():
         assert set(sa[r].tolist()) == set(sb[r].tolist())
 
 
-@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee", "broadcast"])
 def test_sparse_attention_kernel_matches_masked_sdpa(precision):
     g = torch.Generator().manual_seed(3)
     T, S, K = 12, 40, 8

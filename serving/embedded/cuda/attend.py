@@ -4,7 +4,8 @@ sparse_kernel.py) and `sparse_attention_reference` (torch, the same math through
 q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
 Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
-products, "tf32x3" (default) or "ieee" (sparse_kernel.py says what each is).
+products, "tf32x3" (default), "ieee" or "broadcast" (the first version, a benchmark's
+baseline; sparse_kernel.py says what each is).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 
-PRECISIONS = ("tf32x3", "ieee")
+PRECISIONS = ("tf32x3", "ieee", "broadcast")
 
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
@@ -42,12 +43,14 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     if T == 0:
         return out.transpose(0, 1)[None]
     K = idx.shape[1]
-    block_n = block_n or (16 if interpreting() else 64)
+    broadcast = precision == "broadcast"
+    block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
     sparse_attention_kernel[(T, Hkv)](
         qt, kk, vv, idx, out, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         idx.stride(0), out.stride(0), out.stride(1),
-        K=K, G=G, BLOCK_G=max(16, next_pow2(G)), D=D, BLOCK_N=block_n, PRECISION=precision,
+        K=K, G=G, BLOCK_G=next_pow2(G) if broadcast else max(16, next_pow2(G)), D=D, BLOCK_N=block_n,
+        PRECISION=precision,
         num_warps=num_warps or 4,
     )
     return out.transpose(0, 1)[None]                             # [1, H, T, D]

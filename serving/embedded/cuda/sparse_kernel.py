@@ -10,9 +10,10 @@ from the KV cache (no gather is materialised), online softmax in fp32.
 
 Both products are `tl.dot` at `PRECISION`: "tf32x3" (the default: three tf32 tensor-core
 products per fp32 product, the small parts' cross terms included, fp32-level accuracy, the
-CPU server's SDPA to ~1e-6) or "ieee" (fp32 FMA). benchmarks/kernels/sparse_attention.py
-times both beside the first version of this kernel (a broadcast multiply-and-sum on CUDA
-cores); docs/embedded-server.md has the H200 figures.
+CPU server's SDPA to ~1e-6) or "ieee" (fp32 FMA); or "broadcast", this kernel's first
+version (a broadcast multiply-and-sum on CUDA cores, BLOCK_G = next_pow2(G)), kept as the
+baseline benchmarks/kernels/sparse_attention.py times the other two against
+(docs/embedded-server.md has the H200 figures).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ def sparse_attention_kernel(
     stride_ot, stride_oh,
     K: tl.constexpr,          # kept keys per query (the top-k: one compile per value)
     G: tl.constexpr,
-    BLOCK_G: tl.constexpr,    # >= 16 and >= G
+    BLOCK_G: tl.constexpr,    # >= G (and >= 16 for tl.dot)
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,  # "tf32x3" or "ieee"
+    PRECISION: tl.constexpr,  # "tf32x3", "ieee" or "broadcast"
 ):
     t = tl.program_id(0)
     g = tl.program_id(1)
@@ -63,14 +64,20 @@ def sparse_attention_kernel(
         valid = idx >= 0
         rows = tl.where(valid, idx, 0).to(tl.int64)
         k = tl.load(k_base + rows[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)                     # [BLOCK_G, BLOCK_N]
+        if PRECISION == "broadcast":
+            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                       # [BLOCK_G, BLOCK_N]
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp(s - m_safe[:, None])                                             # 0 where masked
         alpha = tl.exp(m - m_safe)
         v = tl.load(v_base + rows[:, None] * stride_vs + offs_d[None, :], mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)        # [BLOCK_G, D]
+        if PRECISION == "broadcast":
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)   # [BLOCK_G, D]
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         denom = denom * alpha + tl.sum(p, axis=1)
         m = m_new
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
