@@ -34,7 +34,7 @@ class Job:
     stream: bool
     flag: threading.Event = field(default_factory=threading.Event)
     stage: str = "queued"            # queued -> prefill -> decode -> completed | cancelled
-    prefill_layers: int = 0          # layers the prefill ran
+    prefill_layers: int = 0          # layer passes the prefill ran (30 a chunk where the prefill is chunked)
     completion_tokens: int = 0
 
     def cancel(self) -> None:
