@@ -169,24 +169,44 @@ def test_score_rows_bound_the_scores_and_keep_the_selection(dtype):
     for r in range(64):
         assert set(idx_a[r].tolist()) == set(idx_b[r].tolist())
     torch.testing.assert_close(rows(q[:, :, 20:84], cache, 20), whole(q[:, :, 20:84], cache, 20), rtol=1e-5, atol=1e-6)
+    # from position 0 with rows that do not divide the chunk: the first calls keep fewer than K
+    # keys a row (-1 pads past them) and the last call is short
+    seen.clear()
+    rows.score_bytes = 4 * 24 * 7                                               # 7 rows over <= 24 keys
+    idx_a, last_a = whole._prefill_select(0, q[:, :, :24], 0)
+    idx_b, last_b = rows._prefill_select(0, q[:, :, :24], 0)
+    assert [t.shape for t in seen] == [(7, 7), (7, 14), (7, 21), (3, 24)]
+    assert idx_a.shape == idx_b.shape == (24, 8) and torch.equal(last_a, last_b)
+    assert torch.equal((idx_b[:7] >= 0).sum(1).cpu(), torch.tensor([1, 2, 3, 4, 5, 6, 7]))
+    for r in range(24):
+        assert set(idx_a[r].tolist()) == set(idx_b[r].tolist())
 
 
-def test_chunked_prefill_equals_one_pass():
-    """generate.prefill with the GPU server's prefill chunk: the same last logits, the same
-    per-layer selection recall as one pass over the prompt (fp32 and fp8 index keys)."""
+@pytest.mark.parametrize("dtype", ["fp32", "fp8"])
+def test_chunked_prefill_equals_one_pass(dtype):
+    """generate.prefill with the GPU server's prefill chunk (equal to the indexer's, as the
+    server sets it, or smaller; a last chunk of one token, which the indexer scores as a
+    decode step): the same last logits, per-layer selection recall and indexer probe as one
+    pass over the prompt."""
     from niah.serving.embedded.generate import prefill
+    from niah.serving.embedded.probe import STAT_KEYS, ProbeLog
 
-    ids = torch.randint(0, 64, (45,), generator=torch.Generator().manual_seed(2)).tolist()
-    for dtype in ("fp32", "fp8"):
-        m = tiny_model()
-        m.set_attention(CudaDSA(2, HKV, D, 128, dtype, 8, 64, device=DEV))
-        got = []
-        for chunk in (None, 16):
-            m.prefill_chunk = chunk
-            logits, stats = prefill(m, ids, needle_positions=(10, 14))
-            got.append((logits.cpu(), stats["selection_recall"]))
-        torch.testing.assert_close(got[1][0], got[0][0], rtol=1e-4, atol=1e-4)
-        assert got[1][1] == got[0][1]
+    ids = torch.randint(0, 64, (33,), generator=torch.Generator().manual_seed(2)).tolist()
+    m = tiny_model()
+    got = []
+    for chunk, dsa_chunk in ((None, 64), (16, 16), (16, 64)):           # 33 = 2 x 16 + 1
+        m.set_attention(CudaDSA(2, HKV, D, 128, dtype, 8, dsa_chunk, device=DEV))
+        m.prefill_chunk = chunk
+        probe = ProbeLog((20, 24), 2, 8)
+        logits, stats = prefill(m, ids, needle_positions=(10, 14), probe=probe)
+        probe.next_step()
+        got.append((logits.cpu(), stats["selection_recall"], probe.steps[0]))
+    for logits, recall, step in got[1:]:
+        torch.testing.assert_close(logits, got[0][0], rtol=1e-4, atol=1e-4)
+        assert recall == got[0][1]
+        assert step["active"] and step["position"] == got[0][2]["position"] == 32
+        for key in STAT_KEYS:
+            assert step[key] == pytest.approx(got[0][2][key], abs=1e-5), key
 
 
 def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():

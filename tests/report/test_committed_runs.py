@@ -83,6 +83,15 @@ def test_the_h200_seed_sweep_holds_what_the_docs_report():
             configs[name], 12189) < 1.1, name
     gather = configs["bf16-gather-k512"]
     assert _work_gib(gather, 22600) > 10 and _work_gib(gather, 22600) / _work_gib(gather, 6574) > 4
+    # the report's memory table reads the same facts: the gather's row grows, a fused row levels off
+    from niah.report.summary import memory_section
+
+    table = memory_section(checked.manifest, list(configs), [6574, 12189, 22600])
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `")}
+    assert set(rows) == {f"`{n}`" for n in configs}
+    assert "| 2.26 / 4.89 | 6.50 / 9.19 | 11.14 / 13.89 |" in rows["`bf16-gather-k512`"]
+    assert "| 0.24 / 2.70 | 0.29 / 2.82 | 0.30 / 2.89 |" in rows["`fp8-k512`"]
+    assert memory_section({"configs": {"x": {}}}, ["x"], [300]) is None
     # the whole matrix within 10 minutes on the one H200, both times
     for log in (H200 / "sweep.log", H200 / "device" / "repeat" / "sweep.log"):
         assert int(re.search(r"sweep rc=0 wall_s=(\d+)", log.read_text()).group(1)) <= 600

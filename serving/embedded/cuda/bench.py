@@ -1,5 +1,5 @@
 """Time the GPU path on the real model, no HTTP: per arm and prompt length, one prefill (the
-server's: generate.prefill, chunked) and N greedy decode steps, with the peak GPU memory of
+server's: generate.prefill, chunked for the sparse arms) and N greedy decode steps, with the peak GPU memory of
 the prefill and its working memory (the peak over what was allocated before it). One JSON
 line each.
 

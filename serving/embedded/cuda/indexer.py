@@ -12,8 +12,8 @@ only), computed the way a DSA server computes it:
   into the head weights (scales are positive, so they commute with the ReLU), or bf16;
   fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
 - scores: prefill through the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`: rows
-  of queries over the sequence's keys, one gather of its pages per layer, as SGLang's
-  prefill does), as many rows a call as fit in `score_bytes` of fp32 scores (64 MiB:
+  of queries over the sequence's keys, gathered from its pages for each score call and kv
+  head, as SGLang's prefill does), as many rows a call as fit in `score_bytes` of fp32 scores (64 MiB:
   `score_rows`; the top-k of each call's rows taken before the next, the attention once a
   chunk), so the read's working memory is bounded at any length; decode through the paged
   kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the pages read in place through
