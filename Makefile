@@ -57,8 +57,8 @@ slurm:
 
 # Two pytest-xdist workers, one per core (tests/conftest.py keeps the users of a shared session
 # fixture, and modules with module fixtures, on one worker; units go out longest first). Measured
-# on fresh clones of the 2-core machine after `make setup`: 11 min 22 s, 11 min 25 s and, on an hour
-# when the same tests took 25% more CPU time, 14 min 13 s (774 tests; the two workers finish 10 s apart). Three workers, tried before the units were reordered: 14 min 30 s (the model
+# on fresh clones of the 2-core machine after `make setup`: 9 min 7 s (`.ci/run`, 781 tests), earlier
+# 11 min 22 s, 11 min 25 s and, on an hour when the same tests took 25% more CPU time, 14 min 13 s (774 tests; the two workers finish 10 s apart). Three workers, tried before the units were reordered: 14 min 30 s (the model
 # servers contend for the two cores).
 # `make test PYTEST_PARALLEL=--durations=25` runs serially.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
