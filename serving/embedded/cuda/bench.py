@@ -1,7 +1,8 @@
 """Time the GPU path on the real model, no HTTP: per arm and prompt length, one prefill (the
-server's: generate.prefill, chunked for the sparse arms) and N greedy decode steps, with the peak GPU memory of
-the prefill and its working memory (the peak over what was allocated before it). One JSON
-line each.
+server's: generate.prefill, chunked for the sparse arms) and N greedy decode steps, with the
+peak GPU memory of the prefill and its working memory (the peak over what was allocated
+before it). One JSON line each. An arm's first prompt of a shape includes Triton's compiles:
+time a shape twice before quoting it.
 
     python -m niah.serving.embedded.cuda.bench --lengths 4096,22600 --arms dense,fp8-k512,bf16-gather-k512
 

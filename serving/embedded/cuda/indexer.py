@@ -13,12 +13,13 @@ only), computed the way a DSA server computes it:
   fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
 - scores: prefill through the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`: rows
   of queries over the sequence's keys, gathered from its pages for each score call and kv
-  head, as SGLang's prefill does), as many rows a call as fit in `score_bytes` of fp32 scores (64 MiB:
-  `score_rows`; the top-k of each call's rows taken before the next, the attention once a
-  chunk), so the read's working memory is bounded at any length; decode through the paged
-  kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the pages read in place through
-  the block table). The 3 kv heads
-  are the kernels' batch: one launch (decode) or one per kv head (prefill), summed.
+  head, as SGLang's prefill does), as many rows a call as fit in `score_bytes` of fp32
+  scores (64 MiB: `score_rows`; each call's top-k taken before the next, the attention once
+  a chunk), so the read's working memory is bounded at any length (about three such
+  buffers live at once: the running sum over kv heads, one kv head's scores, the previous
+  call's scores); decode through the paged kernel (`fp8_paged_mqa_logits` /
+  `bf16_paged_mqa_logits`, the pages read in place through the block table). The 3 kv
+  heads are the kernels' batch: one launch (decode) or one per kv head (prefill), summed.
 - `bf16_read="gather"` (bf16 only): the seed's naive read instead, every page copied once
   per query of the whole chunk ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same
   selection up to bf16 rounding of the products, and the memory that killed the seed's 22K

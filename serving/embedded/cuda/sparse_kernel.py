@@ -4,8 +4,8 @@
 
 idx [T, K] int32 holds the kept key positions of query t (-1 = none: rows shorter than K).
 One program = one (query t, kv head g): the G query heads of the group as the rows of a
-[BLOCK_G, D] tile (BLOCK_G >= 16, the smallest tile `tl.dot` takes; rows past G are zero
-and never stored), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
+[BLOCK_G, D] tile (rows past G are zero and never stored; BLOCK_G >= 16 for `tl.dot`, the
+smallest tile it takes), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
 from the KV cache (no gather is materialised), online softmax in fp32.
 
 Both products are `tl.dot` at `PRECISION`: "tf32x3" (the default: three tf32 tensor-core
