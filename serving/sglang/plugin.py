@@ -1,11 +1,13 @@
 """Install niah's patches into a live SGLang process.
 
-SGLang 0.5.23 runs entry-point plugins (group `sglang.srt.plugins`) in every process
+SGLang (0.5.16 and 0.5.23, the releases niah supports) runs entry-point plugins (group `sglang.srt.plugins`) in every process
 it starts, the spawned scheduler/model processes included; niah registers
 `sglang_plugin` there (pyproject.toml). It does nothing unless NIAH_INDEX_DTYPE is
 set, which the launch entry (`python -m niah.serving.sglang`) does, with NIAH_KERNELS.
-Before patching anything it checks the contract against the installed modules and
-refuses, naming the version and the symbol, if SGLang does not match. Any failure while
+Before patching anything it checks the contract of the installed release against the
+installed modules and refuses, naming the version and the symbol, if SGLang does not match
+(an SGLang that is no supported release: one line, nothing patched); it then installs that
+release's rows. Any failure while
 patching stops the process with one line naming the symbol (fail closed).
 
 Arms (index dtype / kernels): fp8/niah (SGLang's fp8 keys read by niah's fp8 logits
@@ -32,6 +34,7 @@ from niah.serving.sglang.arms import (  # noqa: F401  (re-exported: the plugin's
 from niah.serving.sglang.contract import LiveSource, check_contract, points_for
 from niah.serving.sglang.patches import Patch, all_patches, patch_targets, patches_for  # noqa: F401
 from niah.serving.sglang.patching import PluginRefused, apply_at, installed_arm, set_installed  # noqa: F401
+from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
 
 log = logging.getLogger("niah.sglang")
 
@@ -59,8 +62,12 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
     source = LiveSource()
     if source.version is None:
         raise PluginRefused("SGLang is not installed in this environment (pip install sglang==0.5.23)")
+    release = release_of(source.version)
+    if release is None:
+        raise PluginRefused(f"sglang {source.version} is not a release niah's plugin is proven on "
+                            f"(supported: {', '.join(SUPPORTED_VERSIONS)})")
     try:
-        report = check_contract(source, points_for(index_dtype, kernels))
+        report = check_contract(source, points_for(index_dtype, kernels, release))
     except Exception as e:
         raise PluginRefused(f"contract check failed: {type(e).__name__}: {e}") from e
     if not report.ok:
@@ -69,7 +76,7 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
         log.info("niah: %s", report.build_note)
     attest.configure(index_dtype, kernels)
     attest.set_facts(query="fp8")  # SGLang's own fp8 indexer query in every arm (bf16 kernels: upcast, exact)
-    apply_all(patches_for(index_dtype, kernels))
+    apply_all(patches_for(index_dtype, kernels, release))
     set_installed((index_dtype, kernels))
     log.info("niah: SGLang plugin installed (sglang %s, %s/%s)", source.version, index_dtype, kernels)
 

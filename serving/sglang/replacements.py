@@ -177,6 +177,70 @@ def wrap_indexer_cell_size(original):
 
 
 # ---------------------------------------------------------------------------------------
+# DSATokenToKVPool methods of SGLang 0.5.16 (no IndexKeyCache: the pool holds the buffers)
+
+
+def pool_index_buffer_shape(self, num_pages: int) -> tuple[int, int]:
+    """DSATokenToKVPool._index_buffer_shape (0.5.16): (pages, 64 x 256) bytes, not 64 x 132."""
+    attest.set_pool_bytes(bf16_cache.BF16_BYTES_PER_TOKEN)
+    return (num_pages, bf16_cache.bf16_row_bytes(self.page_size, self.index_head_dim))
+
+
+def wrap_pool_index_buffer_shape(original):
+    """DSATokenToKVPool._index_buffer_shape (0.5.16, fp8): SGLang's own shape, bytes/token attested."""
+
+    def _index_buffer_shape(self, num_pages):
+        shape = original(self, num_pages)
+        attest.set_pool_bytes(shape[1] // max(1, self.page_size))
+        return shape
+
+    _index_buffer_shape.__wrapped__ = original
+    return _index_buffer_shape
+
+
+def pool_get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+    """DSATokenToKVPool.get_index_k_scale_buffer (0.5.16): gather bf16 keys (packed for
+    SGLang's fp8 plumbing), after the same layer-transfer wait as SGLang's."""
+    if self.layer_transfer_counter is not None:
+        self.layer_transfer_counter.wait_until(layer_id - self.start_layer)
+    buf = self.index_k_with_scale_buffer[layer_id - self.start_layer]
+    keys = bf16_cache.gather_keys_torch(buf, page_indices, seq_len_tensor, seq_len_sum, self.page_size,
+                                        self.index_head_dim)
+    return bf16_cache.smuggle_as_fp8(keys)
+
+
+def pool_set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
+    """DSATokenToKVPool.set_index_k_scale_buffer (0.5.16): an fp8 write into the bf16 cache; refuse."""
+    attest.record("store", "fp8", "sglang.DSATokenToKVPool.set_index_k_scale_buffer")
+    raise RuntimeError(
+        "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
+        "(DSATokenToKVPool.set_index_k_scale_buffer) into the bf16 cache; that path is not supported "
+        "with --niah-index-dtype bf16")
+
+
+def wrap_cell_size_with_indexer(original):
+    """DefaultPoolConfigurator._compute_cell_size (0.5.16, bf16): SGLang adds (128 + 4) bytes
+    x layers a token for a DSA model's indexer inside it; niah adds the bf16 row's extra
+    (256 - 132) x the same layers, computed with SGLang's own helpers."""
+    g = original.__globals__
+
+    def _compute_cell_size(self, kvc, num_layers):
+        cell = original(self, kvc, num_layers)
+        hf_config = kvc.model_config.hf_config
+        if not (kvc.use_mla_backend and g["is_deepseek_dsa"](hf_config)):
+            return cell
+        from sglang.srt.layers.cp.utils import get_glm_dsa_layer_split_effective_num_layers
+
+        head_dim = g["get_dsa_index_head_dim"](hf_config)
+        fp8_row = head_dim + head_dim // g["DSATokenToKVPool"].quant_block_size * 4
+        layers = get_glm_dsa_layer_split_effective_num_layers(kvc, num_layers)
+        return cell + (head_dim * 2 - fp8_row) * layers
+
+    _compute_cell_size.__wrapped__ = original
+    return _compute_cell_size
+
+
+# ---------------------------------------------------------------------------------------
 # Attestation and top-k (every arm)
 
 

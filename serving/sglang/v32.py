@@ -31,6 +31,12 @@ in every arm: the bf16 kernels get it upcast to bf16, exactly. Each replacement 
 the original and
 reaches SGLang's helpers through the original's module globals (`original.__globals__`),
 so it calls what the original calls.
+
+SGLang 0.5.16 (its own rows in patches/deepseek_v32.py): the same Indexer methods, but pools
+without `index_page_size` (their `page_size`), no `_index_k_write_targets` (the layer's
+buffer is the one target) and no logits resolvers: `route_deep_gemm_at_init` routes the
+indexer module's `deep_gemm.fp8_paged_mqa_logits` / `fp8_mqa_logits` to niah's kernels
+when an Indexer is built (niah arms).
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import torch
 
 from niah.serving.sglang import attest, bf16_cache
 from niah.serving.sglang.kernels_api import kernel
-from niah.serving.sglang.replacements import paged_mqa_logits, store_bf16_keys
+from niah.serving.sglang.patching import apply_at
+from niah.serving.sglang.replacements import mqa_logits, paged_mqa_logits, store_bf16_keys
 
 STORE_KERNEL = "store_v32_index_keys"
 
@@ -57,6 +64,44 @@ def _owned_plain_pool(g, layer_id: int):
         raise NotImplementedError(
             f"niah bf16 index keys: key cache {type(cache).__name__} (sharded/pooled) is not supported")
     return pool
+
+
+def index_page_size(pool) -> int:
+    """Tokens per index-key page: `index_page_size` (0.5.23), else the pool's `page_size` (0.5.16)."""
+    return getattr(pool, "index_page_size", None) or pool.page_size
+
+
+def write_targets(g, pool, layer_id: int, loc):
+    """(buffer, slots, rows) to write: SGLang's `_index_k_write_targets` where it has one
+    (0.5.23), else the layer's own buffer (0.5.16)."""
+    targets = g.get("_index_k_write_targets")
+    if targets is not None:
+        return targets(pool, layer_id, loc)
+    return [(pool.get_index_k_with_scale_buffer(layer_id=layer_id), loc, None)]
+
+
+DEEP_GEMM_ROUTES = {"fp8_paged_mqa_logits": paged_mqa_logits, "fp8_mqa_logits": mqa_logits}
+
+
+def route_deep_gemm_at_init(original):
+    """Indexer.__init__ (0.5.16, niah arms): SGLang's, then the indexer module's
+    deep_gemm.fp8_paged_mqa_logits / fp8_mqa_logits (read at call time by _get_topk_paged
+    and _get_topk_ragged) become niah's kernels; refuses when that module has no DeepGEMM."""
+    g = original.__globals__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        module = g.get("deep_gemm")
+        if module is None or isinstance(module, BaseException):
+            raise RuntimeError(f"niah: SGLang's DSA indexer has no DeepGEMM ({module!r}); its logits calls "
+                               "cannot be routed to niah's kernels")
+        for name, fn in DEEP_GEMM_ROUTES.items():
+            if getattr(module, name, None) is not fn:
+                apply_at(module.__name__, name, lambda _original, fn=fn: fn)
+        attest.set_facts(deep_gemm="routed")
+
+    __init__.__wrapped__ = original
+    return __init__
 
 
 def topk_fact(indexer) -> dict:
@@ -81,10 +126,10 @@ def fused_k_store_bf16(original):
             return
         store = kernel(STORE_KERNEL)
         norm = self.k_norm
-        for buf, loc, rows in g["_index_k_write_targets"](pool, layer_id, out_cache_loc):
+        for buf, loc, rows in write_targets(g, pool, layer_id, out_cache_loc):
             store(key_raw if rows is None else key_raw.index_select(0, rows), buf, loc.contiguous(),
                   norm.weight, norm.bias, norm.variance_epsilon, self._indexer_cos_sin_cache,
-                  positions if rows is None else positions.index_select(0, rows), pool.index_page_size,
+                  positions if rows is None else positions.index_select(0, rows), index_page_size(pool),
                   index_dtype="bf16")
         attest.record("store", "bf16", f"niah.{STORE_KERNEL}")
         attest.set_facts(rotation="none", store=f"niah.{STORE_KERNEL}", **topk_fact(self))
@@ -106,7 +151,7 @@ def store_index_k_cache_bf16(original):
         # fusion on: SGLang's unfused key path skips the Hadamard rotation (_maybe_rotate)
         attest.set_facts(rotation="none" if self.use_dsa_indexer_fusion else "hadamard", **topk_fact(self))
         store_bf16_keys(pool.get_index_k_with_scale_buffer(layer_id=layer_id), out_cache_loc, key,
-                        pool.index_page_size)
+                        index_page_size(pool))
 
     _store_index_k_cache.__wrapped__ = original
     return _store_index_k_cache
@@ -150,7 +195,7 @@ def topk_paged_bf16(original):
             raise NotImplementedError(f"niah bf16 index keys: --dsa-paged-mqa-logits-backend {backend.value} "
                                       "reads the fp8 page layout; use the default (deepgemm)")
         pool = g["get_token_to_kv_pool"]()
-        page_size = pool.index_page_size
+        page_size = index_page_size(pool)
         if page_size != 64:
             raise NotImplementedError(f"niah bf16 index keys need 64-token pages, got {page_size}")
         block_tables = metadata.get_page_table_64()  # [B, pages]

@@ -120,6 +120,15 @@ def wrap_pool_init(original: Callable) -> Callable:
     return __init__
 
 
+def refuse_release(self, *args, **kwargs):
+    """DeepSeekV4TokenToKVPool.__init__ on an SGLang release niah's V4 path is not proven on
+    (0.5.16): niah arms refuse DeepSeek-V4 there, before the pool allocates."""
+    from importlib.metadata import version
+
+    raise V4Refused(f"{PREFIX}: niah's DeepSeek-V4 path is proven on SGLang 0.5.23 only, not on the installed "
+                    f"{version('sglang')}; serve DeepSeek-V4 with fp8/stock, or use SGLang 0.5.23")
+
+
 def wrap_bytes_per_token(original: Callable) -> Callable:
     """get_dsv4_indexer_bytes_per_token: twice the fp8 row (264 B for head dim 128)."""
 

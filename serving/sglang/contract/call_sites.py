@@ -1,5 +1,5 @@
 """Every watched site of SGLang 0.5.23 and what niah does about it: the data of the
-contract's call-site check (contract_sites.py scans SGLang's source for the sites).
+contract's call-site check (sites.py scans SGLang's source; tables.py gives each release's).
 
 `SITES` maps each file to its sites, (enclosing function, callee, count, disposition):
 "patched" (the call goes through something the plugin replaces or wraps), "refused"
@@ -9,8 +9,6 @@ count is how many times that function calls that callee: one more is a break.
 """
 
 from __future__ import annotations
-
-import functools
 
 # -- the plugin's own paths (V3.2 DSA and V4 C4) --
 PATCHED_STORE = "patched: Indexer._store_index_k_cache"
@@ -614,14 +612,3 @@ SITES: dict[str, list[tuple[str, str, int, str]]] = {
     ],
 }
 
-
-@functools.cache
-def call_sites() -> dict[tuple[str, str, str, int], str]:
-    """(file, enclosing function, callee, count) -> disposition, for every known site."""
-    return {(f, where, callee, n): why for f, rows in SITES.items() for where, callee, n, why in rows}
-
-
-@functools.cache
-def call_counts() -> dict[tuple[str, str, str], int]:
-    """(file, enclosing function, callee) -> how many times the contract says it is called."""
-    return {(f, where, callee): n for (f, where, callee, n) in call_sites()}

@@ -12,7 +12,7 @@ branch conditions on the way to it (`if` / `elif` / conditional expressions, as
 `ast.unparse` writes them; the `else` side as `not (...)`).
 
 A flow is (file, function, callee, conditions), counted; FLOWS (flow_sites.py) lists
-SGLang 0.5.23's. A new flow, the same call under other conditions, or a different count
+SGLang 0.5.23's (tables.py: each release's). A new flow, the same call under other conditions, or a different count
 is a break naming its file and line. Reading a `.shape` or `.dtype` of the keys is not a
 flow (a number, not the keys).
 """
@@ -22,7 +22,8 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from niah.serving.sglang.contract.flow_sites import FLOWS
+from niah.serving.sglang.contract.tables import known_flows
+from niah.serving.sglang.releases import NEWEST
 from niah.serving.sglang.contract.scan_cache import cached_scan
 
 # The pool's accessors: what returns index keys (or their scales / fp4 payloads) from a pool.
@@ -177,19 +178,14 @@ def scan_flows(rel: str, text: str) -> list[Flow]:
     return sorted(out, key=lambda f: (f.line, f.callee))
 
 
-def known_flows() -> dict[tuple[str, str, str, str], int]:
-    """(file, function, callee, conditions) -> count, for every flow the contract knows."""
-    return {(f, where, callee, guard): n for f, rows in FLOWS.items() for where, callee, guard, n in rows}
-
-
 def _when(guard: str) -> str:
     return f"when `{guard}`" if guard else "unconditionally"
 
 
-def check_flows(files: dict[str, str]) -> list[str]:
-    """A problem "file:line: ..." for every flow FLOWS does not list: a new callee of the
-    keys, a known call under other branch conditions, or another count."""
-    known = known_flows()
+def check_flows(files: dict[str, str], release: str = NEWEST) -> list[str]:
+    """A problem "file:line: ..." for every flow `release`'s table does not list: a new callee
+    of the keys, a known call under other branch conditions, or another count."""
+    known = known_flows(release)
     guards_of: dict[tuple[str, str, str], list[str]] = {}
     for (f, where, callee, guard) in known:
         guards_of.setdefault((f, where, callee), []).append(guard)

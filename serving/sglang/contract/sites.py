@@ -17,7 +17,8 @@ import ast
 import re
 from typing import NamedTuple
 
-from niah.serving.sglang.contract.call_sites import call_counts, call_sites
+from niah.serving.sglang.contract.tables import call_counts, call_sites
+from niah.serving.sglang.releases import NEWEST
 from niah.serving.sglang.contract.scan_cache import cached_scan
 
 # Callee names that read or write index keys or their scales, or compute indexer logits.
@@ -161,10 +162,10 @@ def scan_calls(rel: str, text: str) -> list[Site]:
     return sorted(out, key=lambda s: s.line)
 
 
-def check_call_sites(files: dict[str, str]) -> list[str]:
+def check_call_sites(files: dict[str, str], release: str = NEWEST) -> list[str]:
     """A problem "file:line: ..." for every site whose (file, function, callee, count) is not
-    in CALL_SITES: a new site, or one called more (or fewer) times than the contract says."""
-    known_sites, counts = call_sites(), call_counts()
+    in `release`'s table: a new site, or one called more (or fewer) times than it says."""
+    known_sites, counts = call_sites(release), call_counts(release)
     problems = []
     for rel in sorted(files):
         groups: dict[tuple[str, str, str], list[int]] = {}

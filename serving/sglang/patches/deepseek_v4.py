@@ -2,11 +2,17 @@
 picks (DeepGEMM's functions are routed to niah's where the V4 pool is built, see
 v4.route_deep_gemm); bf16 keys are stored by niah's V4 store kernel into bf16-sized pools
 and gathered as bf16 for the non-paged prefill; every other fp8 path is refused. One row per
-symbol, with what the plugin installs there per arm."""
+symbol, with what the plugin installs there per arm.
+
+The rows are SGLang 0.5.23's. 0.5.16 has a DeepSeek-V4 path too, but most of these symbols
+differ there (no compress_norm_rope_store or get_dsv4_indexer_bytes_per_token, other
+signatures of the compressor, the C4 indexer and the pool); niah has not been proven on it,
+so on 0.5.16 the niah arms refuse V4 with one line where its pool is built
+(v4.refuse_release)."""
 
 from __future__ import annotations
 
-from niah.serving.sglang.patches.point import PatchPoint, put, wrap
+from niah.serving.sglang.patches.point import PatchPoint, for_releases, put, wrap
 
 _DSV4 = "sglang.srt.layers.attention.dsv4"
 _POOL = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
@@ -31,7 +37,7 @@ def _v4(target: str, params, action: str, why: str, references=(), replacements=
 # bf16: every writer and reader of the indexer pool, callers included (contract_sites.py
 # lists the call sites): patched, refused (replaced by a function that raises one line and
 # attests the fp8 path), or relied on ("uses", with the names its body must still mention).
-V4_POINTS: tuple[PatchPoint, ...] = (
+_V0523: tuple[PatchPoint, ...] = (
     PatchPoint(f"{_DSV4}.indexer", "fp8_paged_mqa_logits_torch",
                ("q_fp8", "kvcache_fp8", "weight", "seq_lens", "page_table",
                 "deep_gemm_metadata", "max_seq_len", "clean_logits"),
@@ -140,4 +146,12 @@ V4_POINTS: tuple[PatchPoint, ...] = (
         ("DeepSeekV4IndexerPool", "force_fp4")),
     _v4(f"{_POOL}.DeepSeekV4TokenToKVPool.get_index_k_with_scale_buffer", ("self", "layer_id"), "uses",
         "the accessor forward_unified and forward_c4_indexer call", ("_indexer_pool",)),
+)
+
+_POOL_INIT = next(p for p in _V0523 if p.qualname == "DeepSeekV4TokenToKVPool.__init__")
+V4_POINTS: tuple[PatchPoint, ...] = (
+    *(for_releases(("0.5.23",), p) for p in _V0523),
+    for_releases(("0.5.16",), _POOL_INIT, params=None, action="replace", references=(),
+                 why="the V4 pool: niah arms refuse DeepSeek-V4 on this release with one line (not proven on it)",
+                 replacements=(put("niah", "v4.refuse_release"),)),
 )

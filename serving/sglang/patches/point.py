@@ -4,10 +4,16 @@ for the ones it replaces or wraps, what it puts there per arm (`Replacement`).
 A replacement names its function as "module.name" inside niah.serving.sglang and is
 resolved only when the plugin installs it, so reading the tables imports neither torch
 nor SGLang. `Patch` is one replacement bound to its point: what the plugin applies.
+
+A row holds for every supported SGLang release unless `versions` names the ones it holds
+for; where a release differs, the table has one row per release for that symbol
+(`for_releases` derives one from another, changing only what differs), and at most one
+row per symbol holds for any release (patches/__init__.py checks it at import).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Callable
@@ -51,7 +57,8 @@ class PatchPoint:
     when: the arms whose contract needs it ("always", "fp8", "bf16", "niah", "stock");
     why: one line for docs and error messages;
     references: names (identifiers or attribute names) the body must mention;
-    replacements: what the plugin installs there, per arm (empty for "uses").
+    replacements: what the plugin installs there, per arm (empty for "uses");
+    versions: the SGLang releases this row holds for (empty: every supported release).
     """
 
     module: str
@@ -62,10 +69,20 @@ class PatchPoint:
     why: str
     references: tuple[str, ...] = ()
     replacements: tuple[Replacement, ...] = ()
+    versions: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
         return f"{self.module}.{self.qualname}"
+
+    def holds_for(self, release: str | None) -> bool:
+        """Whether this row is the contract for `release` (None: any release)."""
+        return release is None or not self.versions or release in self.versions
+
+
+def for_releases(versions: tuple[str, ...], point: PatchPoint, **changes) -> PatchPoint:
+    """`point` restricted to `versions`, with `changes` (params, references, why, ...)."""
+    return dataclasses.replace(point, versions=tuple(versions), **changes)
 
 
 @dataclass(frozen=True)
