@@ -1,4 +1,5 @@
-"""The plugin contract against SGLang 0.5.23's real source (AST of the downloaded wheel)."""
+"""The plugin contract against SGLang's real source (AST of the downloaded wheels): each supported
+release against its own rows (0.5.16 and 0.5.23); mutations on 0.5.23's."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from niah.serving.sglang.contract import (
     PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
 from niah.serving.sglang.contract import LAYOUT
+from niah.serving.sglang.patches import points_of
 from niah.serving.sglang.plugin import all_patches, patch_targets
-from sglang_source import extract_tree, sglang_wheel
+from sglang_source import SGLANG_RELEASES, extract_tree, sglang_wheel
 
 MODULES = sorted({p.module for p in PATCH_POINTS} | {c.module for c in LAYOUT})
 
@@ -34,13 +36,19 @@ def _edit(tree: Path, module: str, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new, count))
 
 
-def test_contract_passes_on_sglang_0_5_23_wheel(wheel):
+def test_supported_releases_are_the_wheels_tested():
+    assert SUPPORTED_VERSIONS == SGLANG_RELEASES
+
+
+@pytest.mark.parametrize("release", SGLANG_RELEASES)
+def test_contract_passes_on_each_release_wheel(release):
+    wheel = sglang_wheel(release)
     report = check_contract(AstSource(wheel))
     assert report.ok, report.summary()
-    assert report.version == "0.5.23" and report.version in SUPPORTED_VERSIONS
-    assert report.checked == len(PATCH_POINTS)
+    assert report.version == release and report.version in SUPPORTED_VERSIONS
+    assert report.checked == len(points_of(release))
     for dtype in ("fp8", "bf16"):
-        assert check_contract(AstSource(wheel), points_for(dtype)).ok
+        assert check_contract(AstSource(wheel), points_for(dtype, release=release)).ok
 
 
 def test_unpacked_tree_passes_before_mutation(tree):
@@ -54,7 +62,7 @@ def test_renamed_symbol_fails_naming_it(tree):
     assert not report.ok
     msg = report.summary()
     assert f"missing symbol {mod}.resolve_fp8_paged_mqa_logits_fn" in msg
-    assert "sglang 0.5.23" in msg and "Supported SGLang versions: 0.5.23" in msg
+    assert "sglang 0.5.23" in msg and "Supported SGLang versions: 0.5.16, 0.5.23" in msg
     # nothing else is blamed: the renamed function's own calls are new sites under its new name
     assert all(": new call site: resolve_fp8_paged_mqa_logits_fn_v2 calls " in p for p in report.problems[1:])
     assert len(report.problems) == 3, report.problems
@@ -94,6 +102,7 @@ def test_other_version_is_refused_by_name(tree):
     report = check_contract(AstSource(tree))
     assert report.version == "0.5.24"
     assert "sglang 0.5.24" in report.summary() and "version 0.5.24 is not a supported version" in report.summary()
+    assert report.problems == ["version 0.5.24 is not a supported version"]  # up front, nothing else checked
 
 
 def test_missing_module_fails(tree):
@@ -103,16 +112,18 @@ def test_missing_module_fails(tree):
                             "sglang.srt.layers.attention.dsv4.indexer.") for p in report.problems), report.problems
 
 
-def test_every_patch_is_a_contract_point_and_back():
-    contract = {p.target for p in PATCH_POINTS if p.action in ("replace", "wrap")}
-    assert {p.target for p in all_patches()} == contract
-    assert set(patch_targets("fp8", "stock")) <= set(patch_targets("fp8", "niah")) < set(patch_targets("bf16"))
+@pytest.mark.parametrize("release", SGLANG_RELEASES)
+def test_every_patch_is_a_contract_point_and_back(release):
+    contract = {p.target for p in points_of(release) if p.action in ("replace", "wrap")}
+    assert {p.target for p in all_patches(release)} == contract
+    assert (set(patch_targets("fp8", "stock", release)) <= set(patch_targets("fp8", "niah", release))
+            < set(patch_targets("bf16", release=release)))
     # niah's launcher never loads the plugin for fp8/stock; loaded by hand there it only counts
-    assert not [p for p in all_patches() if p.when == "stock"]
-    stock = [p for p in all_patches() if p.when in ("always", "fp8")]
+    assert not [p for p in all_patches(release) if p.when == "stock"]
+    stock = [p for p in all_patches(release) if p.when in ("always", "fp8")]
     assert not any("logits" in p.target or "topk_paged" in p.target for p in stock)
     # SGLang's own top-k in every arm: counted, never replaced
-    (topk,) = [p for p in all_patches() if "dsa_topk_backend" in p.target]
+    (topk,) = [p for p in all_patches(release) if "dsa_topk_backend" in p.target]
     assert topk.target.endswith("DSATopKBackend.topk_transform") and topk.when == "always"
 
 
@@ -120,10 +131,11 @@ def _params(fn) -> tuple[str, ...]:
     return tuple(p.name for p in inspect.signature(fn, follow_wrapped=False).parameters.values())
 
 
-def test_replacements_keep_the_replaced_signatures():
+@pytest.mark.parametrize("release", SGLANG_RELEASES)
+def test_replacements_keep_the_replaced_signatures(release):
     """What SGLang calls must accept the same arguments as the original (contract params)."""
-    by_target = {p.target: p for p in PATCH_POINTS}
-    for patch in all_patches():
+    by_target = {p.target: p for p in points_of(release)}
+    for patch in all_patches(release):
         point = by_target[patch.target]
         if point.params is None:
             continue
@@ -283,14 +295,14 @@ class Indexer:
     ]  # make_plan(width) reads a shape, not the keys
 
 
-def test_every_known_key_flow_lies_in_a_function_whose_call_sites_have_dispositions():
-    """A flow's disposition is its function's (call_sites.py): none may sit where the call-site
-    table says nothing."""
-    from niah.serving.sglang.contract.call_sites import call_sites
-    from niah.serving.sglang.contract.flow_sites import FLOWS
+@pytest.mark.parametrize("release", SGLANG_RELEASES)
+def test_every_known_key_flow_lies_in_a_function_whose_call_sites_have_dispositions(release):
+    """A flow's disposition is its function's (call_sites.py, sites_0516.py): none may sit where
+    the release's call-site table says nothing."""
+    from niah.serving.sglang.contract.tables import call_sites, known_flows
 
-    functions = {(f, where) for (f, where, _, _) in call_sites()}
-    orphans = [(f, where) for f, rows in FLOWS.items() for where, *_ in rows
+    functions = {(f, where) for (f, where, _, _) in call_sites(release)}
+    orphans = [(f, where) for (f, where, _, _) in known_flows(release)
                if not any((f, ".".join(where.split(".")[:i])) in functions for i in range(1, where.count(".") + 2))]
     assert not orphans, orphans
 
