@@ -1,6 +1,7 @@
 """Install niah's patches into a live SGLang process.
 
-SGLang (0.5.16 and 0.5.23, the releases niah supports) runs entry-point plugins (group `sglang.srt.plugins`) in every process
+SGLang (0.5.16 and 0.5.23, the releases niah supports) runs entry-point
+plugins (group `sglang.srt.plugins`) in every process
 it starts, the spawned scheduler/model processes included; niah registers
 `sglang_plugin` there (pyproject.toml). It does nothing unless NIAH_INDEX_DTYPE is
 set, which the launch entry (`python -m niah.serving.sglang`) does, with NIAH_KERNELS.

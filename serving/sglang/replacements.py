@@ -229,7 +229,7 @@ def wrap_cell_size_with_indexer(original):
         hf_config = kvc.model_config.hf_config
         if not (kvc.use_mla_backend and g["is_deepseek_dsa"](hf_config)):
             return cell
-        from sglang.srt.layers.cp.utils import get_glm_dsa_layer_split_effective_num_layers
+        from sglang.srt.layers.cp.utils import get_glm_dsa_layer_split_effective_num_layers  # noqa: PLC0415
 
         head_dim = g["get_dsa_index_head_dim"](hf_config)
         fp8_row = head_dim + head_dim // g["DSATokenToKVPool"].quant_block_size * 4

@@ -41,6 +41,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from importlib.metadata import version as dist_version
 from typing import Callable
 
 import torch
@@ -123,10 +124,8 @@ def wrap_pool_init(original: Callable) -> Callable:
 def refuse_release(self, *args, **kwargs):
     """DeepSeekV4TokenToKVPool.__init__ on an SGLang release niah's V4 path is not proven on
     (0.5.16): niah arms refuse DeepSeek-V4 there, before the pool allocates."""
-    from importlib.metadata import version
-
     raise V4Refused(f"{PREFIX}: niah's DeepSeek-V4 path is proven on SGLang 0.5.23 only, not on the installed "
-                    f"{version('sglang')}; serve DeepSeek-V4 with fp8/stock, or use SGLang 0.5.23")
+                    f"{dist_version('sglang')}; serve DeepSeek-V4 with fp8/stock, or use SGLang 0.5.23")
 
 
 def wrap_bytes_per_token(original: Callable) -> Callable:

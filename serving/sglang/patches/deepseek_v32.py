@@ -177,8 +177,9 @@ _V0516: tuple[PatchPoint, ...] = (
              "to niah's kernels when an Indexer is built (0.5.16 has no resolvers)",
          references=(*_BY_NAME["Indexer.__init__"].references, "deep_gemm", "get_num_sms"),
          replacements=(wrap("niah", "v32.route_deep_gemm_at_init"),)),
-    _old("Indexer._get_topk_ragged", why="prefill reads keys via get_index_k_scale_buffer, then deep_gemm.fp8_mqa_logits "
-         "(routed to niah's kernel in niah arms)",
+    _old("Indexer._get_topk_ragged",
+         why="prefill reads keys via get_index_k_scale_buffer, then deep_gemm.fp8_mqa_logits (routed to niah's "
+             "kernel in niah arms)",
          references=("get_index_k_scale_buffer", "deep_gemm", "fp8_mqa_logits", "topk_transform")),
     _old("Indexer._get_topk_paged",
          references=("deep_gemm", "fp8_paged_mqa_logits", "get_page_table_64", "get_seqlens_int32",
