@@ -33,6 +33,7 @@ niah's `--json-model-override-args` (the first one in the argv) is what SGLang w
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import io
 import json
@@ -46,6 +47,7 @@ from niah.serving.sglang.arms import (
     ENTRY_POINT_NAME as PLUGIN_NAME, LAUNCH_MODULE, OVERRIDE_FLAG, SGL_PLUGINS, SGLANG_MODULE, SGLANG_PLUGINS,
     TILELANG_INDEXER as TILELANG, V4_INDEXER_SWITCHES, default_kernels, env_on, split_niah_args)
 from niah.serving.sglang.fp4 import stock_fp4_refusal
+from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Rule:
     refused: Callable[[Any], bool]
     what: str
     dtypes: tuple[str, ...] = ("fp8", "bf16")
+    releases: tuple[str, ...] | None = None  # the SGLang releases that have the field (None: all)
 
 
 def _on(v) -> bool:
@@ -77,7 +80,7 @@ RULES: tuple[Rule, ...] = (
     Rule("disaggregation_mode", lambda v: v not in (None, "null"),
          "PD disaggregation: key pages move between servers as 132-byte fp8 rows"),
     Rule("enable_dsa_cache_layer_split", _on, "layer-split DSA key cache pools"),
-    Rule("enable_kv_cache_sharding", _on, "page-interleave (sharded) key cache pools"),
+    Rule("enable_kv_cache_sharding", _on, "page-interleave (sharded) key cache pools", releases=("0.5.23",)),
     Rule("enable_deepseek_v4_fp4_indexer", _on, "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
     Rule("dsa_paged_mqa_logits_backend", lambda v: v not in ("auto", "deepgemm"),
          "only auto/deepgemm decode through resolve_fp8_paged_mqa_logits_fn, which niah patches; "
@@ -148,6 +151,14 @@ def parse(argv: list[str]):
 # Decisions
 
 
+def installed_release() -> str | None:
+    """The supported release the installed SGLang is a build of (None: not installed or another)."""
+    try:
+        return release_of(importlib.metadata.version("sglang"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
@@ -157,9 +168,13 @@ def refusal(index_dtype: str, kernels: str, args) -> str | None:
     The stock arm is SGLang's own: nothing is refused there."""
     if kernels == "stock" or args is None:
         return None
+    release = installed_release()
     for rule in RULES:
+        if rule.releases is not None and release not in rule.releases:
+            continue  # that release has no such path (e.g. 0.5.16 has no sharded key cache)
         if not hasattr(args, rule.field):  # fail closed: not the SGLang these rules were written for
-            return f"SGLang's ServerArgs has no field {rule.field!r}; niah's refusals are written for SGLang 0.5.23"
+            return (f"SGLang's ServerArgs has no field {rule.field!r}; niah's refusals are written for SGLang "
+                    f"{', '.join(SUPPORTED_VERSIONS)}")
         value = getattr(args, rule.field)
         if index_dtype in rule.dtypes and rule.refused(value):
             shown = "" if isinstance(value, bool) else f" {value}"
