@@ -1,6 +1,8 @@
 """The run folder as the sweep writes it: lock it, start its manifest, check a resume.
 
-`start_run` takes the folder's lock (niah.runs.lock), checks that a resume keeps the
+`start_run` refuses a folder that is not a niah run's but holds a file a sweep writes
+(`check_ours`: another tool's manifest.json, a prompts.jsonl without a manifest) before it
+writes anything there, takes the folder's lock (niah.runs.lock), checks that a resume keeps the
 arguments that change prompts or answers, writes the manifest's args (through
 niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.trials);
 configurations are added with niah.runs.manifest.record_config. `check_same_tokenizers`
@@ -9,6 +11,7 @@ refuses a resume that would mix two servers or two counters under one configurat
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import asdict, fields
@@ -19,12 +22,12 @@ from niah.errors import BadInput
 from niah.prompts.builder import corpus_info
 from niah.prompts.haystacks import haystack_info
 from niah.prompts.needles import NEEDLE, QUESTION
-from niah.prompts.sets import RunPrompts
+from niah.prompts.sets import RUN_PROMPTS, RunPrompts
 from niah.redact import redact_argv
 from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
 from niah.runs.record import now
-from niah.runs.trials import RunStore
+from niah.runs.trials import ERRORS, TRIALS, RunStore
 
 # Arguments that change the prompts or answers: a resumed run must keep them.
 _FIXED_ON_RESUME = ("seed", "mode", "max_tokens", "needles", "needle_key", "needle_value", "values",
@@ -46,13 +49,41 @@ def _version() -> str:
     return __version__  # niah/__init__.py: the one place the version is set
 
 
+def is_run_manifest(path: Path) -> bool:
+    """Whether `path` (a manifest.json) is a niah run's: a JSON object with a schema_version
+    and the args or configs a sweep writes."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and ("args" in data or "configs" in data)
+
+
+def check_ours(out: Path | str) -> None:
+    """BadInput when `out` exists but is not a niah run folder and holds a file a sweep
+    would write (manifest.json, trials.jsonl, trials.errors.jsonl, prompts.jsonl): a
+    project folder of its own is never written into, not one byte."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    if (out / MANIFEST).exists() and not is_run_manifest(out / MANIFEST):
+        raise BadInput(f"{out} is not a niah run folder (its {MANIFEST} is not a niah run's); "
+                       "nothing was written: choose another --out")
+    if not (out / MANIFEST).exists():
+        theirs = [n for n in (TRIALS, ERRORS, RUN_PROMPTS) if (out / n).exists()]
+        if theirs:
+            raise BadInput(f"{out} is not a niah run folder (it holds {theirs[0]} but no {MANIFEST}); "
+                           "nothing was written: choose another --out")
+
+
 def check_resumable(out: Path | str) -> None:
     """`--resume` needs a run folder to resume: BadInput when `out` holds no manifest (a
-    mistyped folder would otherwise start a new run, silently)."""
+    mistyped folder would otherwise start a new run, silently) or another tool's."""
     out = Path(out)
     if not (out / MANIFEST).is_file():
         what = "does not exist" if not out.exists() else f"is not a niah run folder (no {MANIFEST})"
         raise BadInput(f"--resume: {out} {what}; nothing to resume (leave out --resume to start a new run)")
+    check_ours(out)
 
 
 def start_run(out: Path | str, spec, resume: bool) -> RunStore:
@@ -62,6 +93,7 @@ def start_run(out: Path | str, spec, resume: bool) -> RunStore:
     out = Path(out)
     if resume:
         check_resumable(out)
+    check_ours(out)  # before the lock file: a folder that is not ours gets nothing
     lock = RunLock(out).acquire()
     try:
         store = _open_run(out, spec, resume)
