@@ -379,7 +379,7 @@ def prompt(
     s = trial_seed(seed, n, depth, trial)
     p = build_prompt(prepared.tokenizer, n, depth, s, mode, spec.needles, spec.kind, spec.haystack)
     if json_out:
-        e = entry_from_prompt(p, trial)
+        e = entry_from_prompt(p, trial, base_seed=seed)
         print(json.dumps({**asdict(e), "needle": p.needle.value, "needle_key": p.needle.key, "content": p.content,
                           "distractor_facts": [{"key": d.key, "value": d.value} for d in p.distractors]},
                          ensure_ascii=False))
