@@ -68,7 +68,7 @@ class _TargetRun:
 
     async def unreachable(self, client) -> str | None:
         try:
-            r = await client.get(self.p.endpoint + "/models", timeout=10.0)
+            r = await client.get(self.p.endpoint + "/models", timeout=min(10.0, self.spec.timeout_s))
         except httpx.HTTPError as e:
             return f"{type(e).__name__}: {e}".rstrip(": ")
         return f"HTTP {r.status_code}" if r.status_code >= 500 else None
