@@ -14,8 +14,8 @@ Behaviours: --wrong-above N (wrong value beyond N prompt tokens), --empty, --ref
 the generation prompt, as a thinking model's template adds: its prompt is longer.
 Faults: --fail-first N (first N generation requests get 503), --drop-every N (every Nth
 generation request's connection is closed with no response), --delay S (before each
-generation), --tokenize-delay S (before each /tokenize answer). Faults hit the
-trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
+generation); --tokenize-delay S (before each /tokenize answer) slows the counts instead.
+Faults hit the trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
 --api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
