@@ -31,22 +31,32 @@ def build_cmd(
     mode: str = typer.Option("chat", help="chat or completion."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
+    timeout: float = typer.Option(600.0, help="Bounds every request niah makes (token counts, probes), seconds."),
     **kinds,
 ) -> None:
     """Build every trial's prompt and write them to a set file; run it with `niah sweep --prompts`.
 
     Deterministic: the same options and counter give the same bytes. Each line holds the
     messages or prompt text, every inserted fact, the asked keys, the expected values,
-    the counter and its count, and a schema version.
+    the counter and its count, and a schema version. Ctrl-C (SIGINT) or SIGTERM stops it
+    with one line and exit 130 / 143; no file is written (the set is written at the end,
+    atomically).
     """
     from niah.prompts.sets import build_set, write_set
     from niah.sweep import Target, prepare_target
+    from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt
 
-    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths,
-                     **kinds)
-    prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
-    entries = build_set(prepared.tokenizer, spec)
-    write_set(out, entries)
+    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, timeout=timeout,
+                     approximate_lengths=approximate_lengths, **kinds)
+    try:
+        with terminate_as_interrupt():
+            prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
+            entries = build_set(prepared.tokenizer, spec)
+            write_set(out, entries)
+    except KeyboardInterrupt as e:
+        name = str(e.args[0]) if e.args else "SIGINT"
+        typer.echo(f"niah: interrupted ({name}): no prompt set written to {out}", err=True)
+        raise typer.Exit(EXIT_ON_SIGNAL.get(name, 130)) from None
     cost = getattr(prepared.tokenizer, "cost", None)
     typer.echo(f"{len(entries)} prompts counted with {prepared.tokenizer.spec}"
                + (f" ({cost['requests']} usage probes)" if cost else "") + f": {out}")

@@ -2,7 +2,8 @@
 CPU (the default: DSA emulated in torch) or a CUDA GPU (`--device cuda`: DSA run by the
 bundled Triton kernels; docs/embedded-server.md, "On a GPU").
 
-Without the [serve] extra it refuses in one line (exit 2) before anything starts.
+Without the [serve] extra it refuses in one line (exit 2) before anything starts; a port
+it cannot listen on (taken) is one line and exit 1, before the model loads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,27 @@ def check_serve_extra() -> None:
         except ImportError as e:
             raise BadInput(f"niah serve needs the [serve] extra: {name} cannot be imported ({one_line(e, 160)}); "
                            "pip install 'niah-lab[serve]' (in a checkout: pip install -e '.[serve]')") from None
+
+
+def check_port(host: str, port: int) -> None:
+    """ServerError (exit 1, one line) when `host:port` cannot be listened on (taken, or an
+    address this machine does not have); tried as uvicorn binds, with SO_REUSEADDR."""
+    import socket
+
+    from niah.errors import ServerError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise ServerError(f"niah serve could not start: cannot resolve --host {host}: {e.strerror or e}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise ServerError(f"niah serve could not start: cannot listen on {host}:{port}: "
+                              f"{e.strerror or e}") from None
 
 
 @app.command()
@@ -128,6 +150,7 @@ def serve(
     check_device(device)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be 0..65535, not {port}")
+    check_port(host, port)  # before the model loads: a taken port is one line, exit 1
     check_serve_extra()
     from niah.serving.embedded.server import ServeConfig, serve as run
     from niah.serving.embedded.weights import gguf_path

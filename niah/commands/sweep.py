@@ -105,7 +105,7 @@ def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
 
 
 def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
-           auto: bool = False) -> tuple[dict, Optional[int]]:
+           auto: bool = False, timeout: float = 30.0) -> tuple[dict, Optional[int]]:
     """{config: index_topk} and the model's context (None: unknown), read from the matrix
     file (its loader) or, for one endpoint, from GET /v1/models."""
     from niah.errors import BadInput
@@ -120,7 +120,8 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     from niah.client import api_url, request_headers
 
     try:
-        models = httpx.get(api_url(endpoint) + "/models", timeout=30.0, headers=request_headers(api_key)).json()
+        models = httpx.get(api_url(endpoint) + "/models", timeout=min(30.0, timeout),
+                           headers=request_headers(api_key)).json()
     except (httpx.HTTPError, ValueError) as e:
         raise BadInput(f"cannot read {endpoint}/models: {e}") from None
     entries = [m for m in models.get("data") or [] if isinstance(m, dict)]
@@ -164,7 +165,8 @@ def sweep(
                                            help="Run a frozen prompt set (niah prompts build) instead of building "
                                                 "prompts."),
     concurrency: int = typer.Option(1, help="Requests in flight at once."),
-    timeout: float = typer.Option(600.0, help="Per-request timeout, seconds."),
+    timeout: float = typer.Option(600.0, help="Bounds every request niah makes (trials, token counts, probes), "
+                                               "seconds."),
     retries: int = typer.Option(3, help="Retries on 429/5xx/connection errors (with backoff)."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: results/<timestamp>)."),
     resume: bool = typer.Option(False, "--resume",
@@ -231,7 +233,7 @@ def sweep(
             raise BadInput("--resume needs --out RUN, the run folder to resume")
         check_resumable(out)
     is_auto = lengths.strip() == "auto"
-    topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto)
+    topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout)
                       if matrix is not None or is_auto else ({}, None))
     auto = _auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
@@ -379,7 +381,7 @@ def prompt(
     s = trial_seed(seed, n, depth, trial)
     p = build_prompt(prepared.tokenizer, n, depth, s, mode, spec.needles, spec.kind, spec.haystack)
     if json_out:
-        e = entry_from_prompt(p, trial)
+        e = entry_from_prompt(p, trial, base_seed=seed)
         print(json.dumps({**asdict(e), "needle": p.needle.value, "needle_key": p.needle.key, "content": p.content,
                           "distractor_facts": [{"key": d.key, "value": d.value} for d in p.distractors]},
                          ensure_ascii=False))

@@ -7,14 +7,20 @@
 One line per trial (`SetEntry`, schema `SET_SCHEMA`): the messages or prompt text, every
 inserted fact (key, value, requested depth, char span, asked or not), the asked keys, the
 expected values, the distractor values, the counter that measured it and its count, the
-seed and the needle and haystack kinds. Building is deterministic: the same spec and
+trial's seed and the base seed it came from (`base_seed`, schema 2; null in a schema-1
+set) and the needle and haystack kinds. Building is deterministic: the same spec and
 counter give the same bytes (keys sorted, no timestamps). A sweep without `--prompts`
 writes the prompts it builds to RUN/prompts.jsonl (one line per distinct prompt), which
 is itself a set `--prompts` accepts.
+
+`load_set(path)` reads a set once and keeps what a run records about where its prompts
+came from (`SetIndex.provenance()`: the file's sha256, its base seeds and its build
+parameters); a resume compares sets by that sha256, never by the path as typed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -25,7 +31,7 @@ from niah.errors import BadInput
 from niah.prompts.builder import build_prompt, prompt_sha256
 from niah.prompts.needles import Needle, trial_seed
 
-SET_SCHEMA = 1
+SET_SCHEMA = 2  # 2: base_seed; readers take 1 and 2
 RUN_PROMPTS = "prompts.jsonl"
 
 
@@ -50,6 +56,7 @@ class SetEntry:
     messages: list[dict[str, str]] | None = None
     prompt: str | None = None
     control: bool = False  # a no-needle control: the asked facts are not in the prompt
+    base_seed: int | None = None  # the --seed the trial's seed came from (None: a schema-1 set)
     schema_version: int = field(default=SET_SCHEMA)
 
     @property
@@ -70,8 +77,8 @@ class SetEntry:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def entry_from_prompt(p, trial: int, control: bool = False) -> SetEntry:
-    """A niah.prompts.builder.Prompt as a set entry."""
+def entry_from_prompt(p, trial: int, control: bool = False, base_seed: int | None = None) -> SetEntry:
+    """A niah.prompts.builder.Prompt as a set entry (`base_seed`: the --seed it came from)."""
     return SetEntry(
         length=int(p.length), depth=float(p.depth), trial=int(trial), seed=int(p.seed), mode=p.mode,
         prompt_sha256=p.sha256, tokens=int(p.tokens), tokenizer=p.tokenizer,
@@ -83,6 +90,7 @@ def entry_from_prompt(p, trial: int, control: bool = False) -> SetEntry:
         needle_kind=p.kind.as_dict(), haystack=p.haystack,
         messages=p.messages if p.mode == "chat" else None,
         prompt=p.content if p.mode == "completion" else None, control=control,
+        base_seed=None if base_seed is None else int(base_seed),
     )
 
 
@@ -94,7 +102,7 @@ def build_set(tok, spec) -> list[SetEntry]:
             for t in range(spec.trials):
                 p = build_prompt(tok, n, d, trial_seed(spec.seed, n, d, t), spec.mode, spec.needles,
                                  spec.kind, spec.haystack)
-                out.append(entry_from_prompt(p, t))
+                out.append(entry_from_prompt(p, t, base_seed=spec.seed))
     return out
 
 
@@ -131,9 +139,15 @@ def _entry(data: Any, where: str) -> SetEntry:
 
 def read_set(path: Path | str) -> list[SetEntry]:
     """Read and check a set file; BadInput names the line of any problem."""
+    return _read(path)[0]
+
+
+def _read(path: Path | str) -> tuple[list[SetEntry], str]:
+    """(entries, sha256 of the bytes they were read from)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_bytes()
+        lines = raw.decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise BadInput(f"cannot read prompt set {path}: {getattr(e, 'strerror', None) or e}") from None
     out = []
@@ -147,7 +161,15 @@ def read_set(path: Path | str) -> list[SetEntry]:
         out.append(_entry(data, f"{path}:{i}"))
     if not out:
         raise BadInput(f"{path}: the prompt set is empty")
-    return out
+    return out, hashlib.sha256(raw).hexdigest()
+
+
+def load_set(path: Path | str) -> "SetIndex":
+    """The set file at `path`, read once, checked and indexed, with its sha256."""
+    entries, sha = _read(path)
+    index = SetIndex(entries, path)
+    index.sha256 = sha
+    return index
 
 
 class SetIndex:
@@ -176,6 +198,20 @@ class SetIndex:
             n, d, t = missing[0]
             raise BadInput(f"{path}: the set is not a full grid: no prompt for length {n}, depth {d:g}, trial {t}")
         self.tokenizers = sorted({e.tokenizer for e in entries})
+        self.sha256: str | None = None  # of the file's bytes (load_set)
+        seeds = {e.base_seed for e in entries}
+        self.base_seeds = None if None in seeds else sorted(seeds)  # None: a schema-1 set does not say
+        self.kinds = sorted({json.dumps(e.needle_kind, sort_keys=True) for e in entries})
+        self.haystacks = sorted({e.haystack for e in entries})
+        self.size = len(entries)
+
+    def provenance(self) -> dict[str, Any]:
+        """What a run records about the set (the manifest's args.prompt_set)."""
+        return {"path": str(Path(self.path).resolve()) if self.path is not None else None, "sha256": self.sha256,
+                "prompts": self.size, "base_seeds": self.base_seeds, "lengths": self.lengths,
+                "depths": self.depths, "trials": self.trials, "mode": self.mode,
+                "needle_kinds": [json.loads(k) for k in self.kinds], "haystacks": self.haystacks,
+                "tokenizers": self.tokenizers}
 
     def get(self, length: int, depth: float, trial: int) -> SetEntry:
         return self.by[(int(length), float(depth), int(trial))]

@@ -1,6 +1,8 @@
 """The run folder as the sweep writes it: lock it, start its manifest, check a resume.
 
-`start_run` takes the folder's lock (niah.runs.lock), checks that a resume keeps the
+`start_run` refuses a folder that is not a niah run's but holds a file a sweep writes
+(`check_ours`: another tool's manifest.json, a prompts.jsonl without a manifest) before it
+writes anything there, takes the folder's lock (niah.runs.lock), checks that a resume keeps the
 arguments that change prompts or answers, writes the manifest's args (through
 niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.trials);
 configurations are added with niah.runs.manifest.record_config. `check_same_tokenizers`
@@ -9,6 +11,7 @@ refuses a resume that would mix two servers or two counters under one configurat
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import asdict, fields
@@ -19,16 +22,18 @@ from niah.errors import BadInput
 from niah.prompts.builder import corpus_info
 from niah.prompts.haystacks import haystack_info
 from niah.prompts.needles import NEEDLE, QUESTION
-from niah.prompts.sets import RunPrompts
+from niah.prompts.sets import RUN_PROMPTS, RunPrompts
 from niah.redact import redact_argv
+from niah.runs.integrity import prompt_set as sent_prompts
 from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
 from niah.runs.record import now
-from niah.runs.trials import RunStore
+from niah.runs.trials import ERRORS, TRIALS, RunStore
 
 # Arguments that change the prompts or answers: a resumed run must keep them.
+# A frozen set (--prompts) is compared by content (its sha256), never by the path as typed.
 _FIXED_ON_RESUME = ("seed", "mode", "max_tokens", "needles", "needle_key", "needle_value", "values",
-                    "queries", "haystack", "prompts")
+                    "queries", "haystack")
 
 
 def _git_sha() -> str | None:
@@ -46,25 +51,55 @@ def _version() -> str:
     return __version__  # niah/__init__.py: the one place the version is set
 
 
+def is_run_manifest(path: Path) -> bool:
+    """Whether `path` (a manifest.json) is a niah run's: a JSON object with a schema_version
+    and the args or configs a sweep writes."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and ("args" in data or "configs" in data)
+
+
+def check_ours(out: Path | str) -> None:
+    """BadInput when `out` exists but is not a niah run folder and holds a file a sweep
+    would write (manifest.json, trials.jsonl, trials.errors.jsonl, prompts.jsonl): a
+    project folder of its own is never written into, not one byte."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    if (out / MANIFEST).exists() and not is_run_manifest(out / MANIFEST):
+        raise BadInput(f"{out} is not a niah run folder (its {MANIFEST} is not a niah run's); "
+                       "nothing was written: choose another --out")
+    if not (out / MANIFEST).exists():
+        theirs = [n for n in (TRIALS, ERRORS, RUN_PROMPTS) if (out / n).exists()]
+        if theirs:
+            raise BadInput(f"{out} is not a niah run folder (it holds {theirs[0]} but no {MANIFEST}); "
+                           "nothing was written: choose another --out")
+
+
 def check_resumable(out: Path | str) -> None:
     """`--resume` needs a run folder to resume: BadInput when `out` holds no manifest (a
-    mistyped folder would otherwise start a new run, silently)."""
+    mistyped folder would otherwise start a new run, silently) or another tool's."""
     out = Path(out)
     if not (out / MANIFEST).is_file():
         what = "does not exist" if not out.exists() else f"is not a niah run folder (no {MANIFEST})"
         raise BadInput(f"--resume: {out} {what}; nothing to resume (leave out --resume to start a new run)")
+    check_ours(out)
 
 
-def start_run(out: Path | str, spec, resume: bool) -> RunStore:
-    """Lock and open the run folder (BadInput if in use, unwritable, if resume finds no
-    run there, or if resume changes fixed args) and write the manifest's args; `spec` is a
-    niah.sweep.SweepSpec."""
+def start_run(out: Path | str, spec, resume: bool, prompt_set=None) -> RunStore:
+    """Lock and open the run folder (BadInput if in use, unwritable, not ours, if resume
+    finds no run there, or if resume changes fixed args or the prompt set) and write the
+    manifest's args; `spec` is a niah.sweep.SweepSpec, `prompt_set` the
+    niah.prompts.sets.SetIndex of spec.prompts (its provenance is recorded)."""
     out = Path(out)
     if resume:
         check_resumable(out)
+    check_ours(out)  # before the lock file: a folder that is not ours gets nothing
     lock = RunLock(out).acquire()
     try:
-        store = _open_run(out, spec, resume)
+        store = _open_run(out, spec, resume, prompt_set)
     except BaseException:
         lock.release()
         raise
@@ -72,21 +107,48 @@ def start_run(out: Path | str, spec, resume: bool) -> RunStore:
     return store
 
 
-def _check_resume(out: Path, spec, args: dict) -> None:
+def _check_resume(out: Path, spec, args: dict, prompt_set=None) -> None:
     """A resume keeps every argument that changes prompts or answers (BadInput)."""
     defaults = {f.name: f.default for f in fields(spec)}
     old = read_manifest(out).get("args", {})
     for k in _FIXED_ON_RESUME:
+        if k == "seed" and args["prompts"] is not None:
+            continue  # a frozen set's seeds are its own: the set is compared by content below
         if old.get(k, defaults[k]) != args[k]:
             raise BadInput(f"--resume with a different {k} ({args[k]!r}, the run has {old.get(k)!r}): "
                            "use another --out")
+    _check_same_set(out, old, args, prompt_set)
 
 
-def _open_run(out: Path, spec, resume: bool) -> RunStore:
+def _check_same_set(out: Path, old: dict, args: dict, prompt_set) -> None:
+    """A resume runs the set the run ran, by content: the same file by another path
+    resumes; a set rebuilt at the same path (other bytes) is refused (BadInput)."""
+    was, now_ = old.get("prompts"), args["prompts"]
+    if (was is None) != (now_ is None):
+        raise BadInput(f"--resume with a different prompts ({now_!r}, the run has {was!r}): use another --out")
+    if now_ is None:
+        return
+    new = args["prompt_set"] or {}
+    recorded = (old.get("prompt_set") or {}).get("sha256")
+    if recorded is not None and recorded != new.get("sha256"):
+        raise BadInput(f"--resume with another prompt set: {now_} (sha256 {str(new.get('sha256'))[:12]}) is not "
+                       f"the set the run ran (sha256 {recorded[:12]}, {was}); use another --out")
+    if recorded is None and prompt_set is not None:  # no sha256 recorded: every prompt it sent must be the set's
+        ours = {e.prompt_sha256 for e in prompt_set.by.values()}
+        other = next((sha for sha in sent_prompts(out) or {} if sha not in ours), None)
+        if other is not None:
+            raise BadInput(f"--resume with another prompt set: the run sent prompt {other[:12]}, which "
+                           f"{now_} does not hold; use another --out")
+
+
+def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     args = asdict(spec)
+    args["prompt_set"] = prompt_set.provenance() if prompt_set is not None else None
+    if prompt_set is not None and prompt_set.base_seeds is None:
+        args["seed"] = None  # a set that does not name its base seed: the trials carry theirs
     again = resume and (out / MANIFEST).exists()
     if again:
-        _check_resume(out, spec, args)  # before opening the store: a refused resume changes nothing
+        _check_resume(out, spec, args, prompt_set)  # before opening the store: a refused resume changes nothing
     store = RunStore(out).open(resume)
     kind = spec.kind
     args["needle"] = {"sentence": NEEDLE, "question": QUESTION, "key": "city", "value": "7 digits"} if kind.default \

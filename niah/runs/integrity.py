@@ -7,7 +7,8 @@
 A **problem** makes the folder's numbers untrustworthy; `report` lists every one at the top
 of its summary, `compare` and `gate` refuse the folder (exit 2):
 
-- a line of trials.jsonl that is not a JSON record, other than the last one;
+- a line of trials.jsonl that is not a JSON record, other than a last line cut short (one
+  with no newline at its end: the writer's last byte);
 - a record whose fields cannot be read (niah.runs.record.record_problem: a length "abc",
   an unknown outcome, a missing key field): left out;
 - a trial key (config, length, depth, trial) recorded more than once: the first is kept
@@ -18,7 +19,7 @@ of its summary, `compare` and `gate` refuse the folder (exit 2):
 - a manifest attestation reading that is not an object (niah/attestation/ judges the
   rest): replaced by a reading that says so, which makes the configuration INVALID.
 
-A **note** is tolerated: the last line cut short by a kill mid-write (the sweep's
+A **note** is tolerated: the last line cut short by a kill mid-write (no newline at its end) (the sweep's
 `--resume` runs that trial again; a gate sees the trial missing, an outage).
 """
 
@@ -181,9 +182,9 @@ def load_checked(run_dir: Path | str) -> CheckedRun:
     manifest, problems = manifest_problems(read_manifest(run_dir))
     loaded = read_trials(run_dir / TRIALS)
     notes = []
-    corrupt = [n for n in loaded.skipped_lines if n != loaded.last_line]
-    if loaded.last_line in loaded.skipped_lines:
-        notes.append(f"{TRIALS} line {loaded.last_line} was cut short (a write interrupted); it is left out, "
+    corrupt = loaded.corrupt
+    if loaded.cut_short is not None:
+        notes.append(f"{TRIALS} line {loaded.cut_short} was cut short (a write interrupted); it is left out, "
                      "and `niah sweep --resume` runs that trial again")
     head = []
     if corrupt:

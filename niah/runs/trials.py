@@ -5,8 +5,10 @@
 (niah.runs.manifest) and trials. A trial is identified by (config, length, depth, trial):
 `trial_key()`. Resume reads the keys already present and runs only the rest; trials
 recorded as `error` are set aside in trials.errors.jsonl and run again. A truncated last
-line (kill -9 mid-write) is reported and skipped; a record whose fields cannot be read
-(niah.runs.record.record_problem) is refused; niah.runs.integrity checks a whole folder
+line (kill -9 mid-write: no newline at its end) is reported and skipped; any other line
+that is not a record, or a record whose fields cannot be read
+(niah.runs.record.record_problem), is refused by a resume (and by rescore) naming
+file:line, before anything changes; niah.runs.integrity checks a whole folder
 for report, compare and gate. Records carry `schema_version` (niah.runs.record); readers
 refuse a newer one. The full record layout is documented in docs/run-format.md.
 """
@@ -45,6 +47,22 @@ class LoadResult:
     lines: list[int] = field(default_factory=list)  # the line of each record
     bad: list[tuple[int, str]] = field(default_factory=list)  # (line, problem): fields that cannot be read
     last_line: int = 0  # the last non-empty line (where a kill mid-write cuts one short)
+    cut_short: int | None = None  # the last line, when it does not parse and has no newline
+
+    @property
+    def corrupt(self) -> list[int]:
+        """Lines that do not parse and are not a write cut short: never dropped silently."""
+        return [n for n in self.skipped_lines if n != self.cut_short]
+
+    def refuse_unreadable(self, path: Path | str) -> None:
+        """What a writer (resume, rescore) checks before it rewrites the file: BadInput
+        naming the first line that is not a record (other than a last line cut short),
+        else `refuse_bad`."""
+        if self.corrupt:
+            line, more = self.corrupt[0], len(self.corrupt) - 1
+            raise BadInput(f"{path}:{line}: not a JSON trial record, and not a write cut short (only the "
+                           f"last line can be){f' (and {more} more)' if more else ''}; fix or remove the line")
+        self.refuse_bad(path)
 
     def refuse_bad(self, path: Path | str) -> None:
         """BadInput naming the first record whose fields cannot be read, if any."""
@@ -57,9 +75,11 @@ class LoadResult:
 def read_trials(path: Path | str) -> LoadResult:
     """Read trials.jsonl, skipping (and listing) lines that do not parse.
 
-    Only a truncated *last* line is expected (a kill mid-write); any other bad line is
-    skipped too and listed, so one corrupt record never costs the rest of the run.
-    Records that parse but whose fields cannot be read are listed in `bad`, not returned.
+    Only a truncated *last* line is expected (a kill mid-write: it has no newline, the
+    writer's last byte; `cut_short`); any other bad line is skipped too and listed, so one
+    corrupt record never costs the rest of the run, and `corrupt` names it for the writers
+    (resume, rescore) to refuse. Records that parse but whose fields cannot be read are
+    listed in `bad`, not returned.
     """
     path = Path(path)
     if path.is_dir():
@@ -72,10 +92,13 @@ def read_trials(path: Path | str) -> LoadResult:
             if not raw.strip():
                 continue
             out.last_line = lineno
+            out.cut_short = None
             try:
                 rec = json.loads(raw)
             except ValueError:
                 out.skipped_lines.append(lineno)
+                if not raw.endswith(b"\n"):
+                    out.cut_short = lineno
                 continue
             if not isinstance(rec, dict):
                 out.skipped_lines.append(lineno)
@@ -125,7 +148,7 @@ class RunStore:
             )
         if resume:
             loaded = read_trials(trials)
-            loaded.refuse_bad(trials)  # before anything changes: never rewrite a record away
+            loaded.refuse_unreadable(trials)  # before anything changes: never rewrite a line away
             self.skipped_lines = loaded.skipped_lines
             errors = [r for r in loaded.records if r.get("outcome") == "error"] if retry_errors else []
             if errors:

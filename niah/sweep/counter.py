@@ -36,8 +36,10 @@ class CounterCheck:
     tried: list[dict[str, Any]] = field(default_factory=list)  # auto: every candidate and why
 
 
-def check_counter(tok: Tokenizer, endpoint: str, model: str, api_key: str | None, mode: str) -> CounterCheck:
-    """Count a probe prompt with `tok` and compare with the server's usage.prompt_tokens."""
+def check_counter(tok: Tokenizer, endpoint: str, model: str, api_key: str | None, mode: str,
+                  timeout_s: float = 120.0) -> CounterCheck:
+    """Count a probe prompt with `tok` and compare with the server's usage.prompt_tokens
+    (each request bounded by `timeout_s`)."""
     chk = CounterCheck()
     try:
         p = build_prompt(tok, PROBE_LENGTH, 50.0, trial_seed(0, PROBE_LENGTH, 50.0, 0), mode)
@@ -48,7 +50,7 @@ def check_counter(tok: Tokenizer, endpoint: str, model: str, api_key: str | None
         chk.note = f"cannot count the probe: {type(e).__name__}: {e}"
         return chk
     chk.counted = p.tokens
-    probe = tok if isinstance(tok, UsageTokenizer) else UsageTokenizer(endpoint, model, api_key)
+    probe = tok if isinstance(tok, UsageTokenizer) else UsageTokenizer(endpoint, model, api_key, timeout_s)
     try:
         chk.server = probe.count(mode, p.messages if mode == "chat" else p.content)
     except ServerError as e:
@@ -64,11 +66,12 @@ def check_counter(tok: Tokenizer, endpoint: str, model: str, api_key: str | None
 
 
 def resolve_counter(spec: str | None, endpoint: str, model: str, api_key: str | None, mode: str,
-                    approximate: bool = False) -> tuple[Tokenizer, CounterCheck]:
-    """The checked counter for one target (see module doc); BadInput when none is exact."""
+                    approximate: bool = False, timeout_s: float = 120.0) -> tuple[Tokenizer, CounterCheck]:
+    """The checked counter for one target (see module doc); BadInput when none is exact.
+    Every request a counter makes (the checks, then every count) is bounded by `timeout_s`."""
     if spec not in (None, "", "auto"):
-        tok = load_tokenizer(spec, endpoint, model, api_key, chat_probe=CHAT_PROBE)
-        chk = check_counter(tok, endpoint, model, api_key, mode)
+        tok = load_tokenizer(spec, endpoint, model, api_key, chat_probe=CHAT_PROBE, timeout_s=timeout_s)
+        chk = check_counter(tok, endpoint, model, api_key, mode, timeout_s)
         if chk.ok and tok.exact:
             return tok, chk
         why = chk.note or "it does not know the server's chat template"
@@ -80,14 +83,15 @@ def resolve_counter(spec: str | None, endpoint: str, model: str, api_key: str | 
         tok.exact = False
         return tok, chk
     tried: list[dict[str, Any]] = []
-    server = ServerTokenizer(endpoint=endpoint, model=model, api_key=api_key, chat_probe=CHAT_PROBE)
+    server = ServerTokenizer(endpoint=endpoint, model=model, api_key=api_key, chat_probe=CHAT_PROBE,
+                             timeout_s=timeout_s)
     candidates: list[Tokenizer] = [server] if server.probe() else []
     if not candidates:
         tried.append({"tokenizer": "server", "note": server.rejected or "no /tokenize"})
         server.close()
-    candidates.append(UsageTokenizer(endpoint, model, api_key))
+    candidates.append(UsageTokenizer(endpoint, model, api_key, timeout_s))
     for tok in candidates:
-        chk = check_counter(tok, endpoint, model, api_key, mode)
+        chk = check_counter(tok, endpoint, model, api_key, mode, timeout_s)
         tried.append({"tokenizer": tok.spec, "ok": chk.ok, "note": chk.note})
         if chk.ok:
             chk.tried = tried
@@ -99,7 +103,7 @@ def resolve_counter(spec: str | None, endpoint: str, model: str, api_key: str | 
                        + ". Pass --approximate-lengths to count with " + FALLBACK)
     _warn(f"{endpoint}: no exact token counter; counting with {FALLBACK}, lengths are approximate")
     tok = load_tokenizer(FALLBACK)
-    chk = check_counter(tok, endpoint, model, api_key, mode)
+    chk = check_counter(tok, endpoint, model, api_key, mode, timeout_s)
     chk.tried = tried
     return tok, chk
 

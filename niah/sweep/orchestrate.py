@@ -29,7 +29,7 @@ from typing import Callable
 
 from niah.attestation import begin_segment, end_segment, open_segment, read_server, say_state, start_contradiction
 from niah.errors import BadInput
-from niah.prompts.sets import SetIndex, read_set
+from niah.prompts.sets import SetIndex, load_set
 from niah.runs.folder import check_same_tokenizers, start_run
 from niah.runs.manifest import MANIFEST, read_manifest, record_config, update_config
 from niah.sweep.indexer import length_warnings
@@ -126,7 +126,7 @@ def run_sweep(
         check_same_tokenizers(read_manifest(out), prepared, force_config)
     for line in length_warnings(spec.lengths, {p.target.name: p.index_topk for p in prepared}):
         print(f"niah: {line}", file=sys.stderr)
-    store = start_run(out, spec, resume)
+    store = start_run(out, spec, resume, prompt_set)
     try:
         for p in prepared:
             record_config(out, p.target.name, p.info)
@@ -137,9 +137,11 @@ def run_sweep(
 
 
 def load_prompt_set(spec: SweepSpec) -> SetIndex | None:
-    """The frozen set of spec.prompts (its grid becomes the spec's), or None."""
+    """The frozen set of spec.prompts (its grid, mode and base seed become the spec's), or None."""
     if spec.prompts is None:
         return None
-    index = SetIndex(read_set(spec.prompts), spec.prompts)
+    index = load_set(spec.prompts)
     spec.lengths, spec.depths, spec.trials, spec.mode = index.lengths, index.depths, index.trials, index.mode
+    if index.base_seeds and len(index.base_seeds) == 1:
+        spec.seed = index.base_seeds[0]
     return index

@@ -2,7 +2,9 @@
 
 Scoring is a pure function of a stored record (answer, reasoning, finish_reason, error,
 expected values, distractor values), so `rescore_run` is a loop over RUN/trials.jsonl.
-Records of schema 1 carry only `needle`; their distractors come from RUN/prompts.jsonl
+A line of trials.jsonl that is not a record (other than a last line cut short by a kill,
+which is left out) or a record whose fields cannot be read is refused, naming file:line,
+before anything is rewritten. Records of schema 1 carry only `needle`; their distractors come from RUN/prompts.jsonl
 when it holds the prompt, else none are known (and the result says so).
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from niah.errors import BadInput
 from niah.prompts.sets import RUN_PROMPTS
+from niah.runs.folder import is_run_manifest
 from niah.runs.lock import RunLock
 from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
 from niah.sweep.scoring import score_values
@@ -65,12 +68,12 @@ def rescore_run(run: Path | str, write: bool = True) -> Rescored:
     """Re-score every trial of RUN; rewrite trials.jsonl (atomically, under the run lock)
     when `write` and anything changed."""
     run = Path(run)
-    if not (run / "manifest.json").exists():
-        raise BadInput(f"{run} is not a niah run folder (no manifest.json)")
+    if not (run / "manifest.json").exists() or not is_run_manifest(run / "manifest.json"):
+        raise BadInput(f"{run} is not a niah run folder (no niah manifest.json)")
     res = Rescored()
     with RunLock(run):
         loaded = read_trials(run / TRIALS)
-        loaded.refuse_bad(run / TRIALS)
+        loaded.refuse_unreadable(run / TRIALS)  # a corrupt line is never rewritten away
         prompts = _known_prompts(run)
         out = []
         for rec in loaded.records:

@@ -1,9 +1,10 @@
 """The call stage: ask one prepared target every pending trial, score it, store it.
 
 `run_target(prepared, spec, store, progress, dead)` takes each trial's prompt from the
-frozen set (`prepared.prompts`, from `niah sweep --prompts`) or builds it (and logs it to
-RUN/prompts.jsonl), sends it with bounded retries, scores it with niah.sweep.scoring and appends
-one niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
+frozen set (`prepared.prompts`, from `niah sweep --prompts`; the trial records the seed the
+set's entry was built from) or builds it (and logs it to RUN/prompts.jsonl), sends it with
+bounded retries, scores it with niah.sweep.scoring and appends one
+niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class _TargetRun:
 
     async def unreachable(self, client) -> str | None:
         try:
-            r = await client.get(self.p.endpoint + "/models", timeout=10.0)
+            r = await client.get(self.p.endpoint + "/models", timeout=min(10.0, self.spec.timeout_s))
         except httpx.HTTPError as e:
             return f"{type(e).__name__}: {e}".rstrip(": ")
         return f"HTTP {r.status_code}" if r.status_code >= 500 else None
@@ -86,14 +87,16 @@ class _TargetRun:
             s = self.spec
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
                                             s.needles, s.kind, s.haystack, control)
-            entry = entry_from_prompt(built, trial, control)
+            entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:
             log.add(entry)
         return entry
 
     async def one(self, client, length: int, depth: float, trial: int, control: bool) -> None:
-        seed = trial_seed(self.spec.seed, length, depth, trial)
+        # a frozen set's trial carries the seed its prompt was built from: what pairs it by seed
+        seed = (self.p.prompts.get(length, depth, trial).seed if self.p.prompts is not None
+                else trial_seed(self.spec.seed, length, depth, trial))
         rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial,
                           seed=seed, control=control)
         cause = self.check_dead()

@@ -142,7 +142,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     """
     check_spec(spec)
     endpoint = check_endpoint(api_url(target.endpoint))
-    models, server_info = _probe(endpoint, target.api_key)
+    models, server_info = _probe(endpoint, target.api_key, min(30.0, spec.timeout_s))
     entries = [m for m in (models.get("data") or []) if isinstance(m, dict)]
     ids = [m.get("id") for m in entries]
     model = target.model or (ids[0] if ids else None)
@@ -160,7 +160,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     )
     if prompt_set is None:
         prepared.tokenizer, prepared.counter_check = resolve_counter(
-            spec.tokenizer, endpoint, model, target.api_key, spec.mode, spec.approximate_lengths)
+            spec.tokenizer, endpoint, model, target.api_key, spec.mode, spec.approximate_lengths, spec.timeout_s)
     max_len = entry.get("max_model_len") or getattr(prepared.tokenizer, "max_model_len", None)
     if not max_len and isinstance(server_info, dict):
         max_len = server_info.get("max_model_len") or server_info.get("context_length")
@@ -169,9 +169,9 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     return prepared
 
 
-def _probe(endpoint: str, api_key: str | None) -> tuple[dict, Any]:
+def _probe(endpoint: str, api_key: str | None, timeout_s: float = 30.0) -> tuple[dict, Any]:
     """GET /v1/models (BadInput when it fails) and /server_info (None when absent)."""
-    with httpx.Client(timeout=30.0, headers=request_headers(api_key)) as client:
+    with httpx.Client(timeout=timeout_s, headers=request_headers(api_key)) as client:
         try:
             r = client.get(endpoint + "/models")
         except httpx.HTTPError as e:

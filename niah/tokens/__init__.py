@@ -40,24 +40,26 @@ def load_tokenizer(
     model: str | None = None,
     api_key: str | None = None,
     chat_probe: str | None = None,
+    timeout_s: float = 120.0,
 ) -> Tokenizer:
     """Resolve a spec, unchecked (None/`auto` = server when /tokenize answers, else usage).
     `chat_probe`: the message a server counter measures its chat template on (the prompt
     builder's, niah.prompts.CHAT_PROBE). niah.sweep.counter.resolve_counter is the checked
-    way a sweep chooses."""
+    way a sweep chooses. `timeout_s` bounds each request a server counter makes."""
     check_tokenizer_spec(spec)
     if spec in (None, "", "auto", "server", "usage"):
         if not endpoint:
             raise BadInput(f"--tokenizer {spec or 'auto'} needs --endpoint (the server counts)")
         if spec != "usage":
-            tok = ServerTokenizer(endpoint=endpoint, model=model, api_key=api_key, chat_probe=chat_probe)
+            tok = ServerTokenizer(endpoint=endpoint, model=model, api_key=api_key, chat_probe=chat_probe,
+                                  timeout_s=timeout_s)
             if tok.probe():
                 return tok
             tok.close()
             if spec == "server":
                 why = tok.rejected or "it does not answer /tokenize"
                 raise BadInput(f"--tokenizer server: {endpoint}: {why}")
-        return UsageTokenizer(endpoint, model, api_key)
+        return UsageTokenizer(endpoint, model, api_key, timeout_s=timeout_s)
     kind, _, arg = spec.partition(":")
     if kind == "tiktoken":
         return TiktokenTokenizer(arg)

@@ -103,6 +103,9 @@ class ServerTokenizer(Tokenizer):
         for url in (root_url(self.endpoint) + "/tokenize", api_url(self.endpoint) + "/tokenize"):
             try:
                 r = self._http().post(url, json=self._body({"prompt": "hello"}))
+            except httpx.TimeoutException:
+                self.rejected = f"{url} did not answer within {self.timeout_s:g} s (--timeout)"
+                continue
             except httpx.HTTPError:
                 continue
             if r.status_code != 200:

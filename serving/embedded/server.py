@@ -31,6 +31,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from niah.errors import ServerError
 from niah.serving.embedded import weights
 from niah.serving.embedded.api import ApiError, Prepared, parse_body, prepare, tokenize_text
 from niah.serving.embedded.device import build_model, warm_up
@@ -372,11 +373,12 @@ def serve(cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000, log_level
 
     try:
         asyncio.run(run())
+    except SystemExit:              # uvicorn's start-up failure out of its task: one line below
+        pass
     finally:
         engine.pool.shutdown(wait=False, cancel_futures=True)
     if not server.started:
-        print(f"niah serve: could not start on {host}:{port} (see the error above)", file=sys.stderr, flush=True)
-        raise SystemExit(1)
+        raise ServerError(f"niah serve could not start on {host}:{port} (see the error above)")
     print("niah serve: stopped", flush=True)
     sys.stderr.flush()
     os._exit(0)   # do not wait for a prefill still running in the worker thread

@@ -110,7 +110,7 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
     remember_secrets(matrix)  # before anything is compared with, or written to, the run folder
     if resume and not force_config:
         _check_unchanged(out, matrix)
-    store = start_run(out, spec, resume)
+    store = start_run(out, spec, resume, prompt_set)
     run = _MatrixRun(spec, out, store, progress, prompt_set, force_config)
     try:
         manifest_matrix(out, matrix)

@@ -79,7 +79,7 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
                        "or choose another --out")
     backend = make_backend(executor, out, job_gpus(matrix))  # bad GPU settings fail before the folder changes
     backend.check()
-    store = start_run(out, spec, resume)
+    store = start_run(out, spec, resume, prompt_set)
     try:
         manifest_matrix(out, matrix)
         change_manifest(out, lambda m: m.update(executor=executor.as_dict()))

@@ -10,7 +10,7 @@ import pytest
 from niah.errors import BadInput
 from niah.prompts.needles import NeedleKind, trial_seed
 from niah.prompts.builder import build_prompt
-from niah.prompts.sets import read_set
+from niah.prompts.sets import SET_SCHEMA, read_set
 from niah.runs.record import record_fields
 from niah.sweep.scoring import score_values
 from niah.runs.trials import load_run
@@ -40,7 +40,7 @@ def test_prompt_set_built_then_run_gives_the_sets_hashes(oracle, tmp_path):
     again = niah("prompts", "build", "--endpoint", oracle.url, *grid, "--keys", "3", "--out", tmp_path / "again.jsonl")
     assert again.returncode == 0 and (tmp_path / "set.jsonl").read_bytes() == (tmp_path / "again.jsonl").read_bytes()
     entries = read_set(tmp_path / "set.jsonl")
-    assert len(entries) == 12 and all(e.schema_version == 1 and e.tokenizer == "server" for e in entries)
+    assert len(entries) == 12 and all(e.schema_version == SET_SCHEMA and e.tokenizer == "server" for e in entries)
     e = entries[0]
     assert len(e.facts) == 3 and e.asked_keys == [e.facts[0]["key"]] and e.expected == [e.facts[0]["value"]]
     assert sorted(e.distractors) == sorted(f["value"] for f in e.facts[1:])

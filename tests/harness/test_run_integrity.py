@@ -91,7 +91,9 @@ def test_the_last_line_cut_by_a_kill_is_tolerated_but_the_gate_sees_the_trial_mi
     cand = _run(tmp_path / "cand")
     lines = _lines(cand)
     last = json.loads(lines[-1])
-    _write(cand, [*lines[:-1], lines[-1][:40]])  # what a kill in the middle of a write leaves
+    _write(cand, lines[:-1])
+    with open(cand / "trials.jsonl", "a") as f:
+        f.write(lines[-1][:40])  # what a kill in the middle of a write leaves: no newline
 
     head, stdout = _summary_head(cand, tmp_path)
     assert "integrity problem" not in head and f"line {len(lines)} was cut short" in head

@@ -13,8 +13,9 @@ Behaviours: --wrong-above N (wrong value beyond N prompt tokens), --empty, --ref
 /tokenize of messages) with `chat_template_kwargs: {"thinking": true}` gets "<think>\n" after
 the generation prompt, as a thinking model's template adds: its prompt is longer.
 Faults: --fail-first N (first N generation requests get 503), --drop-every N (every Nth
-generation request's connection is closed with no response), --delay S. Faults hit the
-trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
+generation request's connection is closed with no response), --delay S (before each
+generation); --tokenize-delay S (before each /tokenize answer) slows the counts instead.
+Faults hit the trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
 --api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
@@ -219,6 +220,8 @@ def make_handler(oracle: Oracle):
                     return self._json(404, {"error": "not found"})
                 with oracle.lock:
                     oracle.stats["tokenize"] += 1
+                if args.tokenize_delay:
+                    time.sleep(args.tokenize_delay)
                 if "messages" in body and args.tokenize_text_only:  # like SGLang: prompt only
                     return self._json(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]})
                 if "messages" in body:
@@ -326,6 +329,7 @@ def main(argv=None) -> None:
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--drop-every", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--tokenize-delay", type=float, default=0.0, help="seconds before each /tokenize answer")
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
     p.add_argument("--api-key", help="require this bearer token")
     p.add_argument("--attestation", help="a niah_attestation record (JSON) for /server_info")
