@@ -90,12 +90,14 @@ def gate_json(res) -> dict:
     for cfg in dict.fromkeys(c.config for c in res.cases):
         mine = [c for c in res.cases if c.config == cfg]
         configs[cfg] = {"baseline_config": res.config_map.get(cfg, cfg), "pairing": res.pairing.get(cfg),
-                        "verdict": verdict_of(mine)}
+                        "attestation": res.attestation.get(cfg), "verdict": verdict_of(mine)}
     return {"schema": GATE, "verdict": res.verdict, "exit_code": res.exit_code,
             "baseline": res.baseline, "candidate": res.candidate,
             "rule": {"tolerance": res.tolerance, "alpha": res.alpha, "max_error_rate": res.max_error_rate,
                      "metric": res.metric, "rank_tolerance": res.rank_tolerance},
-            "notes": list(res.notes), "configs": configs, "cases": cases,
+            "notes": list(res.notes) + [f"caveat: {c.text}" for c in res.caveats],
+            "caveats": [{"kind": c.kind, "config": c.config, "text": c.text} for c in res.caveats],
+            "configs": configs, "cases": cases,
             "failed": [{"config": c.config, "length": c.length if c.length == ALL else int(c.length),
                         "metric": c.metric, "status": c.status} for c in res.failed]}
 
