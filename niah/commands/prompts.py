@@ -10,7 +10,7 @@ import typer
 from niah.cli import app, prompts_app
 from niah.commands.request_options import request_options
 from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
-                                 TOKENIZER_HELP, make_spec, needle_options)
+                                 TOKENIZER_HELP, make_spec, needle_options, pick_auto_lengths, read_topks)
 
 
 @prompts_app.command("build")
@@ -42,8 +42,13 @@ def build_cmd(
     from niah.prompts.sets import build_set, write_set
     from niah.sweep import Target, prepare_target
 
+    auto = None
+    if lengths.strip() == "auto":  # k/2, k, 2k, ... of the server's index_topk, as the sweep does
+        topks, context = read_topks(None, endpoint or DEFAULT_ENDPOINT, model, api_key, True)
+        auto = pick_auto_lengths(topks, context, 32)
+        typer.echo(f"niah: --lengths auto: {', '.join(map(str, auto))}", err=True)
     spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, approximate_lengths=approximate_lengths,
-                     **kinds)
+                     auto=auto, **kinds)
     prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
     entries = build_set(prepared.tokenizer, spec)
     write_set(out, entries)

@@ -44,7 +44,8 @@ def test_gate_json_carries_the_verdict_and_every_case(runs, tmp_path):
     assert r.returncode == 0, r.stderr
     ok = _parse(r)
     assert ok["schema"] == "niah.gate/1" and ok["verdict"] == "PASS" and ok["exit_code"] == 0
-    assert ok["configs"] == {"c": {"baseline_config": "c", "pairing": "prompt", "verdict": "PASS"}}
+    assert ok["configs"] == {"c": {"baseline_config": "c", "pairing": "prompt", "attestation": "n/a",
+                                   "verdict": "PASS"}}
     assert [c["length"] for c in ok["cases"]] == [*LENGTHS, "all"] and ok["failed"] == []
 
     r = _niah("gate", "--baseline", base, "--candidate", cand, "--json", "--summary", tmp_path / "s.md")
