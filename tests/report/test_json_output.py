@@ -96,6 +96,14 @@ def test_plan_json_formula_and_bad_input():
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_plan_json_prints_rounded_numbers():
+    r = _niah("plan", "--recall", "0.95", "--drop", "0.1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"drop": 0.1,' in r.stdout and '"target": 0.85,' in r.stdout  # not 0.09999999999999998
+    powers = [x["power"] for x in json.loads(r.stdout)["designs"]]
+    assert powers and all(p == round(p, 4) for p in powers), powers
+
+
 def test_export_json_is_the_records_as_stored(runs, tmp_path):
     base = runs[0]
     r = _niah("export", base, "-f", "json", "--out", tmp_path / "t.json")
