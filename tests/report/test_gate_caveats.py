@@ -54,7 +54,8 @@ def test_a_cut_candidate_is_an_outage_that_says_how_to_finish_it_and_the_command
     assert any(n.startswith("caveat: ") and "6 of 12 planned" in n for n in doc["notes"])
     assert any("6 of 12 planned" in v for v in _junit_caveats(tmp_path / "j.xml"))
     case = next(c for c in doc["cases"] if c["length"] == 600)
-    assert case["status"] == "outage" and "the candidate run is incomplete: finish it with `niah sweep" in case["message"]
+    assert case["status"] == "outage"
+    assert "the candidate run is incomplete: finish it with `niah sweep" in case["message"]
 
     # the command it names finishes the run, and the finished run passes
     finish = inc[0]["text"].rsplit("finish it with `", 1)[1].rstrip("`")
