@@ -93,7 +93,7 @@ def _root(
 
 
 # One module per noun; importing it registers its commands (imports inside stay lazy).
-COMMAND_MODULES = ("sweep", "prompts", "serve", "report", "gate", "kernels", "doctor")
+COMMAND_MODULES = ("sweep", "prompts", "serve", "report", "gate", "kernels", "doctor", "examples")
 
 
 def _register() -> None:

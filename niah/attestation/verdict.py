@@ -2,7 +2,9 @@
 
 `check_configs` is what compare and gate call first (BadInput for an INVALID or, without
 --accept-unattested, an unattested configuration); `report_section` is the table of
-`niah report`; `counts` and `say_state` are one-line summaries. The judging itself is
+`niah report`; `counts` and `say_state` are one-line summaries; `shown_state` is the state a
+page shows: "n/a", not "valid", for a server that attested nothing (nothing was proven,
+nothing contradicted). The judging itself is
 niah.attestation.rules.status. Pure functions (say_state prints through the caller's `say`).
 """
 
@@ -12,6 +14,16 @@ from niah.attestation.rules import INVALID, LAUNCHED, UNATTESTED, VALID, labels,
 from niah.errors import BadInput
 
 ACCEPT_FLAG = "--accept-unattested"
+NOT_ATTESTED = "n/a"
+
+
+def shown_state(entry: dict | None) -> tuple[str, str]:
+    """(state, reason) as a page shows it: `status`'s, except NOT_ATTESTED ("n/a") for a
+    valid configuration whose server attested nothing (no reading holds an attestation)."""
+    state, reason = status(entry)
+    if state == VALID and not last_attestation(entry or {}):
+        return NOT_ATTESTED, f"its server attests nothing ({reason})"
+    return state, reason
 
 
 def say_state(name: str, state: str, reason: str, say) -> None:
@@ -46,14 +58,15 @@ def _shown(entry: dict | None) -> bool:
 
 def report_section(manifest: dict, names) -> str | None:
     """Markdown for `niah report`: each configuration's state (valid, **INVALID**,
-    unattested) and why. None when no configuration is launched, labelled or attested."""
+    unattested, n/a: nothing attested, nothing to attest) and why. None when no
+    configuration is launched, labelled or attested."""
     configs = manifest.get("configs") or {}
     entries = {n: configs.get(n) for n in names}  # None: absent from the manifest (INVALID)
     if not any(_shown(e) for e in entries.values()):
         return None
     rows = []
     for name, entry in entries.items():
-        state, reason = status(entry)
+        state, reason = shown_state(entry)
         entry = entry or {}
         end = last_attestation(entry) or {}
         arm = "/".join(str(end.get(k)) for k in ("index_dtype", "kernels")) if end else "—"
@@ -62,7 +75,8 @@ def report_section(manifest: dict, names) -> str | None:
                     f"{end.get('pool_bytes_per_token') or '—'} | {reason.replace('|', '/')} |")
     head = ("## Attestation: what each server proved it ran\n\n"
             "INVALID: a launched server's attestation is missing, unreadable or contradicts its label; "
-            f"unattested: labels its server does not report. `compare` and `gate` refuse both "
+            f"unattested: labels its server does not report; n/a: a server that attests nothing, with no "
+            f"label to attest. `compare` and `gate` refuse both "
             f"(unattested ones are accepted with `{ACCEPT_FLAG}`).\n\n"
             "| config | engine | state | ran (index dtype/kernels) | pool bytes/token | why |\n"
             "|---|---|---|---|---|---|\n")

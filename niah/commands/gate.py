@@ -47,7 +47,8 @@ def gate_cmd(
     Markdown (also appended to $GITHUB_STEP_SUMMARY when set) and JUnit XML (--junit).
     With --json the exit codes are the same; bad input is still one line on stderr.
     """
-    from niah.report.gate import run_gate, write_outputs
+    from niah.report.gate import run_gate
+    from niah.report.gate_output import write_outputs
 
     res = run_gate(baseline, candidate, config, tolerance, alpha, max_error_rate, metric, rank_tolerance,
                    accept_unattested)

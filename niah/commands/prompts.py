@@ -10,7 +10,7 @@ import typer
 from niah.cli import app, prompts_app
 from niah.commands.request_options import request_options
 from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
-                                 TOKENIZER_HELP, make_spec, needle_options)
+                                 TOKENIZER_HELP, make_spec, needle_options, pick_auto_lengths, read_topks)
 
 
 @prompts_app.command("build")
@@ -46,8 +46,13 @@ def build_cmd(
     from niah.sweep import Target, prepare_target
     from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt
 
+    auto = None
+    if lengths.strip() == "auto":  # k/2, k, 2k, ... of the server's index_topk, as the sweep does
+        topks, context = read_topks(None, endpoint or DEFAULT_ENDPOINT, model, api_key, True, timeout)
+        auto = pick_auto_lengths(topks, context, 32)
+        typer.echo(f"niah: --lengths auto: {', '.join(map(str, auto))}", err=True)
     spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, timeout=timeout,
-                     approximate_lengths=approximate_lengths, **kinds)
+                     approximate_lengths=approximate_lengths, auto=auto, **kinds)
     try:
         with terminate_as_interrupt():
             prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)

@@ -104,8 +104,8 @@ def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
                        "build another set with niah prompts build")
 
 
-def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
-           auto: bool = False, timeout: float = 30.0) -> tuple[dict, Optional[int]]:
+def read_topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
+               auto: bool = False, timeout: float = 30.0) -> tuple[dict, Optional[int]]:
     """{config: index_topk} and the model's context (None: unknown), read from the matrix
     file (its loader) or, for one endpoint, from GET /v1/models."""
     from niah.errors import BadInput
@@ -129,7 +129,7 @@ def _topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key:
     return {"default": config_topk({"server": {"models": {"data": [entry]}}})}, entry.get("max_model_len")
 
 
-def _auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
+def pick_auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
     from niah.errors import BadInput
     from niah.sweep.indexer import auto_lengths
 
@@ -233,9 +233,9 @@ def sweep(
             raise BadInput("--resume needs --out RUN, the run folder to resume")
         check_resumable(out)
     is_auto = lengths.strip() == "auto"
-    topks, context = (_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout)
+    topks, context = (read_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout)
                       if matrix is not None or is_auto else ({}, None))
-    auto = _auto_lengths(topks, context, max_tokens) if is_auto else None
+    auto = pick_auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
                      auto=auto, **kinds)

@@ -149,9 +149,11 @@ class Side:
     notes: list[str] = field(default_factory=list)  # tolerated (a run's cut last line)
 
 
-def read_side(path: Path | str) -> Side:
-    """A run folder or a baseline file; BadInput when it is neither, has no trials, or has
-    any integrity problem (niah.runs.integrity)."""
+def read_side(path: Path | str, empty_ok: bool = False) -> Side:
+    """A run folder or a baseline file; BadInput when it is neither, has no trials (a run
+    folder with none is read when `empty_ok`: a sweep stopped before its first trial, which
+    the gate judges as an incomplete candidate), or has any integrity problem
+    (niah.runs.integrity)."""
     path = Path(path)
     if path.is_dir():
         run = load_checked(path)
@@ -165,7 +167,7 @@ def read_side(path: Path | str) -> Side:
         side = Side(manifest, records, f"baseline {path}")
     else:
         raise BadInput(f"{path}: no such run folder or baseline file")
-    if not side.records:
+    if not side.records and not (empty_ok and path.is_dir()):
         raise BadInput(f"{path}: no trials")
     known = side.manifest.get("configs") or {}
     unknown = sorted({str(r.get("config")) for r in side.records if r.get("config") not in known})

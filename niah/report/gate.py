@@ -29,24 +29,30 @@ Per configuration, per length present on both sides, and over all of them:
 - a configuration is gated only when its attestation holds (niah/attestation/): an
   INVALID one is bad input (exit 2), an unattested one too unless `accept_unattested`
   (then a note says so).
+- **caveats** (niah.report.caveats) say what weakens the verdict: a side's run incomplete
+  (N of M planned trials, the lengths with no trial, the `--resume` command), lengths
+  approximate or off by more than the allowance, the model or server changed between
+  baseline and candidate, a sample too small to see the tolerance. An incomplete candidate
+  run is an outage, never bad input: one stopped before its first trial, or before any
+  length the baseline has, fails with exit 1 and the command that finishes it.
 
 Both sides are read through niah.runs.integrity (niah.report.baseline.read_side): a side
 with duplicated trial keys, unreadable lines or fields, or trials outside its prompt set
 is bad input.
 
 Exit codes (niah gate): 0 holds, 1 regression or outage, 2 bad input (missing files, no
-overlap, schema mismatch, a side that fails its integrity check). Each test is at level
+overlap that an incomplete candidate does not explain, schema mismatch, a side that fails
+its integrity check). niah.report.gate_output writes the Markdown and JUnit. Each test is at level
 alpha with no multiplicity correction; the overall row pools every common length.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
-from niah.attestation import check_configs
+from niah.attestation import check_configs, shown_state
+from niah.report import caveats as cv
 from niah.errors import BadInput
 from niah.report.baseline import read_side
 from niah.report.data import trials_frame
@@ -85,6 +91,8 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     metric: str = "answer"          # answer, rank or both
     rank_tolerance: float = 0.10    # the rank metric's tolerance
+    caveats: list[cv.Caveat] = field(default_factory=list)  # what weakens the verdict
+    attestation: dict[str, str] = field(default_factory=dict)  # config -> shown state (valid, n/a, unattested)
 
     @property
     def failed(self) -> list[Case]:
@@ -107,10 +115,11 @@ def verdict_of(cases) -> str:
     return " + ".join(k.upper() for k in (REGRESSION, OUTAGE) if k in kinds) or PASS.upper()
 
 
-def _match_configs(base, cand, config: str | None) -> dict[str, str]:
-    """candidate config -> baseline config."""
+def _match_configs(base, cand, config: str | None, planned=()) -> dict[str, str]:
+    """candidate config -> baseline config; `planned`: the candidate manifest's
+    configurations (a planned one without trials is matched, and found incomplete)."""
     bn = list(dict.fromkeys(base["config"]))
-    cn = list(dict.fromkeys(cand["config"]))
+    cn = list(dict.fromkeys([*cand["config"], *planned]))
     if config:
         if config not in bn:
             raise BadInput(f"baseline has no configuration {config!r}; it has {bn}")
@@ -122,17 +131,19 @@ def _match_configs(base, cand, config: str | None) -> dict[str, str]:
         return {c: c for c in common}
     if len(bn) == 1 and len(cn) == 1:
         return {cn[0]: bn[0]}
+    if not cn:  # nothing planned, nothing run: every baseline configuration is missing
+        return {}
     raise BadInput(f"no configuration in common (baseline {bn}, candidate {cn}); pass --config")
 
 
-def _fmt(x: float) -> str:
+def fmt_pct(x: float) -> str:
     return "—" if x != x else f"{100 * x:.1f}%"
 
 
 def _message(row: Row, tolerance: float, alpha: float) -> str:
     ev = (f"McNemar exact p={row.p:.3g} ({row.losses} lost / {row.wins} gained)" if row.basis.startswith("paired")
           else f"unpaired, {100 * (1 - alpha):g}% Newcombe interval [{100 * row.lo:+.1f}, {100 * row.hi:+.1f}] pp")
-    return (f"recall {_fmt(row.recall_a)} -> {_fmt(row.recall_b)} ({100 * row.diff:+.1f} pp, tolerance "
+    return (f"recall {fmt_pct(row.recall_a)} -> {fmt_pct(row.recall_b)} ({100 * row.diff:+.1f} pp, tolerance "
             f"{100 * tolerance:g} pp); {ev}")
 
 
@@ -243,33 +254,42 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         raise BadInput(f"--alpha must be in (0, 1), got {alpha}")
     if not 0 <= max_error_rate <= 1:
         raise BadInput(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
-    bside, cside = read_side(baseline), read_side(candidate)
+    bside, cside = read_side(baseline), read_side(candidate, empty_ok=True)
     bman, base, bwhat = bside.manifest, trials_frame(bside.records), bside.what
     cman, cand, cwhat = cside.manifest, trials_frame(cside.records), cside.what
     res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate, metric=metric, rank_tolerance=rank_tolerance)
     res.notes += [f"{side.what}: {n}" for side in (bside, cside) for n in side.notes]
-    res.config_map = _match_configs(base, cand, config)
+    res.config_map = _match_configs(base, cand, config, list(cman.get("configs") or {}))
     # attestation missing / contradicting its label, or unattested labels: exit 2
     res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
     res.notes += check_configs(cman, res.config_map.keys(), cwhat, accept_unattested)
+    cut = _side_caveats(res, bside, cside)  # the candidate's incomplete configurations -> why
     overlap_any = False
     for cname, bname in res.config_map.items():
         b = base[base["config"] == bname]
         c = cand[cand["config"] == cname]
         bl, cl = set(b["length"]), set(c["length"])
         common = sorted(bl & cl)
+        why = f"; {cut[cname]}" if cname in cut else ""
         if not common:
             res.cases.append(Case(cname, ALL, OUTAGE, None,
-                                  "no length in common with the baseline: nothing measured to gate"))
+                                  "no length in common with the baseline: nothing measured to gate" + why))
             continue
         overlap_any = True
         label = cname if cname == bname else f"{cname} (vs baseline {bname})"
         b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
         cases, method = answer_cases(label, b, c, tolerance, alpha, max_error_rate)
         res.pairing[label] = method
+        res.attestation[label] = shown_state((cman.get("configs") or {}).get(cname))[0]
+        res.caveats += cv.changed((bman.get("configs") or {}).get(bname), (cman.get("configs") or {}).get(cname),
+                                  label)
+        res.caveats += cv.sample(label, [x.row for x in cases if x.row is not None], tolerance, alpha)
         if method is None:
             res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
                              "with Wilson-score (Newcombe) intervals")
+        if cname in cut:
+            cases = [x if x.status != OUTAGE else Case(x.config, x.length, x.status, x.row, x.message + why, x.metric)
+                     for x in cases]
         res.cases += cases
         if metric == "rank":
             res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
@@ -283,7 +303,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
             n = int((whole["length"] == L).sum())
             res.cases.append(Case(label, int(L), OUTAGE, None,
                                   f"length not in the candidate: none of the baseline's {n} trial(s) here was "
-                                  "measured"))
+                                  "measured" + why))
         extra = sorted(cl - bl)
         if extra:
             res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
@@ -291,102 +311,34 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         for bname in dict.fromkeys(base["config"]):
             if bname not in res.config_map.values():
                 res.cases.append(Case(bname, ALL, OUTAGE, None,
-                                      "configuration is in the baseline but not in the candidate"))
-    if not overlap_any:
+                                      "configuration is in the baseline but not in the candidate"
+                                      + (f"; {cut[None]}" if None in cut else "")))
+    if not overlap_any and not _explains(cut, cman, base):
         raise BadInput(f"{bwhat} and {cwhat} do not overlap (no length in common for {list(res.config_map)})")
     return res
 
 
-# -- output ---------------------------------------------------------------------------------
-_ICON = {PASS: "✅ pass", REGRESSION: "❌ regression", OUTAGE: "⚠️ outage", SKIPPED: "➖ skipped"}
-
-
-def markdown(res: GateResult) -> str:
-    """The gate's Markdown summary (CI step summary, PR comment)."""
-    out = [f"## niah gate: {res.verdict}\n",
-           f"- baseline: {res.baseline}\n- candidate: {res.candidate}\n"
-           f"- rule: regression = drop > {100 * res.tolerance:g} pp **and** significant at alpha = {res.alpha:g} "
-           f"(paired: McNemar exact; unpaired: Newcombe/Wilson interval); outage = error rate > "
-           f"{100 * res.max_error_rate:g}% or nothing answered, or a baseline length, depth or trial the candidate "
-           "lacks\n"]
-    if any(c.metric == "rank" for c in res.cases):
-        out.append("- needle rank: regression = on identical prompts the candidate's needle sits deeper in the "
-                   "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha)\n")
-    for n in res.notes:
-        out.append(f"- note: {n}\n")
-    for cfg in dict.fromkeys(c.config for c in res.cases):
-        basis = res.pairing.get(cfg)
-        out.append(f"\n### `{cfg}` ("
-                   f"{'paired by ' + ('prompt hash' if basis == 'prompt' else 'seed') if basis else 'unpaired'})\n\n")
-        out.append("| length | baseline | candidate | diff | evidence | status |\n|---|---|---|---|---|---|\n")
-        for c in (x for x in res.cases if x.config == cfg):
-            r = c.row
-            name = "**all**" if c.length == ALL else f"{c.length:,}"
-            name += " (needle rank)" if c.metric == "rank" else ""
-            if r is None:
-                out.append(f"| {name} | | | | {c.message} | {_ICON[c.status]} |\n")
-                continue
-            ev = (f"{r.losses} lost / {r.wins} gained, p={r.p:.3g}" if r.basis.startswith("paired")
-                  else f"diff CI [{100 * r.lo:+.1f}, {100 * r.hi:+.1f}] pp")
-            if c.status == OUTAGE:
-                ev = c.message
-            err = f" ⚠{r.errors_b} err" if r.errors_b else ""
-            diff = "—" if r.diff != r.diff else f"{100 * r.diff:+.1f} pp"
-            out.append(f"| {name} | {_fmt(r.recall_a)} ({r.k_a}/{r.n_a}) | {_fmt(r.recall_b)} ({r.k_b}/{r.n_b}){err} "
-                       f"| {diff} | {ev} | {_ICON[c.status]} |\n")
-    if res.failed:
-        out.append("\nFailing: " + ", ".join(f"`{c.config}` {c.name} ({c.status})" for c in res.failed) + "\n")
-    return "".join(out)
-
-
-def junit(res: GateResult) -> str:
-    """JUnit XML: one test suite per configuration, one test case per length (+ overall)."""
-    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
-    fails = sum(c.status == REGRESSION for c in res.cases)
-    errs = sum(c.status == OUTAGE for c in res.cases)
-    lines.append(f'<testsuites name="niah gate" tests="{len(res.cases)}" failures="{fails}" errors="{errs}">')
-    for cfg in dict.fromkeys(c.config for c in res.cases):
-        cases = [c for c in res.cases if c.config == cfg]
-        lines.append(
-            f'  <testsuite name={quoteattr("niah gate: " + cfg)} tests="{len(cases)}" '
-            f'failures="{sum(c.status == REGRESSION for c in cases)}" '
-            f'errors="{sum(c.status == OUTAGE for c in cases)}" '
-            f'skipped="{sum(c.status == SKIPPED for c in cases)}">')
-        for c in cases:
-            head = f'    <testcase classname={quoteattr("niah.gate." + cfg)} name={quoteattr(c.name)} time="0"'
-            if c.status == PASS:
-                lines.append(head + f"><system-out>{escape(c.message)}</system-out></testcase>")
-            elif c.status == REGRESSION:
-                lines.append(head + f"><failure message={quoteattr(f'{cfg} {c.name}: regression: ' + c.message)} "
-                             f'type="regression">{escape(c.message)}</failure></testcase>')
-            elif c.status == OUTAGE:
-                lines.append(head + f"><error message={quoteattr(f'{cfg} {c.name}: ' + c.message)} "
-                             f'type="outage">{escape(c.message)}</error></testcase>')
-            else:
-                lines.append(head + f"><skipped message={quoteattr(c.message)}/></testcase>")
-        lines.append("  </testsuite>")
-    lines.append("</testsuites>")
-    return "\n".join(lines) + "\n"
-
-
-def write_outputs(res: GateResult, junit_path: Path | str | None, summary_path: Path | str | None) -> str:
-    """Write JUnit and Markdown where asked, append Markdown to $GITHUB_STEP_SUMMARY when set;
-    returns the Markdown."""
-    md = markdown(res)
-    for path, text in ((junit_path, junit(res) if junit_path else ""), (summary_path, md)):
-        if not path:
+def _side_caveats(res: GateResult, bside, cside) -> dict[str | None, str]:
+    """Add each side's incomplete-run and length caveats to `res`; returns the candidate's
+    incomplete configurations (None: the whole run) -> the reason an outage names."""
+    cut: dict[str | None, str] = {}
+    for side, names in ((bside, list(res.config_map.values())), (cside, list(res.config_map))):
+        if not side.what.startswith("run "):
             continue
-        p = Path(path)
-        try:  # exit 2, not 1: CI must not read an unwritable path as a regression
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise BadInput(f"cannot write {p}: {e.strerror or e}") from None
-    step = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step:
-        try:  # an I/O failure is exit 2 too, never read as a regression
-            with open(step, "a", encoding="utf-8") as f:
-                f.write(md + "\n")
-        except OSError as e:
-            raise BadInput(f"cannot append to $GITHUB_STEP_SUMMARY ({step}): {e.strerror or e}") from None
-    return md
+        where = side.what[len("run "):]
+        found = cv.incomplete(side.manifest, side.records, where, names or None)
+        res.caveats += found + cv.lengths(side.manifest, side.records, side.what, names)
+        if side is cside:
+            finish = cv.resume_command(side.manifest, where)
+            for c in found:
+                cut[c.config] = f"the candidate run is incomplete: finish it with `{finish}`"
+    return cut
+
+
+def _explains(cut: dict, cman: dict, base) -> bool:
+    """An incomplete candidate explains a missing overlap when it planned a length the
+    baseline has (or its plan is unknown): an outage then, not bad input."""
+    if not cut:
+        return False
+    plan = cv.planned(cman)
+    return plan is None or bool(set(plan[0]) & set(int(x) for x in base["length"]))

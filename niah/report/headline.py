@@ -18,7 +18,13 @@ One `Headline` per configuration, in the report's order:
   when every length is one;
 - **small sample**: when the fewest answered trials at any length is below what detecting
   a 10-point drop from 95% recall needs (niah.report.stats.trials_needed, paired with
-  independent errors, at `alpha` and 80% power), a flag with the `niah plan` command to run.
+  independent errors, at `alpha` and 80% power), a flag with the `niah plan` command to run;
+- **caveats** (niah.report.caveats): the run incomplete (N of M planned trials, the lengths
+  with no trial, the `--resume` command that finishes it), lengths approximate or off by
+  more than the allowance, and against a baseline the gate's own (the server changed, a
+  sample too small to see the tolerance);
+- **attestation**: as niah.attestation.shown_state says it ("n/a" for a server that
+  attests nothing, never "valid").
 
 Pure: frames and results in, dataclasses out; html.py and summary.md draw them.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from niah.errors import BadInput
+from niah.report import caveats as cv
 from niah.report import style
 from niah.report.compare import ALL
 from niah.report.gate import OUTAGE, REGRESSION, answer_cases, run_gate, verdict_of
@@ -59,8 +66,9 @@ class Headline:
     against: str = ""  # what the verdict is against ("dense control `dense`", "baseline base.json")
     failing: list[str] = field(default_factory=list)  # "4K: recall 100% -> 50% ..." per failed length
     small: str | None = None  # the small-sample flag
-    attestation: str = ""  # valid | INVALID | unattested
+    attestation: str = ""  # valid | INVALID | unattested | n/a
     topk: int | None = None  # the configuration's index_topk (None: dense or unknown)
+    caveats: list[str] = field(default_factory=list)  # what weakens what the card says
 
     @property
     def below_k(self) -> str | None:
@@ -140,13 +148,18 @@ def own_outage(df, max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
 
 
 def headlines(df, infos: dict, pairs: list[tuple[str, str, str]], states: dict[str, str], depths: int,
-              alpha: float, baseline=None, run=None, topks: dict | None = None) -> tuple[list[Headline], list[str]]:
+              alpha: float, baseline=None, run=None, topks: dict | None = None, manifest: dict | None = None,
+              records: list | None = None) -> tuple[list[Headline], list[str]]:
     """The headline of each configuration in `infos`, and notes (a baseline that could not be
     used, and why). `pairs`: niah.report.data.one_axis_pairs (the dense controls); `states`:
     config -> attestation state; `baseline` (a path) with `run` (this run's folder): gate
-    each configuration against it."""
+    each configuration against it; `manifest` and `records` (the run's): its caveats."""
     notes: list[str] = []
     gated: dict[str, tuple[str, list[str]]] = {}
+    cavs: list[cv.Caveat] = []
+    if manifest is not None and records is not None:
+        cavs += cv.incomplete(manifest, records, str(run) if run is not None else "the run", list(infos))
+        cavs += cv.lengths(manifest, records, "the run", list(infos))
     if baseline is not None:
         try:
             res = run_gate(baseline, run, alpha=alpha, accept_unattested=True)
@@ -157,6 +170,9 @@ def headlines(df, infos: dict, pairs: list[tuple[str, str, str]], states: dict[s
                 mine = [c for c in res.cases if c.config == cname or c.config.startswith(f"{cname} (vs baseline ")]
                 gated[cname] = _verdict(mine)
             notes += [f"gate against {baseline}: {n}" for n in res.notes]
+            labels = {(n if n == b else f"{n} (vs baseline {b})"): n for n, b in res.config_map.items()}
+            cavs += [cv.Caveat(c.kind, labels.get(c.config, c.config), c.text) for c in res.caveats
+                     if c.kind in (cv.CHANGED, cv.SAMPLE)]
     controls = {b: a for a, b, label in pairs if label.startswith("dense control")}
     is_control = set(controls.values())
     out = []
@@ -164,7 +180,8 @@ def headlines(df, infos: dict, pairs: list[tuple[str, str, str]], states: dict[s
         d = df[df["config"] == name]
         lengths = recall_lengths(d)
         h = Headline(name, lengths, where_it_drops(lengths), attestation=states.get(name, ""),
-                     small=small_sample(lengths, depths, alpha), topk=(topks or {}).get(name))
+                     small=small_sample(lengths, depths, alpha), topk=(topks or {}).get(name),
+                     caveats=[c.text for c in cavs if c.config in (None, name)])
         if name in gated:
             h.verdict, h.failing = gated[name]
             h.against = f"baseline `{baseline}`"
@@ -202,6 +219,9 @@ def markdown(items: list[Headline], notes: list[str]) -> str:
             out.append(f"  - {h.below_k}")
         if h.small:
             out.append(f"  - ⚠ {h.small}")
+        out += [f"  - ⚠ {c}" for c in h.caveats]
+        if h.attestation:
+            out.append(f"  - attestation: {h.attestation}")
     out += [f"- note: {n}" for n in notes]
     out.append(f"\n{RULE}\n")
     return "\n".join(out) + "\n"

@@ -4,7 +4,8 @@ Everything is inside the file: figures as base64 `data:` URIs, the CSS (page.css
 trial filter's script (page.js) inline, and a Content-Security-Policy that lets the page
 load nothing else (no network, no sibling file). The page answers first: the headline of
 each configuration (niah/report/headline.py: recall by length, where it drops, PASS /
-REGRESSION / OUTAGE against a baseline where there is one, a small-sample flag), then what
+REGRESSION / OUTAGE against a baseline where there is one, a small-sample flag, what weakens
+the verdict, the attestation: "n/a" where the server attests nothing), then what
 the words mean (index keys, precision, top-k), then the evidence: the recall curves and
 heatmaps, the paired comparisons (McNemar on the answers, Wilcoxon on the needle rank), the
 indexer panels, the outcome counts; the attestation detail (what each server ran, its
@@ -27,7 +28,7 @@ from string import Template
 from typing import Any
 
 from niah import __version__
-from niah.attestation import last_attestation, status
+from niah.attestation import last_attestation, shown_state
 from niah.errors import write_output
 from niah.report import style
 from niah.report.compare import ALL, rows_markdown
@@ -39,8 +40,13 @@ ANSWER_CHARS = 2000  # longer answers are cut in the table (the full text stays 
 
 # -- the attestation state: the one call into niah.attestation ---------------------------
 def attestation_state(entry: dict) -> tuple[str, str]:
-    """("valid" | "INVALID" | "unattested", reason) of one manifest `configs.<name>` entry."""
-    return status(entry)
+    """("valid" | "INVALID" | "unattested" | "n/a", reason) of one manifest `configs.<name>`
+    entry; "n/a", never a green "valid", for a server that attested nothing."""
+    return shown_state(entry)
+
+
+def _state_class(state: str) -> str:
+    return "state-" + ("na" if state == "n/a" else state)
 
 
 # -- small pieces -------------------------------------------------------------------------
@@ -114,11 +120,12 @@ def attestation_section(manifest: dict, names: list[str]) -> str:
         state, reason = attestation_state(entry)
         a = last_attestation(entry) or {}
         ran = f"{a.get('index_dtype')} / {a.get('kernels')}" if a else "—"
-        rows.append(f'<tr><td><code>{_e(n)}</code></td><td><span class="state state-{state}">{state}</span></td>'
-                    f"<td>{_e(ran)}</td><td>{_e(reason)}</td></tr>")
+        rows.append(f'<tr><td><code>{_e(n)}</code></td><td><span class="state {_state_class(state)}">'
+                    f"{_e(state)}</span></td><td>{_e(ran)}</td><td>{_e(reason)}</td></tr>")
     return ('<p class="note">What each configuration\'s server says its indexer ran, checked against the '
             "configuration's label. INVALID: the server contradicts the label (compare and gate refuse it); "
-            "unattested: the server reports nothing, so the label is taken on trust.</p>"
+            "unattested: the server reports nothing, so the label is taken on trust; n/a: a server that attests "
+            "nothing, with no label to attest (nothing proven, nothing contradicted).</p>"
             '<table class="attestation"><thead><tr><th>config</th><th>state</th><th>ran (index dtype / kernels)</th>'
             "<th>calls / reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
@@ -153,8 +160,9 @@ def headline_card(h) -> str:
                    + "".join(f"<li>{_inline(f)}</li>" for f in h.failing) + "</ul></details>")
     if h.small:
         out.append(f'<p class="small-sample">⚠ {_inline(h.small)}</p>')
+    out += [f'<p class="caveat">⚠ {_inline(c)}</p>' for c in h.caveats]
     if h.attestation:
-        out.append(f'<p class="att">attestation: <span class="state state-{_e(h.attestation)}">'
+        out.append(f'<p class="att">attestation: <span class="state {_e(_state_class(h.attestation))}">'
                    f'{_e(h.attestation)}</span> <a href="#attestation">detail</a></p>')
     return "\n".join(out) + "</article>"
 

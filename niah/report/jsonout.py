@@ -90,27 +90,37 @@ def gate_json(res) -> dict:
     for cfg in dict.fromkeys(c.config for c in res.cases):
         mine = [c for c in res.cases if c.config == cfg]
         configs[cfg] = {"baseline_config": res.config_map.get(cfg, cfg), "pairing": res.pairing.get(cfg),
-                        "verdict": verdict_of(mine)}
+                        "attestation": res.attestation.get(cfg), "verdict": verdict_of(mine)}
     return {"schema": GATE, "verdict": res.verdict, "exit_code": res.exit_code,
             "baseline": res.baseline, "candidate": res.candidate,
             "rule": {"tolerance": res.tolerance, "alpha": res.alpha, "max_error_rate": res.max_error_rate,
                      "metric": res.metric, "rank_tolerance": res.rank_tolerance},
-            "notes": list(res.notes), "configs": configs, "cases": cases,
+            "notes": list(res.notes) + [f"caveat: {c.text}" for c in res.caveats],
+            "caveats": [{"kind": c.kind, "config": c.config, "text": c.text} for c in res.caveats],
+            "configs": configs, "cases": cases,
             "failed": [{"config": c.config, "length": c.length if c.length == ALL else int(c.length),
                         "metric": c.metric, "status": c.status} for c in res.failed]}
 
 
+def _r(x, digits: int = 4):
+    """`x` rounded for `niah plan --json` (None and NaN stay undefined)."""
+    return None if x is None or x != x else round(float(x), digits)
+
+
 def plan_json(recall: float, target: float, alpha: float, power: float, depths: int, plans) -> dict:
-    """`niah plan --json` (the formula: trials each design needs)."""
+    """`niah plan --json` (the formula: trials each design needs). Inputs are rounded to 6
+    decimals (0.95 - 0.85 is 0.1, not 0.09999999999999998), powers to 4."""
     designs = [{"design": p.design, "trials_per_side": p.n,
-                "trials_per_cell": math.ceil(p.n / depths), "power": p.power, "method": p.method} for p in plans]
-    return {"schema": PLAN, "mode": "formula", "recall": recall, "target": target, "drop": recall - target,
-            "alpha": alpha, "power": power, "depths": depths, "designs": designs}
+                "trials_per_cell": math.ceil(p.n / depths), "power": _r(p.power), "method": p.method} for p in plans]
+    return {"schema": PLAN, "mode": "formula", "recall": _r(recall, 6), "target": _r(target, 6),
+            "drop": _r(recall - target, 6), "alpha": _r(alpha, 6), "power": _r(power, 6), "depths": depths,
+            "designs": designs}
 
 
 def plan_run_json(run: str, a: str, b: str, alpha: float, power: float, reps: int, summary: dict, results) -> dict:
     """`niah plan --run RUN --json` (the bootstrap: paired trials each metric needs)."""
-    metrics = [{"metric": r.metric, "trials_needed": r.n, "power_at_max": r.power_at_max, "resampled": r.tried}
+    metrics = [{"metric": r.metric, "trials_needed": r.n, "power_at_max": _r(r.power_at_max), "resampled": r.tried}
                for r in results]
-    return {"schema": PLAN, "mode": "bootstrap", "run": run, "a": a, "b": b, "alpha": alpha, "power": power,
-            "reps": reps, "observed": summary, "metrics": metrics}
+    observed = {k: (_r(v) if isinstance(v, float) else v) for k, v in summary.items()}
+    return {"schema": PLAN, "mode": "bootstrap", "run": run, "a": a, "b": b, "alpha": _r(alpha, 6),
+            "power": _r(power, 6), "reps": reps, "observed": observed, "metrics": metrics}

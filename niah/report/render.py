@@ -99,7 +99,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
 
     states = {n: html.attestation_state((manifest.get("configs") or {}).get(n) or {})[0] for n in infos}
     heads, head_notes = headline.headlines(df, infos, one_axis_pairs(infos), states, len(depths), alpha,
-                                           baseline=baseline, run=run, topks=topks)
+                                           baseline=baseline, run=run, topks=topks, manifest=manifest,
+                                           records=records)
     rep.notes += head_notes
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections, checked.problems, checked.notes)

@@ -5,6 +5,10 @@ nothing until the end, so `SweepProgress` prints instead one plain line per
 configuration at most every `interval` seconds (30 by default):
 
     niah: default: 12/45 trials, recall 92% (11/12), 1 error, elapsed 0:01:02, ETA 0:02:50
+
+The ETA weighs each trial by its prompt length: the time so far per token of the trials
+done, times the tokens of the trials left (a sweep's long prompts come last and cost the
+most; counting trials alone would promise the end too early).
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from niah.runs.record import OUTCOMES
@@ -30,11 +33,13 @@ class SweepProgress:
     Without a terminal (`console.is_terminal` false), plain lines at most every `interval`
     seconds per configuration instead (0: one per finished trial)."""
 
-    def __init__(self, console=None, interval: float = PLAIN_INTERVAL_S):
+    def __init__(self, console=None, interval: float = PLAIN_INTERVAL_S, clock=time.monotonic):
         self.console = console or Console(stderr=True)
         self.live = self.console.is_terminal
         self.interval = interval
+        self.clock = clock
         self.plain: dict[str, list[float]] = {}  # name -> [total, done, started, last line]
+        self.weights: dict[str, list[float]] = {}  # name -> [weight of all trials, weight done, by length]
         self.bar = Progress(
             TextColumn("[bold]{task.fields[name]}"),
             BarColumn(),
@@ -42,8 +47,7 @@ class SweepProgress:
             TextColumn("recall {task.fields[recall]}"),
             TextColumn("{task.fields[errors]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             console=self.console,
             transient=False,
         )
@@ -59,14 +63,27 @@ class SweepProgress:
         if self.live:
             self.bar.stop()
 
-    def start_target(self, name: str, total: int) -> None:
-        if not self.live:
-            t = time.monotonic()
-            self.plain[name] = [total, 0, t, t]
-            return
-        self.tasks[name] = self.bar.add_task(name, total=total, name=name, recall="-", errors="")
+    def start_target(self, name: str, total: int, lengths: Iterable[int] | None = None) -> None:
+        """`lengths`: each pending trial's prompt length, which the ETA weighs it by (none:
+        every trial weighs the same)."""
+        by_length = lengths is not None
+        self.weights[name] = [float(sum(lengths)) if by_length else float(total), 0.0, by_length]
+        t = self.clock()
+        self.plain[name] = [total, 0, t, t]
+        if self.live:
+            self.tasks[name] = self.bar.add_task(name, total=total, name=name, recall="-", errors="", eta="-")
+
+    def eta(self, name: str) -> str:
+        """The time left for `name`, weighing each trial by its length ("-" before any is done)."""
+        total, done, _ = self.weights.get(name, (0.0, 0.0, False))
+        started = self.plain[name][2] if name in self.plain else self.clock()
+        if not done or not total:
+            return "-"
+        return _clock((self.clock() - started) / done * max(total - done, 0.0))
 
     def advance(self, name: str, rec: dict) -> None:
+        w = self.weights.setdefault(name, [0.0, 0.0, False])
+        w[1] += float(rec.get("length") or 1) if w[2] else 1.0
         h = self.hits[name]
         if rec.get("control"):      # no-needle controls are not recall (summarised apart)
             pass
@@ -80,18 +97,18 @@ class SweepProgress:
             self._plain_line(name, recall, h[2])
             return
         errors = f"[red]{h[2]} errors" if h[2] else ""
-        self.bar.update(self.tasks[name], advance=1, recall=recall, errors=errors)
+        self.bar.update(self.tasks[name], advance=1, recall=recall, errors=errors, eta=self.eta(name))
 
     def _plain_line(self, name: str, recall: str, errors: int) -> None:
-        state = self.plain.setdefault(name, [0, 0, time.monotonic(), time.monotonic()])
+        state = self.plain.setdefault(name, [0, 0, self.clock(), self.clock()])
         state[1] += 1
         total, done, started, last = state
-        now = time.monotonic()
+        now = self.clock()
         if now - last < self.interval:
             return  # at most one line per interval (the sweep's own summary ends it)
         state[3] = now
         elapsed = now - started
-        eta = _clock(elapsed / done * (total - done)) if total and done else "-"
+        eta = self.eta(name)
         err = f", {errors} error{'s' if errors != 1 else ''}" if errors else ""
         self.console.print(f"niah: {name}: {int(done)}/{int(total)} trials, recall {recall}{err}, "
                            f"elapsed {_clock(elapsed)}, ETA {eta}", soft_wrap=True, markup=False, highlight=False)

@@ -185,7 +185,7 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
     todo = [(*t, False) for t in pending_trials(run.name, spec, store.done)]
     todo += [(n, d, 0, True) for n, d in pending_controls(run.name, spec, store.done)]
     if progress is not None:
-        progress.start_target(run.name, total=len(todo))
+        progress.start_target(run.name, total=len(todo), lengths=[n for n, *_ in todo])
     if not todo:
         return
     queue: asyncio.Queue = asyncio.Queue()

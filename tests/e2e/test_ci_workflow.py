@@ -106,8 +106,12 @@ def _junit(path: Path) -> dict[str, dict[str, str]]:
     suites: dict[str, dict[str, str]] = {}
     for suite in root:
         assert suite.tag == "testsuite" and suite.get("name") not in (None, *suites)
-        tcs = list(suite)
-        assert all(tc.tag == "testcase" and tc.get("classname") and tc.get("name") for tc in tcs)
+        # JUnit's order: <properties> (the gate's caveats) first, the test cases, <system-out> last
+        tags = [c.tag for c in suite]
+        assert tags == (["properties"] if tags[:1] == ["properties"] else []) + ["testcase"] * tags.count("testcase") \
+            + (["system-out"] if tags[-1:] == ["system-out"] else []), tags
+        tcs = [c for c in suite if c.tag == "testcase"]
+        assert all(tc.get("classname") and tc.get("name") for tc in tcs)
         assert int(suite.get("tests")) == len(tcs)
         cases = suites[suite.get("name")] = {}
         for tc in tcs:

@@ -120,7 +120,8 @@ def test_rank_compare_finds_a_deeper_needle(tmp_path):
 
 
 def test_gate_fails_on_rank_before_answers_flip(tmp_path, capsys):
-    from niah.report.gate import markdown, run_gate
+    from niah.report.gate import run_gate
+    from niah.report.gate_output import markdown
 
     run = make_run(tmp_path / "r", configs={"A": {"index_topk": 64}, "B": {"index_topk": 64}},
                    lengths=(64, 2048), depths=(10.0, 50.0, 90.0), trials=8)

@@ -60,9 +60,13 @@ def wheel(tmp_path_factory) -> Path:
     for folder in ("niah", "kernels", "serving"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("dist")
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-index", "--no-build-isolation",
                         "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    # no packaging warning of the build backend (a folder of modules or data not in `packages`)
+    warned = [ln for ln in (r.stdout + r.stderr).splitlines()
+              if re.search(r"(BuildBackend|Setuptools)\w*Warning", ln)]
+    assert not warned, "\n".join(warned)
     (whl,) = out.glob("*.whl")
     return whl
 
@@ -180,6 +184,23 @@ def test_the_installed_wheel_runs_without_torch(venv, oracle, tmp_path):
     r = _run(venv, tmp_path, "serve", "--port", "0")
     assert r.returncode == 2 and "niah serve needs the [serve] extra" in r.stderr and "niah-lab[serve]" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_readme_matrix_example_works_for_a_pip_user(venv, tmp_path):
+    """README's `niah examples` lines, from the installed wheel, in a folder with no checkout."""
+    shipped = [p.stem for p in sorted((ROOT / "serving" / "examples").glob("*.toml"), key=lambda p: p.name)]
+    r = _run(venv, tmp_path, "examples")
+    assert r.returncode == 0 and [ln.split()[0] for ln in r.stdout.splitlines()[:len(shipped)]] == shipped, r.stdout
+    text = (ROOT / "serving" / "examples" / "sglang.toml").read_text()
+    r = _run(venv, tmp_path, "examples", "sglang")
+    assert r.returncode == 0 and r.stdout == text
+    r = _run(venv, tmp_path, "examples", "sglang", "-o", "sglang.toml")
+    assert r.returncode == 0 and (tmp_path / "sglang.toml").read_text() == text, r.stderr
+    assert _run(venv, tmp_path, "examples", "sglang", "-o", "sglang.toml").returncode == 2  # never overwrites
+    # the copy is a matrix file `niah sweep --matrix` reads (embedded: sglang's is blocked in this venv)
+    assert _run(venv, tmp_path, "examples", "embedded.toml", "-o", "embedded.toml").returncode == 0
+    r = _run(venv, tmp_path, "sweep", "--matrix", "embedded.toml", "--dry-run")
+    assert r.returncode == 0 and "-m niah serve --attention dense" in r.stdout, r.stdout + r.stderr
 
 
 # -- README.md: the distribution's long description, a user's first page -----------------------

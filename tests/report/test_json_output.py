@@ -44,7 +44,8 @@ def test_gate_json_carries_the_verdict_and_every_case(runs, tmp_path):
     assert r.returncode == 0, r.stderr
     ok = _parse(r)
     assert ok["schema"] == "niah.gate/1" and ok["verdict"] == "PASS" and ok["exit_code"] == 0
-    assert ok["configs"] == {"c": {"baseline_config": "c", "pairing": "prompt", "verdict": "PASS"}}
+    assert ok["configs"] == {"c": {"baseline_config": "c", "pairing": "prompt", "attestation": "n/a",
+                                   "verdict": "PASS"}}
     assert [c["length"] for c in ok["cases"]] == [*LENGTHS, "all"] and ok["failed"] == []
 
     r = _niah("gate", "--baseline", base, "--candidate", cand, "--json", "--summary", tmp_path / "s.md")
@@ -93,6 +94,14 @@ def test_plan_json_formula_and_bad_input():
     assert all(x["trials_per_cell"] == -(-x["trials_per_side"] // 5) for x in d["designs"])
     r = _niah("plan", "--recall", "0.5", "--drop", "0.7", "--json")
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_plan_json_prints_rounded_numbers():
+    r = _niah("plan", "--recall", "0.95", "--drop", "0.1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"drop": 0.1,' in r.stdout and '"target": 0.85,' in r.stdout  # not 0.09999999999999998
+    powers = [x["power"] for x in json.loads(r.stdout)["designs"]]
+    assert powers and all(p == round(p, 4) for p in powers), powers
 
 
 def test_export_json_is_the_records_as_stored(runs, tmp_path):

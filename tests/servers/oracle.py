@@ -18,6 +18,7 @@ generation); --tokenize-delay S (before each /tokenize answer) slows the counts 
 Faults hit the trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
 --api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
+--index-topk K: /v1/models reports index_topk K (a sparse server);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
 GET /stats gives request counters; GET /seen every request's method, path, headers and
 body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
@@ -191,6 +192,8 @@ def make_handler(oracle: Oracle):
                          "max_model_len": args.max_model_len}
                 if args.needle_span:
                     entry["niah_extensions"] = ["needle_span"]
+                if args.index_topk:
+                    entry["index_topk"] = args.index_topk
                 return self._json(200, {"object": "list", "data": [entry]})
             if self.path == "/server_info":
                 info = {"engine": "oracle", "max_model_len": args.max_model_len, "template": "chatml+bos"}
@@ -318,6 +321,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--max-model-len", type=int, default=65536)
+    p.add_argument("--index-topk", type=int, default=0, help="report this index_topk in /v1/models")
     p.add_argument("--wrong-above", type=int, default=0)
     p.add_argument("--empty", action="store_true")
     p.add_argument("--refuse", action="store_true")
