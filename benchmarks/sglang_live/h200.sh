@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A live SGLang 0.5.16 on one H200 machine with no network, from what carry.sh made:
 #
-#   bash benchmarks/sglang_live/h200.sh STEP [STEP...]      steps: setup imports serve sweep
+#   bash benchmarks/sglang_live/h200.sh STEP [STEP...]      steps: setup imports serve matrix
 #
 # setup    join .carry/sglang/site.tar.xz.part*, check its sha256, unpack to $SGL (SGLang and its
 #          imports in $SGL/site, the shrunk DeepSeek-V3.2 folder in $SGL/model), install this
@@ -9,7 +9,8 @@
 # imports  import SGLang's server, scheduler, DeepSeek-V3.2 model and DSA backend; report versions
 # serve    start one SGLang (stock: `python -m sglang.launch_server`) on the dummy-weight model,
 #          wait for /health, one /generate, then stop it; its log in $OUT
-# matrix   `niah sweep --matrix benchmarks/sglang_live/matrix.toml` (MATRIX_ARGS adds flags)
+# matrix   `niah sweep --matrix benchmarks/sglang_live/matrix.toml` from $SGL (LENGTHS, DEPTHS, TRIALS,
+#          MATRIX_ARGS), then `niah report`; the run folder as $OUT/sglang-live.tgz
 #
 # Env: OUT (results), SGL (default /tmp/sgl), CARRY (default .carry/sglang of this checkout).
 set -uo pipefail
@@ -103,14 +104,15 @@ serve() {   # one stock server on the dummy-weight model, one request
   log "serve done"
 }
 
-matrix() {   # the live sweep: one real SGLang per configuration, niah's matrix runner
+matrix() {   # the live sweep: one real SGLang per configuration, through niah's matrix runner
   use
-  local m=$OUT/matrix.toml
-  sed "s#@MODEL@#$SGL/model#" "$HERE/benchmarks/sglang_live/matrix.toml" > "$m"
-  (cd "$HERE" && timeout -s INT "${MATRIX_LIMIT_S:-420}" python3 -m niah sweep --matrix "$m" \
+  # run from $SGL with relative paths (model, run folder), so the run folder names no machine path
+  sed "s#@MODEL@#model#" "$HERE/benchmarks/sglang_live/matrix.toml" > "$SGL/matrix.toml"
+  rm -rf "$SGL/sglang-live"
+  (cd "$SGL" && timeout -s INT "${MATRIX_LIMIT_S:-420}" python3 -m niah sweep --matrix matrix.toml \
     --lengths "${LENGTHS:-300,2000,4000,8000,16000,22600}" --depths "${DEPTHS:-10,50,90}" --trials "${TRIALS:-1}" \
-    --out "$OUT/live" ${MATRIX_ARGS:-}) 2>&1 | tail -40
-  (cd "$OUT" && tar czf live.tgz live && rm -rf live)
+    --out sglang-live ${MATRIX_ARGS:-}) 2>&1 | tail -40
+  (cd "$SGL" && python3 -m niah report sglang-live 2>&1 | tail -3; tar czf "$OUT/sglang-live.tgz" sglang-live)
   log "matrix done"
 }
 
