@@ -10,7 +10,8 @@ import typer
 from niah.cli import app, prompts_app
 from niah.commands.request_options import request_options
 from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
-                                 TOKENIZER_HELP, make_spec, needle_options, pick_auto_lengths, read_topks)
+                                 TOKENIZER_HELP, make_spec, needle_options)
+from niah.commands.sweep_regime import pick_auto_lengths, read_topks
 
 
 @prompts_app.command("build")

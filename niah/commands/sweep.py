@@ -19,6 +19,8 @@ import typer
 
 from niah.cli import app
 from niah.commands.request_options import request_options
+from niah.commands.sweep_regime import (COMPRESSION_HELP, RESIDUES_HELP, WINDOW_HELP, geometry_given,
+                                        pick_auto_lengths, read_topks)
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -67,18 +69,23 @@ def needle_options(f):
 
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
-              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None):
+              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None,
+              residues=None):
     from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
 
+    from niah.sweep.residues import expand, parse_residues
+
+    asked = (auto if lengths.strip() == "auto" else parse_lengths(lengths)) if prompts is None else [1]
+    plan = parse_residues(residues)
     spec = SweepSpec(
-        lengths=(auto if lengths.strip() == "auto" else parse_lengths(lengths)) if prompts is None else [1],
+        lengths=expand(asked, plan) if plan is not None and prompts is None else asked,
         depths=parse_depths(depths) if prompts is None else [0.0],
         trials=trials, seed=seed, max_tokens=max_tokens, mode=mode, tokenizer=tokenizer,
         concurrency=concurrency, timeout_s=timeout, retries=retries, stream=stream, needles=needles,
         needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
-        control=control,
+        control=control, residues=plan.text() if plan is not None else None,
     )
     check_spec(spec)
     return spec
@@ -102,44 +109,6 @@ def _refuse_ignored(ctx: typer.Context, matrix, prompts) -> None:
     if prompts is not None and (given := _given(ctx, fixed)):
         raise BadInput(f"--prompts fixes the prompts: {', '.join(given)} would be ignored; "
                        "build another set with niah prompts build")
-
-
-def read_topks(matrix: Optional[Path], endpoint: str, model: Optional[str], api_key: Optional[str],
-               auto: bool = False, timeout: float = 30.0) -> tuple[dict, Optional[int]]:
-    """{config: index_topk} and the model's context (None: unknown), read from the matrix
-    file (its loader) or, for one endpoint, from GET /v1/models."""
-    from niah.errors import BadInput
-
-    if matrix is not None:
-        from niah.serving.matrix import matrix_topks
-
-        return matrix_topks(matrix, context_too=auto)
-    import httpx
-
-    from niah.sweep.indexer import config_topk
-    from niah.client import api_url, request_headers
-
-    try:
-        models = httpx.get(api_url(endpoint) + "/models", timeout=min(30.0, timeout),
-                           headers=request_headers(api_key)).json()
-    except (httpx.HTTPError, ValueError) as e:
-        raise BadInput(f"cannot read {endpoint}/models: {e}") from None
-    entries = [m for m in models.get("data") or [] if isinstance(m, dict)]
-    entry = next((m for m in entries if not model or m.get("id") == model), {})
-    return {"default": config_topk({"server": {"models": {"data": [entry]}}})}, entry.get("max_model_len")
-
-
-def pick_auto_lengths(topks: dict, context: Optional[int], max_tokens: int) -> list[int]:
-    from niah.errors import BadInput
-    from niah.sweep.indexer import auto_lengths
-
-    ks = [k for k in topks.values() if k]
-    if not ks:
-        raise BadInput("--lengths auto needs an index_topk (a sparse configuration in the matrix, or a server "
-                       "whose /v1/models reports index_topk); none found")
-    if not context:
-        raise BadInput("--lengths auto needs the model's context (max_model_len); the server did not report it")
-    return auto_lengths(ks, context, max_tokens)
 
 
 @app.command()
@@ -193,6 +162,9 @@ def sweep(
     executor_set: list[str] = typer.Option([], "--executor-set",
                                            help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
                                                 "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
+    index_compression: Optional[int] = typer.Option(None, "--index-compression", help=COMPRESSION_HELP),
+    index_window: Optional[int] = typer.Option(None, "--index-window", help=WINDOW_HELP),
+    residues: Optional[str] = typer.Option(None, "--residues", help=RESIDUES_HELP),
     **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -233,12 +205,13 @@ def sweep(
             raise BadInput("--resume needs --out RUN, the run folder to resume")
         check_resumable(out)
     is_auto = lengths.strip() == "auto"
-    topks, context = (read_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout)
+    geometry = geometry_given(index_compression, index_window)
+    topks, context = (read_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout, geometry)
                       if matrix is not None or is_auto else ({}, None))
     auto = pick_auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
-                     auto=auto, **kinds)
+                     auto=auto, residues=residues, **kinds)
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:
@@ -265,7 +238,8 @@ def sweep(
                 run_matrix(matrix, spec, out, resume, progress=progress, force_config=force_config,
                            executor=_executor(matrix, executor, executor_set))
             else:
-                target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key)
+                target = Target(endpoint=endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key,
+                                geometry=geometry)
                 run_sweep([target], spec, out, resume=resume, progress=progress, force_config=force_config)
     except KeyboardInterrupt as e:
         name = str(e.args[0]) if e.args else "SIGINT"

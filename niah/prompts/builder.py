@@ -248,7 +248,7 @@ def draw_facts(rng: random.Random, kind: NeedleKind, depth: float, c: Corpus) ->
 
 def build_prompt(
     tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
-    kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False,
+    kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False, counts: dict | None = None,
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
@@ -257,6 +257,9 @@ def build_prompt(
     the question asks for the one at `depth`). `haystack` is a kind of niah.prompts.haystacks.
     With `control` the same question is asked of a haystack that holds none of the asked
     facts (a no-needle control: needle_span is empty, depth_achieved the requested depth).
+    `counts` ({haystack words: whole-prompt tokens}) carries the counts of earlier builds
+    with the same seed, depth and options (another length of one residue block): filled
+    and reused, so a neighbouring length costs few counts or none.
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
@@ -269,7 +272,15 @@ def build_prompt(
     c = load_haystack(haystack, kind.value)
     facts, start = draw_facts(random.Random(seed), kind, depth, c)
     b = _Builder(tok, mode, kind, facts, start, c, control)
+    if counts is not None:
+        b.tried = counts
     words, n = _fit(b, tok, length, c)
+    if counts is not None and n != length:  # a cache may stop the search early: try the neighbours
+        for w in (words - 1, words + 1):
+            if 0 <= w <= b.max_words and w not in counts:
+                counts[w] = b.count(b.make(w)[0])
+        words = min(counts, key=lambda w: (abs(counts[w] - length), counts[w] > length, w))
+        n = counts[words]
     content, spans = b.make(words)
     spans += [(0, 0)] * (len(facts) - len(spans))
     for f, span in zip(facts, spans):

@@ -218,11 +218,13 @@ class SetIndex:
 
 
 class RunPrompts:
-    """RUN/prompts.jsonl: the prompts a sweep built, one line per distinct prompt."""
+    """RUN/prompts.jsonl: the prompts a sweep built, one line per distinct prompt and
+    coordinates (two residue lengths of one block whose counts land on one haystack cut
+    send one prompt at two coordinates: both are written)."""
 
     def __init__(self, run_dir: Path | str):
         self.path = Path(run_dir) / RUN_PROMPTS
-        self.seen: set[str] = set()
+        self.seen: set[tuple] = set()
         if self.path.exists():
             with open(self.path, "rb+") as f:  # a line cut short by a kill: end it, so the next starts clean
                 if f.seek(0, os.SEEK_END):
@@ -231,15 +233,20 @@ class RunPrompts:
                         f.write(b"\n")
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
-                    self.seen.add(json.loads(line)["prompt_sha256"])
+                    self.seen.add(_coordinates(json.loads(line)))
                 except (ValueError, KeyError, TypeError):
                     continue  # a half-written last line: that prompt is written again
 
     def add(self, entry: SetEntry) -> None:
-        if entry.prompt_sha256 in self.seen:
+        at = _coordinates(asdict(entry))
+        if at in self.seen:
             return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(entry.to_line() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.seen.add(entry.prompt_sha256)
+        self.seen.add(at)
+
+
+def _coordinates(e: dict) -> tuple:
+    return (e["prompt_sha256"], int(e["length"]), float(e["depth"]), int(e["trial"]), bool(e.get("control")))

@@ -188,9 +188,10 @@ def pair_trials(a, b):
     "prompt", "seed" or None (nothing pairs: compare unpaired)."""
     import pandas as pd
 
-    cols = ["length", "depth", "trial", "seed", "prompt_sha256", "correct", "outcome"]
+    extra = [c for c in ("residue",) if c in a.columns and c in b.columns]  # --residues: A's, kept per pair
+    cols = ["length", "depth", "trial", "seed", "prompt_sha256", "correct", "outcome", *extra]
     a = a[cols].copy()
-    b = b[cols].copy()
+    b = b[[c for c in cols if c not in extra]].copy()
     best, method = None, None
     ha, hb = a.dropna(subset=["prompt_sha256"]), b.dropna(subset=["prompt_sha256"])
     if len(ha) and len(hb):
@@ -209,7 +210,8 @@ def pair_trials(a, b):
                 best, method = m, "seed"
     if best is None:
         return pd.DataFrame(columns=["length", "depth", "correct_a", "correct_b", "outcome_a", "outcome_b"]), None
-    return best[["length", "depth", "correct_a", "correct_b", "outcome_a", "outcome_b"]].reset_index(drop=True), method
+    keep = ["length", "depth", "correct_a", "correct_b", "outcome_a", "outcome_b", *extra]
+    return best[keep].reset_index(drop=True), method
 
 
 def load_frame(run: Path | str):

@@ -24,6 +24,8 @@ Per configuration, per length present on both sides, and over all of them:
   in the index scores (median ratio of rank / k above 1 + `rank_tolerance`, Wilcoxon
   signed-rank p < alpha): the needle moved toward the cut before any answer flipped.
   "rank" alone keeps the answer metric's outage checks.
+- with `--residues` runs on both sides, one case per length residue too, pooled over the
+  common lengths (niah.report.residues): a residue that regresses fails the gate.
 - lengths at or below a configuration's index_topk are named in a note: every key is
   kept there, so those lengths do not exercise the indexer.
 - a configuration is gated only when its attestation holds (niah/attestation/): an
@@ -58,7 +60,9 @@ from niah.report.baseline import read_side
 from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, compare
 from niah.report.ranks import rank_compare, rank_is_regression
-from niah.sweep.indexer import at_or_below_k, config_topk
+from niah.regime import as_regime
+from niah.report.residues import has_residues, modulus_of
+from niah.sweep.indexer import at_or_below_k, config_regime
 
 PASS, REGRESSION, OUTAGE, SKIPPED = "pass", "regression", "outage", "skipped"
 
@@ -71,10 +75,12 @@ class Case:
     row: Row | None
     message: str
     metric: str = "answer"  # "answer" (recall) or "rank" (the needle's rank / k)
+    residue: str | None = None  # "3 mod 4": pooled over the lengths at one residue (niah.report.residues)
 
     @property
     def name(self) -> str:
         where = "all lengths" if self.length == ALL else f"length {self.length}"
+        where = f"residue {self.residue}" if self.residue else where
         return where + (" needle rank" if self.metric == "rank" else "")
 
 
@@ -163,14 +169,14 @@ def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
 
 
 def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int]) -> str | None:
-    k = config_topk((manifest.get("configs") or {}).get(name))
+    k = config_regime((manifest.get("configs") or {}).get(name))
     if k is None:
         ks = [v.get("k") for v in df["indexer"] if isinstance(v, dict) and v.get("k")]
-        k = ks[0] if ks else None
+        k = as_regime(ks[0]) if ks else None
     low = at_or_below_k(lengths, k)
     if not low:
         return None
-    return (f"`{label}`: lengths {', '.join(map(str, low))} are at or below index_topk {k}: every key is kept "
+    return (f"`{label}`: lengths {', '.join(map(str, low))} are at or below {k.words()}: every key is kept "
             "there, so they do not exercise the indexer")
 
 
@@ -237,6 +243,30 @@ def answer_cases(label: str, b, c, tolerance: float, alpha: float,
     return cases, method
 
 
+def _residue_cases(label: str, b, c, modulus: int | None, tolerance: float, alpha: float,
+                   max_error_rate: float) -> list[Case]:
+    """One case per length residue when both sides carry residues (niah.report.residues)."""
+    if not (has_residues(b) and has_residues(c)):
+        return []
+    rows, _ = compare(b[b["residue"].notna()], c[c["residue"].notna()], ["residue"], alpha, overall=False)
+    cases = []
+    for row in rows:
+        sub = c[c["residue"] == row.group]
+        if float(sub["is_error"].mean()) > max_error_rate if len(sub) else True:
+            status, msg = OUTAGE, f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored"
+        elif row.n_a == 0:
+            status, msg = SKIPPED, "baseline has no answered trials at this residue"
+        elif row.n_b == 0:
+            status, msg = OUTAGE, "candidate has no answered trials at this residue"
+        elif row.diff < -tolerance and row.significant:
+            status, msg = REGRESSION, _message(row, tolerance, alpha)
+        else:
+            status, msg = PASS, _message(row, tolerance, alpha)
+        where = f"{int(row.group)} mod {modulus}" if modulus else str(int(row.group))
+        cases.append(Case(label, ALL, status, row, msg, residue=where))
+    return cases
+
+
 def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = None, tolerance: float = 0.05,
              alpha: float = 0.05, max_error_rate: float = 0.1, metric: str = "answer",
              rank_tolerance: float = 0.10, accept_unattested: bool = False) -> GateResult:
@@ -279,6 +309,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
         label = cname if cname == bname else f"{cname} (vs baseline {bname})"
         b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
         cases, method = answer_cases(label, b, c, tolerance, alpha, max_error_rate)
+        cases += _residue_cases(label, b, c, modulus_of(cman) or modulus_of(bman), tolerance, alpha, max_error_rate)
         res.pairing[label] = method
         res.attestation[label] = shown_state((cman.get("configs") or {}).get(cname))[0]
         res.caveats += cv.changed((bman.get("configs") or {}).get(bname), (cman.get("configs") or {}).get(cname),

@@ -48,6 +48,7 @@ def markdown(res: GateResult) -> str:
         for c in (x for x in res.cases if x.config == cfg):
             r = c.row
             name = "**all**" if c.length == ALL else f"{c.length:,}"
+            name = f"residue {c.residue}" if c.residue else name
             name += " (needle rank)" if c.metric == "rank" else ""
             if r is None:
                 out.append(f"| {name} | | | | {c.message} | {_ICON[c.status]} |\n")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from niah.errors import BadInput
 from niah.report import caveats as cv
+from niah.regime import Regime, as_regime
 from niah.report import style
 from niah.report.compare import ALL
 from niah.report.gate import OUTAGE, REGRESSION, answer_cases, run_gate, verdict_of
@@ -67,21 +68,28 @@ class Headline:
     failing: list[str] = field(default_factory=list)  # "4K: recall 100% -> 50% ..." per failed length
     small: str | None = None  # the small-sample flag
     attestation: str = ""  # valid | INVALID | unattested | n/a
-    topk: int | None = None  # the configuration's index_topk (None: dense or unknown)
+    topk: Regime | int | None = None  # the configuration's regime or index_topk (None: dense or unknown)
     caveats: list[str] = field(default_factory=list)  # what weakens what the card says
 
     @property
     def below_k(self) -> str | None:
         """A word on the lengths at or below k, or None."""
-        if not self.topk:
+        regime = as_regime(self.topk)
+        if not regime:
             return None
-        low = [x.length for x in self.lengths if x.length <= self.topk]
+        low = [x.length for x in self.lengths if regime.dense(x.length)]
         if not low:
             return None
+        limit = f"k = {regime.k}" if regime.plain else regime.words()
         if len(low) == len(self.lengths):
-            return f"every length is at or below k = {self.topk}: every token is kept, the indexer is not tested"
-        return (f"{', '.join(style.fmt_len(L) for L in low)} at or below k = {self.topk}: every token kept there, "
+            return f"every length is at or below {limit}: every token is kept, the indexer is not tested"
+        return (f"{', '.join(style.fmt_len(L) for L in low)} at or below {limit}: every token kept there, "
                 "the indexer not tested")
+
+    def dense(self, length: int) -> bool:
+        """No selection at this length (the card marks it)."""
+        regime = as_regime(self.topk)
+        return bool(regime) and regime.dense(length)
 
 
 def _pct(x: float) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from niah.report import style
-from niah.sweep.indexer import config_topk
+from niah.regime import Regime, as_regime
+from niah.sweep.indexer import config_regime
 
 
 @dataclass
@@ -65,24 +66,26 @@ def uniform_n(cells) -> int | None:
     return ns.pop() if len(ns) == 1 else None
 
 
-def _topk(manifest: dict[str, Any], name: str) -> int | None:
-    return config_topk((manifest.get("configs") or {}).get(name))
+def _topk(manifest: dict[str, Any], name: str) -> Regime | None:
+    return config_regime((manifest.get("configs") or {}).get(name))
 
 
-def hatch_below_k(ax, grid: Axes2D, k: int | None) -> None:
-    """Hatch (backslashes) the columns whose length is at or below k: no selection there."""
+def hatch_below_k(ax, grid: Axes2D, k: Regime | int | None) -> None:
+    """Hatch (backslashes) the columns where every key is kept (niah.regime): no selection there."""
     from matplotlib.patches import Rectangle
 
+    k = as_regime(k)
     for x, L in enumerate(grid.lengths):
-        if k is not None and L <= k:
+        if k is not None and k.dense(L):
             ax.add_patch(Rectangle((x - 0.5, -0.5), 1, len(grid.depths), facecolor="none", edgecolor="#3b3b3b",
                                    hatch="\\\\", linewidth=0, alpha=0.35))
-            ax.text(x, -0.5, f"≤ k={k}", ha="center", va="bottom", fontsize=7, color="#3b3b3b")
+            ax.text(x, -0.5, f"≤ {k.short()}", ha="center", va="bottom", fontsize=7, color="#3b3b3b")
 
 
-def draw_recall(ax, cells, grid: Axes2D, annotate: bool = True, show_n: bool = True, k: int | None = None):
+def draw_recall(ax, cells, grid: Axes2D, annotate: bool = True, show_n: bool = True,
+                k: Regime | int | None = None):
     """Draw one configuration's recall heatmap on ax; returns the image (for a colorbar).
-    k: the configuration's index_topk; columns at or below it are hatched."""
+    k: the configuration's regime (or bare index_topk); its dense columns are hatched."""
     from matplotlib.patches import Rectangle
 
     m = _matrix(cells, grid, "recall")
@@ -136,7 +139,7 @@ def _footnote(ax, text: str) -> None:
 
 
 FOOTNOTE = ("recall = correct / answered; hatched /// = some trials errored (outage, not counted as a miss); "
-            "hatched \\\\ = length <= k: every key kept, the indexer not exercised")
+            "hatched \\\\ = no selection at that length (<= k, or within k compressed keys): every key kept")
 
 
 def config_heatmap(cells, grid: Axes2D, info, manifest: dict[str, Any]):

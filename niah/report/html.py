@@ -144,7 +144,7 @@ def headline_card(h) -> str:
         f'<td class="{"outage" if not x.answered else ""}">{_pct(x.recall)}<small>{x.correct}/{x.answered}'
         + (f" · {x.errors} err" if x.errors else "") + "</small></td>" for x in h.lengths)
     heads = "".join(f"<th>{_e(style.fmt_len(x.length))}"
-                    + ('<small title="at or below k: every token kept">≤k</small>' if h.topk and x.length <= h.topk
+                    + ('<small title="at or below k: every token kept">≤k</small>' if h.dense(x.length)
                        else "") + "</th>" for x in h.lengths)
     out = [f'<article class="card card-{_e(vcls)}" data-config="{_e(h.config)}">',
            f'<h3><code>{_e(h.config)}</code> <span class="verdict v-{_e(vcls)}">{_e(verdict)}</span>{weak}</h3>',

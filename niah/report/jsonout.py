@@ -85,7 +85,7 @@ def gate_json(res) -> dict:
         cases.append({"config": c.config, "baseline_config": res.config_map.get(c.config, c.config),
                       "length": ALL if c.length == ALL else int(c.length), "metric": c.metric,
                       "status": c.status, "message": c.message,
-                      "row": None if c.row is None else row(c.row)})
+                      "row": None if c.row is None else row(c.row), **({"residue": c.residue} if c.residue else {})})
     configs = {}
     for cfg in dict.fromkeys(c.config for c in res.cases):
         mine = [c for c in res.cases if c.config == cfg]
@@ -99,7 +99,8 @@ def gate_json(res) -> dict:
             "caveats": [{"kind": c.kind, "config": c.config, "text": c.text} for c in res.caveats],
             "configs": configs, "cases": cases,
             "failed": [{"config": c.config, "length": c.length if c.length == ALL else int(c.length),
-                        "metric": c.metric, "status": c.status} for c in res.failed]}
+                        "metric": c.metric, "status": c.status, **({"residue": c.residue} if c.residue else {})}
+                       for c in res.failed]}
 
 
 def _r(x, digits: int = 4):

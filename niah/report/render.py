@@ -13,7 +13,8 @@ from niah.report.data import aggregate, config_infos, one_axis_pairs, split_cont
 from niah.report.ranks import rank_compare
 from niah.report.style import save
 from niah.runs.integrity import load_checked
-from niah.sweep.indexer import config_topk, read_details
+from niah.report.residues import modulus_of, residue_table
+from niah.sweep.indexer import config_regime, config_topk, read_details
 
 
 @dataclass
@@ -79,6 +80,7 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     if idx is not None:
         keep("indexer", save(indexer_plots.indexer_figure(idx, layers, infos, lengths), out / "indexer", svg))
     topks = {n: config_topk((manifest.get("configs") or {}).get(n)) for n in infos}
+    regimes = {n: config_regime((manifest.get("configs") or {}).get(n)) for n in infos}
     sections = (summary.indexer_section(idx, infos, lengths, topks, layers, rel.get("indexer")),
                 indexer_pairs.markdown(indexer_pairs.indexer_pairs(df, indexer_pairs.same_k_pairs(df, infos, topks),
                                                                    alpha)),
@@ -99,11 +101,13 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
 
     states = {n: html.attestation_state((manifest.get("configs") or {}).get(n) or {})[0] for n in infos}
     heads, head_notes = headline.headlines(df, infos, one_axis_pairs(infos), states, len(depths), alpha,
-                                           baseline=baseline, run=run, topks=topks, manifest=manifest,
+                                           baseline=baseline, run=run, manifest=manifest, topks=regimes,
                                            records=records)
     rep.notes += head_notes
     text = summary.build(run.resolve().name, manifest, df, infos, cells, by_len, overall, lengths, depths,
                          diffs, rel, alpha, sections, checked.problems, checked.notes)
+    if by_residue := residue_table(df, modulus_of(manifest)):
+        text = text.rstrip("\n") + "\n\n" + by_residue
     first, _, rest = text.partition("\n")
     write_output(rep.summary, first + "\n\n" + headline.markdown(heads, head_notes) + rest)
     blocks = {"problems": summary.integrity_rows(checked.problems, checked.notes),

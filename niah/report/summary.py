@@ -120,12 +120,14 @@ def control_section(controls: list[dict], infos) -> str | None:
 
 
 def taxonomy_table(df, infos) -> str:
+    """Outcome counts per configuration; the `near` column only when a trial is near."""
+    shown = [o for o in OUTCOMES if o != "near" or (df["outcome"] == "near").any()]
     rows = []
     for n in infos:
         d = df[df["config"] == n]
         counts = d["outcome"].value_counts()
-        rows.append([f"`{n}`", *[str(int(counts.get(o, 0))) for o in OUTCOMES], str(len(d))])
-    return _table(["config", *OUTCOMES, "total"], rows)
+        rows.append([f"`{n}`", *[str(int(counts.get(o, 0))) for o in shown], str(len(d))])
+    return _table(["config", *shown, "total"], rows)
 
 
 def error_table(df, limit: int = 5) -> str | None:

@@ -20,9 +20,10 @@ from niah.errors import BadInput
 
 TRIAL_SCHEMA = 2
 
-# Every trial outcome. `correct` is the only one that counts as a hit; `error` is an
+# Every trial outcome. `near` is a miss whose answer holds the value one character off
+# (niah.sweep.scoring). `correct` is the only one that counts as a hit; `error` is an
 # outage (HTTP error, timeout, dead server) and is kept apart from misses in every report.
-OUTCOMES = ("correct", "wrong", "empty", "truncated", "refused", "error")
+OUTCOMES = ("correct", "wrong", "near", "empty", "truncated", "refused", "error")
 # Outcomes of a no-needle control trial (`control: true`; niah/sweep/control.py defines them).
 CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
 KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
@@ -84,6 +85,9 @@ class TrialRecord:
     indexer: dict[str, Any] | None = None  # summary of the server's indexer probe (niah.sweep.indexer)
     control: bool = False  # a no-needle control trial (niah.sweep.control)
     finished_at: str | None = None
+    residue: int | None = None  # --residues: the prompt's counted length mod the modulus
+    base_length: int | None = None  # --residues: the length asked for, before the residue shift
+    near: dict[str, Any] | None = None  # the answer's closest value: {"got", "distance", "at"}
 
     def set_prompt(self, entry) -> None:
         """Copy what the prompt set entry (niah.prompts.sets.SetEntry) says about this trial."""
@@ -105,8 +109,17 @@ class TrialRecord:
         return to_dict(self)
 
 
+# Written only when set: a trial of a sweep without --residues and without a near miss
+# keeps the line it always had.
+OPTIONAL_FIELDS = ("residue", "base_length", "near")
+
+
 def to_dict(rec: TrialRecord) -> dict[str, Any]:
-    return {"schema_version": TRIAL_SCHEMA, **asdict(rec)}
+    d = asdict(rec)
+    for k in OPTIONAL_FIELDS:
+        if d[k] is None:
+            del d[k]
+    return {"schema_version": TRIAL_SCHEMA, **d}
 
 
 def record_fields() -> list[str]:
@@ -161,6 +174,9 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     sel = rec.get("selection_recall")
     if sel is not None and not (isinstance(sel, list) and all(v is None or _is_num(v) for v in sel)):
         return f"selection_recall {sel!r} is not a list of numbers"
+    for k in ("residue", "base_length"):
+        if rec.get(k) is not None and not (_is_int(rec[k]) and rec[k] >= 0):
+            return f"{k} {rec[k]!r} is not a whole number"
     idx = rec.get("indexer")
     if idx is not None:
         if not isinstance(idx, dict):

@@ -17,6 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
+from niah.regime import Regime, as_regime, geometry_of
+
 INDEXER_DIR = "indexer"
 LAYER_KEYS = ("kept", "rank_best", "rank_worst", "margin", "fidelity")
 
@@ -117,30 +119,48 @@ def read_details(run_dir: Path | str) -> list[dict]:
 
 
 # -- lengths relative to k ----------------------------------------------------------------
+def _sources(entry: dict) -> list[dict]:
+    server = entry.get("server") or {}
+    models = [m for m in ((server.get("models") or {}).get("data") or []) if isinstance(m, dict)]
+    info = server.get("server_info") if isinstance(server.get("server_info"), dict) else {}
+    att = info.get("niah_attestation")
+    facts = att.get("facts") if isinstance(att, dict) else None
+    return [entry.get("axes") or {}, entry.get("settings") or {}, entry.get("geometry") or {}, *models,
+            info, facts or {}]
+
+
 def config_topk(entry: dict | None) -> int | None:
     """index_topk of one manifest configuration (None: dense or unknown): its axes, matrix
     settings, or what the server said about itself (GET /v1/models, /server_info)."""
-    if not isinstance(entry, dict):
-        return None
-    server = entry.get("server") or {}
-    models = [m for m in ((server.get("models") or {}).get("data") or []) if isinstance(m, dict)]
-    sources = [entry.get("axes") or {}, entry.get("settings") or {}, *models, server.get("server_info") or {}]
-    for src in sources:
-        if str(src.get("attention", "")).lower() == "dense":
-            return None
-    for src in sources:
-        k = src.get("index_topk")
-        if isinstance(k, int) and not isinstance(k, bool) and k > 0:
-            return k
+    regime = config_regime(entry)
+    return regime.k if regime else None
+
+
+def config_regime(entry: dict | None) -> Regime | None:
+    """The sparse regime (niah.regime) of one manifest configuration: index_topk as
+    config_topk finds it, with the compression and index window from the same sources
+    (the command line's `geometry` between the matrix settings and the server's word)."""
+    return geometry_of(_sources(entry)) if isinstance(entry, dict) else None
+
+
+def geometry_conflict(given: dict, server: list) -> str | None:
+    """What the command line's geometry says against the server's own word, or None."""
+    for key, said in given.items():
+        for src in server:
+            if isinstance(src, dict) and src.get(key) is not None and src.get(key) != said:
+                return (f"--{key.replace('_', '-')} {said} contradicts the server, which reports {key} "
+                        f"{src.get(key)}; drop the option")
     return None
 
 
-def at_or_below_k(lengths: Iterable[int], k: int | None) -> list[int]:
-    """The lengths where every key is kept (prompt not longer than k): no selection."""
-    return [int(n) for n in lengths if k is not None and int(n) <= k]
+def at_or_below_k(lengths: Iterable[int], k: Regime | int | None) -> list[int]:
+    """The lengths where every key is kept (no selection): no longer than k under V3.2's
+    rule, below the regime's first sparse length otherwise."""
+    regime = as_regime(k)
+    return [int(n) for n in lengths if regime is not None and regime.dense(int(n))]
 
 
-def length_warnings(lengths: list[int], topks: dict[str, int | None]) -> list[str]:
+def length_warnings(lengths: list[int], topks: dict[str, Regime | int | None]) -> list[str]:
     """One line per configuration whose lengths are ALL at or below its k (the indexer is
     never exercised), and one naming the cells at or below k otherwise."""
     out = []
@@ -148,20 +168,22 @@ def length_warnings(lengths: list[int], topks: dict[str, int | None]) -> list[st
         low = at_or_below_k(lengths, k)
         if not low:
             continue
+        words = as_regime(k).words()
         if len(low) == len(lengths):
-            out.append(f"warning: every length of {name!r} is at or below its index_topk {k}: every key is "
+            out.append(f"warning: every length of {name!r} is at or below its {words}: every key is "
                        "kept, the indexer is never exercised (use lengths above k, e.g. --lengths auto)")
         else:
-            out.append(f"note: {name!r}: lengths {', '.join(map(str, low))} are at or below index_topk {k} "
+            out.append(f"note: {name!r}: lengths {', '.join(map(str, low))} are at or below {words} "
                        "(no selection there; reports hatch those cells)")
     return out
 
 
-def auto_lengths(topks: Iterable[int], context: int, max_tokens: int, floor: int = 128) -> list[int]:
-    """k/2, k, 2k, 4k, ... for every k, up to what fits in the context with max_tokens."""
+def auto_lengths(topks: Iterable[Regime | int], context: int, max_tokens: int, floor: int = 128) -> list[int]:
+    """s/2, s, 2s, 4s, ... for every regime's scale s (k under V3.2's rule, compression * k
+    + window otherwise), up to what fits in the context with max_tokens."""
     top = context - max_tokens
     out: set[int] = set()
-    for k in set(topks):
+    for k in {as_regime(t).scale for t in topks}:
         n = k / 2
         while n <= top:
             if n >= floor:

@@ -124,7 +124,7 @@ def run_sweep(
     prepared = [prepare_target(t, spec, prompt_set) for t in targets]
     if resume and (out / MANIFEST).exists():
         check_same_tokenizers(read_manifest(out), prepared, force_config)
-    for line in length_warnings(spec.lengths, {p.target.name: p.index_topk for p in prepared}):
+    for line in length_warnings(spec.lengths, {p.target.name: p.regime for p in prepared}):
         print(f"niah: {line}", file=sys.stderr)
     store = start_run(out, spec, resume, prompt_set)
     try:

@@ -24,6 +24,8 @@ from niah.runs.record import TrialRecord
 from niah.runs.trials import trial_key
 from niah.sweep.control import classify, pending_controls, sweep_values
 from niah.sweep.indexer import append_detail, request_fields, summarise
+from niah.sweep.residues import block, parse_residues
+from niah.sweep.near import closest, is_near
 from niah.sweep.scoring import score_values, scored_text
 from niah.tokens import length_tolerance
 
@@ -56,6 +58,8 @@ class _TargetRun:
         self.gone: list[str] = []  # the external server stopped answering (no dead() given)
         self.drift: list[str] = []  # a trial's length was not what was asked
         self.known: set[str] = set()  # every needle value of the sweep (for --control)
+        self.residues = parse_residues(spec.residues)
+        self.counts: dict[tuple, dict] = {}  # (seed, depth) -> the builder's counts, shared by a residue block
         if spec.control:
             self.known = sweep_values(spec)
 
@@ -85,8 +89,9 @@ class _TargetRun:
             entry = self.p.prompts.get(length, depth, trial)
         else:
             s = self.spec
+            counts = None if self.residues is None else self.counts.setdefault((seed, depth), {})
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                            s.needles, s.kind, s.haystack, control)
+                                            s.needles, s.kind, s.haystack, control, counts)
             entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:
@@ -95,10 +100,13 @@ class _TargetRun:
 
     async def one(self, client, length: int, depth: float, trial: int, control: bool) -> None:
         # a frozen set's trial carries the seed its prompt was built from: what pairs it by seed
+        base = length if self.residues is None else block(length, self.residues.modulus)
         seed = (self.p.prompts.get(length, depth, trial).seed if self.p.prompts is not None
-                else trial_seed(self.spec.seed, length, depth, trial))
+                else trial_seed(self.spec.seed, base, depth, trial))
         rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial,
                           seed=seed, control=control)
+        if self.residues is not None:
+            rec.base_length, rec.residue = base, length % self.residues.modulus
         cause = self.check_dead()
         if cause:
             rec.error = f"server died: {cause}"
@@ -114,6 +122,8 @@ class _TargetRun:
             rec.error = f"server died: {cause}" if cause else f"prompt building failed: {msg}"
             return self.finish(rec)
         rec.set_prompt(entry)
+        if self.residues is not None and entry.tokens is not None:  # the residue it was counted at
+            rec.residue = entry.tokens % self.residues.modulus
         reply = await complete(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry))
         if reply.error and reply.connection_error:
             cause = self.check_dead()
@@ -141,6 +151,12 @@ class _TargetRun:
         sc = score_values(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
                           distractors=entry.distractors)
         rec.outcome, rec.hits, rec.recall_share = sc.outcome, sc.hits, sc.recall_share
+        if len(entry.expected) == 1 and sc.outcome in ("wrong", "correct"):
+            near = closest(entry.expected[0], scored_text(reply.answer, reply.reasoning), entry.distractors)
+            if sc.outcome == "wrong" and is_near(near):
+                rec.outcome = "near"
+            if rec.outcome == "near" or (self.residues is not None and near is not None):
+                rec.near = near.as_dict()
 
     def check_length(self, rec: TrialRecord) -> None:
         """Stop early when the server saw another length than was asked (not with

@@ -20,6 +20,7 @@ from dataclasses import astuple, dataclass
 from niah.errors import BadInput
 from niah.prompts.haystacks import check_kind
 from niah.prompts.needles import NeedleKind
+from niah.sweep.residues import parse_residues
 from niah.tokens import check_tokenizer_spec
 
 _NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
@@ -151,6 +152,7 @@ class SweepSpec:
     approximate_lengths: bool = False  # run even when the counter is not exact
     prompts: str | None = None  # a frozen prompt set (niah prompts build) to run
     control: bool = False  # add one no-needle control trial per (length, depth) cell
+    residues: str | None = None  # "4:0,1,2,3": lengths are residue blocks (niah.sweep.residues)
 
     @property
     def kind(self) -> NeedleKind:
@@ -192,6 +194,9 @@ def check_spec(spec: SweepSpec) -> None:
     if spec.control and (not spec.kind.default or spec.prompts is not None):
         raise BadInput("--control works with the default needle kind, on prompts it builds "
                        "(not with --needle-key/--needle-value/--values/--queries or --prompts)")
+    if spec.residues is not None and (spec.prompts is not None or spec.control):
+        raise BadInput("--residues builds its own prompts: not with --prompts or --control")
+    parse_residues(spec.residues)
     spec._checked = _fingerprint(spec)
 
 

@@ -25,7 +25,7 @@ from niah.redact import redact_body, redact_headers
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
 from niah.sweep.counter import CounterCheck, resolve_counter
-from niah.sweep.indexer import config_topk
+from niah.sweep.indexer import config_regime, config_topk, geometry_conflict
 from niah.sweep.spec import SweepSpec, check_spec
 
 
@@ -54,6 +54,7 @@ class Target:
     engine: str = "external"
     axes: dict = field(default_factory=dict)
     api_key: str | None = None
+    geometry: dict = field(default_factory=dict)  # index_compression / index_window given on the command line
     lifecycle: Lifecycle | None = field(default=None, repr=False)
 
 
@@ -75,6 +76,11 @@ class PreparedTarget:
         return config_topk({"axes": self.target.axes, "server": self.server})
 
     @property
+    def regime(self):
+        """The sparse regime (niah.regime.Regime) the server's geometry gives, None when dense."""
+        return config_regime({"axes": self.target.axes, "geometry": self.target.geometry, "server": self.server})
+
+    @property
     def info(self) -> dict:
         """The manifest's configs[name] entry."""
         t = self.target
@@ -90,6 +96,8 @@ class PreparedTarget:
             "indexer_probe": self.indexer_probe,
             "index_topk": self.index_topk,
         }
+        if t.geometry:  # given on the command line (a plain endpoint that does not attest it)
+            info["geometry"] = dict(t.geometry)
         if (passed := pass_through_record()) is not None:  # --header / --extra-body (secret values masked)
             info["request"] = passed
         if tok is None:  # a frozen prompt set: counted when it was built
@@ -151,6 +159,8 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     if ids and model not in ids:
         raise BadInput(f"model {model!r} is not served at {endpoint} (it serves: {', '.join(map(str, ids))})")
     entry = next((m for m in entries if m.get("id") == model), {})
+    if conflict := geometry_conflict(target.geometry, [entry, server_info]):
+        raise BadInput(f"{endpoint}: {conflict}")
     prepared = PreparedTarget(
         target=target, model=model, tokenizer=None, max_model_len=None,
         server={"models": models, "server_info": server_info},

@@ -206,7 +206,7 @@ def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
 
 
 # The harness's layers, lowest first; a module imports only from its own package or a lower layer.
-LAYERS = (("niah.errors", "niah.cache"), ("niah.axes", "niah.client", "niah.redact"), ("niah.kernels",),
+LAYERS = (("niah.errors", "niah.cache"), ("niah.axes", "niah.client", "niah.redact", "niah.regime"), ("niah.kernels",),
           ("niah.tokens",),
           ("niah.prompts",),
           ("niah.runs", "niah.attestation"), ("niah.sweep",), ("niah.report",))

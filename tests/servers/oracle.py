@@ -18,7 +18,9 @@ generation); --tokenize-delay S (before each /tokenize answer) slows the counts 
 Faults hit the trials only: a max_tokens=1 request (niah's counter probing usage.prompt_tokens) is
 counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens;
 --api-key K: every request needs `Authorization: Bearer K` (401 otherwise);
---index-topk K: /v1/models reports index_topk K (a sparse server);
+--index-topk K: /v1/models reports index_topk K (a sparse server); --index-compression C and
+--index-window W report those too (DeepSeek-V4's geometry: 4 and 128);
+--digit-off M:R: the answer's last digit is one off whenever prompt tokens = R (mod M);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
 GET /stats gives request counters; GET /seen every request's method, path, headers and
 body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
@@ -108,6 +110,8 @@ class Oracle:
             if a.wrong_above and n_prompt > a.wrong_above:
                 found = [(k, str((int(v) + 1111111) % 9000000 + 1000000) if v.isdigit() else v[::-1])
                          for k, v in found]
+            if a.digit_off and n_prompt % a.digit_off[0] == a.digit_off[1]:
+                found = [(k, v[:-1] + str((int(v[-1]) + 1) % 10) if v[-1:].isdigit() else v) for k, v in found]
             ans = " ".join(f"The special magic number for {k} is {v}." for k, v in found)
         if a.verbose:
             ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
@@ -194,6 +198,9 @@ def make_handler(oracle: Oracle):
                     entry["niah_extensions"] = ["needle_span"]
                 if args.index_topk:
                     entry["index_topk"] = args.index_topk
+                for key in ("index_compression", "index_window"):
+                    if getattr(args, key) is not None:
+                        entry[key] = getattr(args, key)
                 return self._json(200, {"object": "list", "data": [entry]})
             if self.path == "/server_info":
                 info = {"engine": "oracle", "max_model_len": args.max_model_len, "template": "chatml+bos"}
@@ -322,6 +329,9 @@ def main(argv=None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--max-model-len", type=int, default=65536)
     p.add_argument("--index-topk", type=int, default=0, help="report this index_topk in /v1/models")
+    p.add_argument("--index-compression", type=int, default=None)
+    p.add_argument("--index-window", type=int, default=None)
+    p.add_argument("--digit-off", type=lambda t: tuple(int(x) for x in t.split(":")), default=None)
     p.add_argument("--wrong-above", type=int, default=0)
     p.add_argument("--empty", action="store_true")
     p.add_argument("--refuse", action="store_true")
