@@ -84,12 +84,14 @@ def unpack_python(wheel: Path, dest: Path) -> Path:
     return dest
 
 
-def sglang_tree() -> Path:
-    """SGLang 0.5.23's Python sources, unpacked once next to the wheel (for PYTHONPATH)."""
+def sglang_tree(version: str = "0.5.23") -> Path:
+    """SGLang `version`'s Python sources and dist-info, unpacked once next to its wheel: on
+    PYTHONPATH, that SGLang is the installed one as a wheel install lays it out (its
+    pure-Python modules importable, importlib.metadata reading its version)."""
     import shutil
     import tempfile
 
-    wheel = sglang_wheel()
+    wheel = sglang_wheel(version)
     dest = wheel.parent / f"src-{wheel.stem}"
     if not (dest / ".complete").exists():
         tmp = Path(tempfile.mkdtemp(dir=wheel.parent, prefix=".unpack-"))

@@ -17,7 +17,8 @@ def doctor(
              "instead of the installed SGLang."),
     index_dtype: Optional[str] = typer.Option(
         None, "--index-dtype", help="Check only the patch points needed for fp8 or bf16 (default: all)."),
-    points: bool = typer.Option(False, "--points", help="Also list every SGLang symbol the plugin touches."),
+    points: bool = typer.Option(False, "--points", help="Also list every SGLang symbol the plugin touches "
+                                                         "(on the checked SGLang's release; none: every release's)."),
 ) -> None:
     """Report the environment niah's SGLang plugin and kernels would run in.
 
@@ -32,11 +33,13 @@ def doctor(
     for k, v in facts.rows:
         typer.echo(f"{k:<{width}}  {v}")
     if points:
-        from niah.serving.sglang.contract import PATCH_POINTS, SUPPORTED_VERSIONS, points_for
+        from niah.serving.sglang.contract import SUPPORTED_VERSIONS, points_for
+        from niah.serving.sglang.patches import points_of
 
         typer.echo("")
-        shown = (dict.fromkeys(p for r in SUPPORTED_VERSIONS for p in points_for(index_dtype, release=r))
-                 if index_dtype else PATCH_POINTS)
+        releases = (facts.release,) if facts.release else SUPPORTED_VERSIONS
+        shown = dict.fromkeys(p for r in releases for p in (points_for(index_dtype, release=r) if index_dtype
+                                                              else points_of(r)))
         for p in shown:  # each row with the SGLang releases it holds for ("all": every supported one)
             typer.echo(f"{p.action:<7} {p.when:<6} {','.join(p.versions) or 'all':<6} {p.target}  -- {p.why}")
     if facts.contract_ok is False:  # fail closed: the plugin would refuse this SGLang too

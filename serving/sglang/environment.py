@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from niah.serving.sglang.contract import SUPPORTED_VERSIONS, AstSource, LiveSource, check_contract, points_for
+from niah.serving.sglang.contract import SUPPORTED_VERSIONS, AstSource, InstalledSource, check_contract, points_for
 from niah.serving.sglang.patches import points_of
 from niah.serving.sglang.releases import NEWEST, release_of
 from niah.serving.sglang.kernels_api import available
@@ -20,6 +20,7 @@ from niah.serving.sglang.plugin import entry_point_registered
 class Facts:
     rows: list[tuple[str, str]] = field(default_factory=list)
     contract_ok: bool | None = None  # None: nothing to check against
+    release: str | None = None  # the supported release the checked source is a build of (None: none)
 
     def add(self, key: str, value: str) -> None:
         self.rows.append((key, value))
@@ -68,14 +69,15 @@ def contract_facts(f: Facts, source_path: str | None, index_dtype: str | None) -
     if source_path:
         source = AstSource(source_path)
     elif installed:
-        source = LiveSource()
+        source = InstalledSource()
     else:
         wheel = default_wheel()
         if wheel is None:
             f.add("plugin contract", "not checked: no SGLang installed and no source wheel (run `make setup`)")
             return
         source = AstSource(wheel)
-    release = release_of(source.version) or NEWEST  # another version: refused by the check, in one line
+    f.release = release_of(source.version)
+    release = f.release or NEWEST  # another version: refused by the check, in one line
     points = points_for(index_dtype, release=release) if index_dtype else points_of(release)
     report = check_contract(source, points)
     f.contract_ok = report.ok

@@ -6,10 +6,12 @@ it starts, the spawned scheduler/model processes included; niah registers
 `sglang_plugin` there (pyproject.toml). It does nothing unless NIAH_INDEX_DTYPE is
 set, which the launch entry (`python -m niah.serving.sglang`) does, with NIAH_KERNELS.
 Before patching anything it checks the contract of the installed release against the
-installed modules and refuses, naming the version and the symbol, if SGLang does not match
-(an SGLang that is no supported release: one line, nothing patched); it then installs that
-release's rows. Any failure while
-patching stops the process with one line naming the symbol (fail closed).
+installed package's source (`check_installed`: the same AST check the tests run on each
+release's wheel; nothing of SGLang imported) and refuses, naming the version and the
+symbol, if SGLang does not match (an SGLang that is no supported release: one line,
+nothing patched); it then installs that release's rows, importing each patched module as
+it patches it. Any failure while patching stops the process with one line naming the
+symbol (fail closed).
 
 Arms (index dtype / kernels): fp8/niah (SGLang's fp8 keys read by niah's fp8 logits
 kernels), bf16/niah (niah's bf16 index keys and kernels). fp8/stock is SGLang alone: niah's
@@ -32,10 +34,10 @@ from niah.serving.sglang import attest
 from niah.serving.sglang.arms import (  # noqa: F401  (re-exported: the plugin's arms)
     ENTRY_POINT_GROUP, ENTRY_POINT_NAME, ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS, SGLANG_INDEX_DTYPES, check_arm,
     default_kernels)
-from niah.serving.sglang.contract import LiveSource, check_contract, points_for
+from niah.serving.sglang.contract import ContractReport, InstalledSource, check_contract, points_for
 from niah.serving.sglang.patches import Patch, all_patches, patch_targets, patches_for  # noqa: F401
 from niah.serving.sglang.patching import PluginRefused, apply_at, installed_arm, set_installed  # noqa: F401
-from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
+from niah.serving.sglang.releases import NEWEST, SUPPORTED_VERSIONS, release_of
 
 log = logging.getLogger("niah.sglang")
 
@@ -60,9 +62,23 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
         return
     if installed is not None:
         raise BadInput(f"niah plugin already installed as {'/'.join(installed)}")
-    source = LiveSource()
+    release, report = check_installed(index_dtype, kernels)
+    if report.build_note:
+        log.info("niah: %s", report.build_note)
+    attest.configure(index_dtype, kernels)
+    attest.set_facts(query="fp8")  # SGLang's own fp8 indexer query in every arm (bf16 kernels: upcast, exact)
+    apply_all(patches_for(index_dtype, kernels, release))
+    set_installed((index_dtype, kernels))
+    log.info("niah: SGLang plugin installed (sglang %s, %s/%s)", report.version, index_dtype, kernels)
+
+
+def check_installed(index_dtype: str, kernels: str) -> tuple[str, ContractReport]:
+    """The contract check `install` runs before patching: the installed SGLang's source
+    (InstalledSource, nothing imported) against its own release's rows for this arm.
+    Returns (release, passing report); PluginRefused (one line) otherwise."""
+    source = InstalledSource()
     if source.version is None:
-        raise PluginRefused("SGLang is not installed in this environment (pip install sglang==0.5.23)")
+        raise PluginRefused(f"SGLang is not installed in this environment (pip install sglang=={NEWEST})")
     release = release_of(source.version)
     if release is None:
         raise PluginRefused(f"sglang {source.version} is not a release niah's plugin is proven on "
@@ -73,13 +89,7 @@ def install(index_dtype: str, kernels: str | None = None) -> None:
         raise PluginRefused(f"contract check failed: {type(e).__name__}: {e}") from e
     if not report.ok:
         raise PluginRefused(report.summary())
-    if report.build_note:
-        log.info("niah: %s", report.build_note)
-    attest.configure(index_dtype, kernels)
-    attest.set_facts(query="fp8")  # SGLang's own fp8 indexer query in every arm (bf16 kernels: upcast, exact)
-    apply_all(patches_for(index_dtype, kernels, release))
-    set_installed((index_dtype, kernels))
-    log.info("niah: SGLang plugin installed (sglang %s, %s/%s)", source.version, index_dtype, kernels)
+    return release, report
 
 
 def sglang_plugin() -> None:

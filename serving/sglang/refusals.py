@@ -5,7 +5,8 @@ to SGLang's own parser (`sglang.srt.server_args.prepare_server_args`: argparse w
 abbreviations, e.g. `--enable-hier`, and `--config` YAML files) and decides on the parsed
 `ServerArgs` fields, never on flag strings. With niah's kernels (bf16 keys included) it
 refuses every path niah does not patch (`RULES`, index_kpool > 1 from
-`--json-model-override-args`) and the fp8-layout DeepSeek-V4 indexer kernels
+`--json-model-override-args`), DeepSeek-V4 where niah's V4 path is not proven
+(`v4_release_refusal`: 0.5.16) and the fp8-layout DeepSeek-V4 indexer kernels
 (`indexer_env_refusal`: SGLANG_OPT_USE_TILELANG_INDEXER / SGLANG_OPT_USE_AITER_INDEXER
 on; `sm120_refusal`, launch entry only: SGLang's own SM120 default turns TileLang on for
 V4), and for any arm through the entry it refuses an `SGLANG_PLUGINS` that would keep the
@@ -235,6 +236,23 @@ def indexer_env_refusal(args, env: Mapping[str, str]) -> str | None:
     return None
 
 
+V4_RELEASES = ("0.5.23",)  # where niah's DeepSeek-V4 path is proven (patches/deepseek_v4.py)
+
+
+def v4_release_refusal(args) -> str | None:
+    """niah's kernels on DeepSeek-V4 on an SGLang whose V4 path niah is not proven on
+    (0.5.16): refused here where the architecture can be told, before SGLang starts (else
+    where the V4 pool is built, v4.refuse_release, with the same reason)."""
+    if args is None or installed_release() in V4_RELEASES or architecture(args) != V4_ARCH:
+        return None
+    try:
+        installed = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "unknown"
+    return (f"niah's DeepSeek-V4 path is proven on SGLang {', '.join(V4_RELEASES)} only, not on the installed "
+            f"{installed}; serve DeepSeek-V4 with fp8/stock, or use SGLang {V4_RELEASES[-1]}")
+
+
 def sm120_refusal(args, env: Mapping[str, str]) -> str | None:
     """SGLang's own default (arg_groups/model_hook.py): DeepSeek-V4 on SM120 turns the
     TileLang indexer on unless SGLANG_OPT_USE_TILELANG_INDEXER is set. Decided with SGLang's
@@ -332,7 +350,7 @@ def check(index_dtype: str, kernels: str, argv: list[str], env: Mapping[str, str
     if problem is None and (kernels != "stock" or parsed):
         args = parse(argv)
     if problem is None and kernels != "stock":
-        problem = refusal(index_dtype, kernels, args) or indexer_env_refusal(args, env)
+        problem = refusal(index_dtype, kernels, args) or v4_release_refusal(args) or indexer_env_refusal(args, env)
     if problem:
         raise BadInput(problem)
     return args

@@ -83,6 +83,32 @@ def test_stock_counters_pass_calls_through_and_attestation_reaches_internal_stat
     assert reading["attestation"]["kernel_calls"] == {"decode_logits": {"sglang.resolve_fp8_paged_mqa_logits_fn": 2}}
 
 
+@pytest.mark.parametrize("release, module", [("0.5.16", "sglang.srt.managers.io_struct"),
+                                             ("0.5.23", "sglang.srt.utils.msgpack_utils")])
+def test_the_attestation_crosses_each_releases_scheduler_ipc_unchanged(fresh_counter, release, module):
+    """The wrapped get_internal_state's dict goes from each scheduler to the tokenizer manager
+    through msgspec's msgpack encoder with SGLang's own enc_hook (lifted from the release's
+    wheel; it refuses what is not msgpack-native): the attestation arrives as it was."""
+    import json
+    from array import array
+
+    import msgspec
+    import numpy as np
+
+    from niah.serving.sglang import replacements
+    from sglang_source import load_function, sglang_wheel
+
+    enc_hook = load_function(sglang_wheel(release), module, "enc_hook", {"array": array, "torch": torch, "np": np})
+    attest.configure("bf16", "niah")
+    replacements.counting("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")(lambda: None)()
+    out = types.SimpleNamespace(internal_state={"tp_size": 8})
+    state = replacements.wrap_internal_state(lambda self, req: out)(None, None).internal_state
+    back = msgspec.msgpack.decode(msgspec.msgpack.Encoder(enc_hook=enc_hook).encode(state))
+    assert back == json.loads(json.dumps(state))
+    reading = reading_of({"internal_states": [back]})
+    assert reading["attested_states"] == 1 and reading["attestation"]["counts"] == {"decode_logits.bf16": 1}
+
+
 def test_server_info_of_several_schedulers_is_summed():
     a = _att("bf16", "niah", _calls(store=("bf16", "niah.store_index_keys", 40)), pool=256)
     b = _att("bf16", "niah", _calls(store=("bf16", "niah.store_index_keys", 2)), pool=132)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from niah.serving.sglang.contract import (
-    PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, LiveSource, PatchPoint, check_contract, points_for)
+    PATCH_POINTS, SUPPORTED_VERSIONS, AstSource, InstalledSource, check_contract, points_for)
 from niah.serving.sglang.contract import LAYOUT
 from niah.serving.sglang.patches import points_of
 from niah.serving.sglang.plugin import all_patches, patch_targets
@@ -145,51 +145,39 @@ def test_replacements_keep_the_replaced_signatures(release):
         assert got == point.params or got == ("args", "kwargs"), patch.target
 
 
-def test_live_source_runs_the_same_check_on_imported_modules():
-    """LiveSource (used on a GPU server with SGLang installed) over real imported modules."""
-    mod = "niah.serving.sglang.replacements"
-    good = [PatchPoint(mod, "index_key_cache_get_k_and_scale",
-                       ("self", "layer_id", "seq_len_tensor", "page_indices", "seq_len_sum", "max_seq_len"),
-                       "uses", "always", "t", ("gather_keys_torch", "smuggle_as_fp8")),
-            PatchPoint("niah.serving.sglang.contract", "LiveSource.lookup", ("self", "module", "qualname"),
-                       "uses", "always", "t"),
-            # lru_cache-wrapped, like SGLang's resolve_* functions
-            PatchPoint("niah.serving.sglang.kernels_api", "kernel", ("name",), "uses", "always", "t",
-                       ("KernelMissing",))]
-    live = LiveSource()
-    assert live.version is None  # no sglang here: a source of unknown version is refused
-    assert check_contract(live, good).problems == [
+def test_installed_source_without_sglang_is_of_unknown_version_and_refused():
+    """No sglang package on sys.path (this machine): nothing to read, refused in one line."""
+    src = InstalledSource()
+    assert src.version is None and src.files() == {} and src.lookup("sglang.srt.plugins", "load_plugins") is None
+    assert check_contract(src).problems == [
         "installed sglang: no SGLang version metadata (no sglang-*.dist-info/METADATA with a Version), so it "
         "cannot be told which SGLang this is"]
-    live.version = "0.5.23"  # as on a server with SGLang installed: the lookups below are what is tested
-    assert check_contract(live, good).ok
-    bad = [PatchPoint(mod, "index_key_cache_get_k_and_scale", ("self", "layer_id"), "uses", "always", "t"),
-           PatchPoint(mod, "no_such_function", None, "uses", "always", "t"),
-           PatchPoint("niah.no_such_module", "f", None, "uses", "always", "t")]
-    problems = check_contract(live, bad).problems
-    import re
-
-    assert re.search(r"replacements\.py:\d+: signature changed: " + re.escape(
-        f"{mod}.index_key_cache_get_k_and_scale expected (self, layer_id), found "
-        "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)") + "$", problems[0]), problems[0]
-    assert problems[1].startswith(f"{mod}: missing symbol {mod}.no_such_function")
-    assert problems[2].startswith("niah.no_such_module.f: cannot import niah.no_such_module")
 
 
-def test_ast_and_live_agree_on_niah_source():
-    """One function, two sources: AST over a source tree equals inspect on the import."""
-    import niah.serving
+@pytest.mark.parametrize("release", SGLANG_RELEASES)
+def test_installed_source_reads_the_installed_package_as_the_wheel_is_read(release, monkeypatch):
+    """The release's sources laid out as installed, first on sys.path (not imported): the same
+    symbols as the wheel, among them the two an imported 0.5.16 hides (a custom op whose
+    registration replaces the function; a local and a constant dict key in /server_info)."""
+    import importlib
+    import sys
 
-    # the checkout whose serving/ is imported as niah.serving (not niah.__file__: run from the
-    # folder above a checkout named "niah", `import niah` finds that folder, a namespace package)
-    root = Path(niah.serving.__file__).resolve().parents[1]
-    # serving/ maps to niah.serving; build a tiny tree with that layout
-    ast_src = AstSource(root)
-    live = LiveSource()
-    for qual in ("wrap_topk_transform", "index_key_cache_get_k_and_scale", "paged_mqa_logits"):
-        a = ast_src.lookup("serving.sglang.replacements", qual)
-        b = live.lookup("niah.serving.sglang.replacements", qual)
-        assert a.params == b.params, qual
+    from sglang_source import sglang_tree
+
+    assert "sglang" not in sys.modules
+    tree = sglang_tree(release)
+    monkeypatch.syspath_prepend(str(tree))
+    importlib.invalidate_caches()
+    installed, wheel = InstalledSource(), AstSource(sglang_wheel(release))
+    assert (installed.version, installed.path, installed.label) == (release, tree, "installed sglang")
+    for p in points_of(release):
+        a, b = installed.lookup(p.module, p.qualname), wheel.lookup(p.module, p.qualname)
+        assert (a.params, a.names, a.where, a.text) == (b.params, b.names, b.where, b.text), p.target
+    split = next(p for p in points_of(release) if p.qualname == "pcg_dsa_indexer_prefill_split")
+    assert installed.lookup(split.module, split.qualname).params == split.params
+    info = installed.lookup("sglang.srt.entrypoints.http_server", "server_info")
+    assert {"internal_states", "get_internal_state"} <= info.names
+    assert "sglang" not in sys.modules  # read, never imported
 
 
 def test_apply_at_patches_real_modules(tmp_path, monkeypatch):

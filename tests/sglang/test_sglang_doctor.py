@@ -1,4 +1,4 @@
-"""`niah doctor`: SGLang version, plugin contract (against the 0.5.23 wheel), torch/Triton facts."""
+"""`niah doctor`: SGLang version, plugin contract (against the 0.5.23 wheel, and 0.5.16's), torch/Triton facts."""
 
 from __future__ import annotations
 
@@ -25,14 +25,29 @@ def test_doctor_reports_contract_against_the_wheel():
     out = r.stdout
     assert "plugin contract OK: sglang 0.5.23" in out
     assert "sglang installed" in out and "torch " in out and "triton" in out and "GPU" in out
-    assert "plugin supports sglang  0.5.23" in out
+    assert "plugin supports sglang  0.5.16, 0.5.23" in out
+
+
+def _listed(out: str) -> list[str]:
+    """The --points rows: action, arm, releases, target."""
+    return [" ".join(line.split("  -- ")[0].split()) for line in out.splitlines() if "  -- " in line]
 
 
 def test_doctor_bf16_only_points_and_bad_inputs(tmp_path):
+    from niah.serving.sglang.patches import points_for
+
     wheel = sglang_wheel()
     r = _doctor("--sglang-source", str(wheel), "--index-dtype", "bf16", "--points")
     assert r.returncode == 0 and "plugin contract OK" in r.stdout
-    assert "replace bf16   sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale" in r.stdout
+    rows = _listed(r.stdout)  # the checked source's release's rows, each with the releases it holds for
+    assert "replace bf16 0.5.23 sglang.srt.mem_cache.index_key_cache.IndexKeyCache.get_k_and_scale" in rows
+    assert "uses always all sglang.srt.plugins.load_plugins" in rows
+    assert len(rows) == len(points_for("bf16", release="0.5.23")) and not any(" 0.5.16 " in x for x in rows)
+    r = _doctor("--sglang-source", str(sglang_wheel("0.5.16")), "--index-dtype", "bf16", "--points")
+    assert r.returncode == 0 and "plugin contract OK: sglang 0.5.16" in r.stdout, r.stdout
+    rows = _listed(r.stdout)
+    assert "replace bf16 0.5.16 sglang.srt.mem_cache.memory_pool.DSATokenToKVPool.get_index_k_scale_buffer" in rows
+    assert len(rows) == len(points_for("bf16", release="0.5.16")) and not any(" 0.5.23 " in x for x in rows)
     r = _doctor("--sglang-source", str(tmp_path / "nope.whl"))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not found" in r.stderr
     r = _doctor("--index-dtype", "fp16")

@@ -17,7 +17,7 @@ from typing import Iterable
 from niah.serving.sglang.contract.flows import check_flows
 from niah.serving.sglang.contract.layout import check_layout, layout_of
 from niah.serving.sglang.contract.sites import check_call_sites
-from niah.serving.sglang.contract.sources import ContractImportError, SymbolSource
+from niah.serving.sglang.contract.sources import SymbolSource
 from niah.serving.sglang.contract.tables import call_sites, known_flows
 from niah.serving.sglang.patches import PATCH_POINTS, PatchPoint, points_of
 from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
@@ -95,11 +95,7 @@ def check_contract(source: SymbolSource, points: Iterable[PatchPoint] | None = N
 def _check_points(source: SymbolSource, points: list[PatchPoint], report: ContractReport) -> None:
     for p in points:
         report.checked += 1
-        try:
-            sym = source.lookup(p.module, p.qualname)
-        except ContractImportError as e:
-            report.problems.append(f"{p.target}: {e}")
-            continue
+        sym = source.lookup(p.module, p.qualname)
         if sym is None:
             report.problems.append(f"{source.near(p.module, p.qualname)}: missing symbol {p.target} ({p.why})")
             continue

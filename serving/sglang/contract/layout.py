@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from niah.serving.sglang.contract.sites import (LAYOUT_SCOPE, ROW_NUMBERS, ROW_WIDTH, Site, _enclosing, _LAYOUT_TEXT,
                                                 _scopes)
 from niah.serving.sglang.contract.scan_cache import cached_scan
-from niah.serving.sglang.contract.sources import ContractImportError
 from niah.serving.sglang.releases import NEWEST
 
 
@@ -157,11 +156,7 @@ def check_layout(source, files: dict[str, str] | None = None, release: str = NEW
     problems = []
     constants = layout_of(release)
     for c in constants:
-        try:
-            sym = source.lookup(c.module, c.qualname)
-        except ContractImportError as e:
-            problems.append(f"{c.module}.{c.qualname}: {e}")
-            continue
+        sym = source.lookup(c.module, c.qualname)
         if sym is None:
             problems.append(f"{c.module}.{c.qualname}: missing (layout constant: {c.why})")
         elif _normal(c.expect) not in _normal(sym.text):

@@ -1,8 +1,10 @@
-"""Where the contract reads SGLang: `AstSource` (the wheel or an unpacked tree, read as AST;
-nothing is imported) or `LiveSource` (the installed modules, via inspect). Each gives, per
-symbol, its parameters, the names its body mentions, where it is (file:line) and its
-normalised source (`Symbol`), the SGLang version it is, and the files the call-site, flow
-and layout scans read (`files()`: those `sites.scanned` keeps).
+"""Where the contract reads SGLang: `AstSource` (the wheel or an unpacked tree) or
+`InstalledSource` (the installed package's folder, the one the plugin checks before
+patching). Both read SGLang's source as AST and import nothing of it, so the plugin's
+launch-time check is the check the tests run on the wheels. Each gives, per symbol, its
+parameters, the names its body mentions, where it is (file:line) and its normalised source
+(`Symbol`), the SGLang version it is, and the files the call-site, flow and layout scans
+read (`files()`: those `sites.scanned` keeps).
 
 A source whose version cannot be told (an unpacked tree without its dist-info METADATA)
 has version None; the check refuses it (check.py).
@@ -12,12 +14,8 @@ from __future__ import annotations
 
 import ast
 import difflib
-import importlib
 import importlib.util
-import inspect
 import re
-import textwrap
-import types
 import zipfile
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version as dist_version
@@ -198,92 +196,42 @@ class AstSource:
         return f"{rel}:{defs[close[0]]} (closest: {close[0]})" if close else f"{rel}:1"
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    out = set(code.co_names) | {str(c) for c in code.co_consts
-                                if isinstance(c, (str, int)) and not isinstance(c, bool)}
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _code_names(c)
-    return out
+class InstalledSource(AstSource):
+    """The SGLang installed here, read exactly as a wheel is: the `sglang` package folder
+    `import sglang` would load (importlib.util.find_spec, which runs none of its code), read
+    as AST. Its version is the sglang dist-info METADATA beside that folder (a wheel
+    install), else the installed distribution's (an editable install); no package (or only
+    a namespace folder named sglang): version None, nothing to read (refused by the check).
 
-
-def _live_params(fn) -> tuple[str, ...]:
-    names = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind is p.VAR_POSITIONAL:
-            names.append("*" + p.name)
-        elif p.kind is p.VAR_KEYWORD:
-            names.append("**" + p.name)
-        else:
-            names.append(p.name)
-    return tuple(names)
-
-
-class LiveSource:
-    """The installed SGLang, imported (only where SGLang and its GPU stack are installed)."""
+    Nothing of SGLang is imported: an imported symbol is not its source (SGLang 0.5.16's
+    `register_custom_op` turns a function into a torch op packet without signature or body,
+    and a function's bytecode names leave out its locals and constant dict keys), so the
+    launch-time check would not be the check the tests run on the wheels. The plugin
+    imports each module it patches when it patches it, and fails closed there."""
 
     label = "installed sglang"
 
-    def __init__(self):
-        try:
-            self.version = dist_version("sglang")
-        except PackageNotFoundError:
-            self.version = None
-
-    def lookup(self, module: str, qualname: str) -> Symbol | None:
-        try:
-            obj = importlib.import_module(module)
-        except Exception as e:  # any failure while importing (SGLang's JIT paths raise RuntimeError)
-            raise ContractImportError(module, e) from e
-        for part in qualname.split("."):
-            if isinstance(obj, type):
-                raw = None
-                for klass in obj.__mro__:
-                    if part in klass.__dict__:
-                        raw = klass.__dict__[part]
-                        break
-                if raw is None:
-                    return None
-                obj = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-            else:
-                if not hasattr(obj, part):
-                    return None
-                obj = getattr(obj, part)
-        fn = inspect.unwrap(obj) if callable(obj) else obj
-        if inspect.isfunction(fn) or inspect.isclass(fn):
+    def __init__(self, package: str = "sglang"):
+        spec = importlib.util.find_spec(package)
+        regular = spec is not None and spec.origin not in (None, "namespace") and spec.submodule_search_locations
+        self.path = Path(spec.origin).parent.parent if regular else None  # a folder without __init__.py is not it
+        self._zip = None
+        self._trees = {}
+        self.version = self._read_version() if self.path is not None else None
+        if self.path is not None and self.version is None:
             try:
-                where = f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
-                text = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(fn))))
-            except (OSError, TypeError, SyntaxError):
-                where, text = None, ""
-            if inspect.isclass(fn):
-                return Symbol(None, frozenset(), where, text)
-            return Symbol(_live_params(fn), frozenset(_code_names(fn.__code__)), where, text)
-        return Symbol(None, frozenset(), None, f"{qualname.split('.')[-1]} = {obj!r}")
+                self.version = dist_version(package)
+            except PackageNotFoundError:
+                self.version = None
 
-    def near(self, module: str, qualname: str) -> str:
-        return module
+    def _read(self, rel: str) -> str | None:
+        return None if self.path is None else super()._read(rel)
+
+    def _names(self) -> list[str]:
+        if self.path is None:
+            return []
+        return [str(p.relative_to(self.path)) for p in self.path.glob("sglang-*.dist-info/METADATA")]
 
     def files(self) -> dict[str, str]:
-        """The installed sglang package's files that can hold a watched site."""
-        spec = importlib.util.find_spec("sglang")
-        if spec is None or not spec.submodule_search_locations:
-            return {}
-        root = Path(list(spec.submodule_search_locations)[0]).parent
-        out = {}
-        for p in root.glob("sglang/**/*.py"):
-            rel = p.relative_to(root).as_posix()
-            text = p.read_text(encoding="utf-8", errors="replace")
-            if scanned(rel, text):
-                out[rel] = text
-        return out
-
-
-class ContractImportError(Exception):
-    """A module of the contract could not be imported from the installed SGLang."""
-
-    def __init__(self, module: str, err: Exception):
-        super().__init__(f"cannot import {module}: {type(err).__name__}: {err}")
-        self.module = module
-
+        return {} if self.path is None else super().files()
 
