@@ -19,6 +19,7 @@ import typer
 
 from niah.cli import app
 from niah.commands.request_options import request_options
+from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -67,9 +68,11 @@ def needle_options(f):
 
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
-              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None):
+              queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None,
+              cache_state=None, answer_prefix=None):
     from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
+    from niah.sweep.cache_state import parse_cache_states
 
     spec = SweepSpec(
         lengths=(auto if lengths.strip() == "auto" else parse_lengths(lengths)) if prompts is None else [1],
@@ -78,7 +81,7 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
         concurrency=concurrency, timeout_s=timeout, retries=retries, stream=stream, needles=needles,
         needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
-        control=control,
+        control=control, cache_states=parse_cache_states(cache_state), answer_prefix=answer_prefix,
     )
     check_spec(spec)
     return spec
@@ -190,6 +193,8 @@ def sweep(
     executor: Optional[str] = typer.Option(None, "--executor",
                                            help="With --matrix: local | slurm, over the file's [executor] table "
                                                 "(docs/matrix.md)."),
+    cache_state: Optional[str] = typer.Option(None, "--cache-state", help=CACHE_HELP),
+    answer_prefix: Optional[str] = typer.Option(None, "--answer-prefix", help=PREFIX_HELP),
     executor_set: list[str] = typer.Option([], "--executor-set",
                                            help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
                                                 "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
@@ -238,7 +243,7 @@ def sweep(
     auto = pick_auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
-                     auto=auto, **kinds)
+                     auto=auto, cache_state=cache_state, answer_prefix=answer_prefix, **kinds)
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:

@@ -20,6 +20,7 @@ from dataclasses import astuple, dataclass
 from niah.errors import BadInput
 from niah.prompts.haystacks import check_kind
 from niah.prompts.needles import NeedleKind
+from niah.sweep.cache_state import check_states
 from niah.tokens import check_tokenizer_spec
 
 _NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
@@ -151,6 +152,8 @@ class SweepSpec:
     approximate_lengths: bool = False  # run even when the counter is not exact
     prompts: str | None = None  # a frozen prompt set (niah prompts build) to run
     control: bool = False  # add one no-needle control trial per (length, depth) cell
+    cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
+    answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
 
     @property
     def kind(self) -> NeedleKind:
@@ -192,6 +195,9 @@ def check_spec(spec: SweepSpec) -> None:
     if spec.control and (not spec.kind.default or spec.prompts is not None):
         raise BadInput("--control works with the default needle kind, on prompts it builds "
                        "(not with --needle-key/--needle-value/--values/--queries or --prompts)")
+    check_states(spec.cache_states, spec.prompts)
+    if spec.answer_prefix is not None and (not spec.answer_prefix.strip() or spec.prompts is not None):
+        raise BadInput("--answer-prefix needs a non-empty TEXT and prompts niah builds (not --prompts)")
     spec._checked = _fingerprint(spec)
 
 
