@@ -34,6 +34,9 @@ from niah.runs.record import CACHE_STATES
 __all__ = ["CACHE_HELP", "CACHE_STATES", "PREFIX_HELP", "ask", "check_counter_keeps_cold", "check_states",
            "cold_lead", "parse_cache_states"]
 _NONCE_LETTERS = "bcdfghjklmnpqrstvwxz"
+# Each trial runs its states in this order: repeat before warm, so repeat's first request is
+# not already a hit of warm's identical one.
+_RUN_ORDER = ("cold", "repeat", "warm")
 CACHE_HELP = ("cold,warm,repeat: run every trial once per state. cold: a per-trial nonce opens the prompt (no "
               "cached prefix; refused with the usage counter); warm: the same request is sent first; repeat: "
               "sent twice, answers that differ are a fault. Default: not controlled (the usage counter warms "
@@ -42,7 +45,7 @@ PREFIX_HELP = "Ask that the answer begin with TEXT; each trial records whether i
 
 
 def parse_cache_states(text: str | None) -> list[str] | None:
-    """`cold,warm,repeat` -> ["cold", "warm", "repeat"] (order kept, duplicates dropped);
+    """`warm,cold,repeat` -> ["cold", "repeat", "warm"] (the order they run in, duplicates dropped);
     None or empty -> None (the default: state not controlled). BadInput on an unknown name."""
     if text is None or not str(text).strip():
         return None
@@ -50,7 +53,7 @@ def parse_cache_states(text: str | None) -> list[str] | None:
     bad = [s for s in states if s not in CACHE_STATES]
     if bad or not states:
         raise BadInput(f"unknown --cache-state {', '.join(bad) or text!r}: use cold, warm and/or repeat")
-    return states
+    return sorted(states, key=_RUN_ORDER.index)
 
 
 def check_states(states: list[str] | None, prompts: str | None) -> None:

@@ -147,10 +147,10 @@ class Oracle:
         if a.verbose:
             ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
         asked = re.findall(r'Begin your answer with "(.+?)"\.', text)
-        if asked and not a.ignore_answer_prefix:
-            ans = f"{asked[-1]} {ans}"
+        lead = f"{asked[-1]} " if asked and not a.ignore_answer_prefix else ""
+        ans = lead + ans
         if a.think_drop_above >= 0:
-            shown = ans if n_prompt <= a.think_drop_above else "I have read the text."
+            shown = ans if n_prompt <= a.think_drop_above else lead + "I have read the text."
             return shown, f"The question asks for a key; I looked for it. {ans}"
         if a.reasoning:
             return "", ans
