@@ -166,6 +166,7 @@ class Reply:
     connection_error: bool = False  # the last failure was a connection-level one
     selection_recall: list[float | None] | None = None
     indexer: dict | None = None  # the server's `niah_indexer` probe detail (embedded server)
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where reported
 
 
 class _Retryable(Exception):
@@ -283,6 +284,9 @@ def _take_usage(reply: Reply, data: dict) -> None:
         reply.prompt_tokens = int(usage["prompt_tokens"])
     if usage.get("completion_tokens") is not None:
         reply.completion_tokens = int(usage["completion_tokens"])
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        reply.cached_tokens = details["cached_tokens"]  # the server's prefix-cache hit, where it says
     if data.get("selection_recall") is not None:
         reply.selection_recall = [None if x is None else float(x) for x in data["selection_recall"]]
     if isinstance(data.get("niah_indexer"), dict):

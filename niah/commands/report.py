@@ -158,20 +158,25 @@ def compare_cmd(
     notes = check_configs(ma, [ca], str(run_a), accept_unattested)
     notes += check_configs(mb, [cb], str(run_b or run_a), accept_unattested)
     da, db = fa[fa["config"] == ca], fb[fb["config"] == cb]
-    rows, method = compare(da, db, ["length"], alpha)
+    from niah.report.cache_report import controlled
+
+    by_cache = ["cache_state"] if controlled(da) or controlled(db) else []  # a cell is length x depth x state
+    rows, method = compare(da, db, [*by_cache, "length"], alpha)
     name_a = f"A: {ca}" if run_b is None else f"A: {run_a.name}/{ca}"
     name_b = f"B: {cb}" if run_b is None else f"B: {run_b.name}/{cb}"
     basis = {"prompt": "paired by prompt hash (McNemar exact on discordant pairs)",
              "seed": "paired by (length, depth, trial, seed) (McNemar exact on discordant pairs)",
+             "prompt+seed": "paired within each cache state, by prompt hash or by (length, depth, trial, seed) "
+                            "(McNemar exact on discordant pairs)",
              None: "UNPAIRED: no trials saw the same prompt; two-proportion comparison "
                    "(Newcombe interval decides, pooled z-test p shown)"}[method]
     text = f"# {name_b} vs {name_a}\n\n{basis}; alpha = {alpha:g}\n\n"
     text += "".join(f"- attestation: {n}\n" for n in notes) + ("\n" if notes else "")
-    text += rows_markdown(rows, name_a, name_b)
+    text += rows_markdown(rows, name_a, name_b, "cache state, length" if by_cache else "length")
     text += rank_section(da, db, name_a, name_b, alpha)
     cells = None
     if by_depth:
-        cells, _ = compare(da, db, ["length", "depth"], alpha, overall=False)
+        cells, _ = compare(da, db, [*by_cache, "length", "depth"], alpha, overall=False)
         text += "\n## per cell (length, depth)\n\n" + rows_markdown(cells, name_a, name_b, "cell")
     if json_out:
         from niah.report import jsonout

@@ -21,6 +21,7 @@ from niah.cli import app
 from niah.commands.request_options import request_options
 from niah.commands.sweep_regime import (COMPRESSION_HELP, RESIDUES_HELP, WINDOW_HELP, geometry_given,
                                         pick_auto_lengths, read_topks)
+from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -70,9 +71,10 @@ def needle_options(f):
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
               queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None,
-              residues=None):
+              residues=None, cache_state=None, answer_prefix=None):
     from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
+    from niah.sweep.cache_state import parse_cache_states
 
     from niah.sweep.residues import expand, parse_residues
 
@@ -86,6 +88,7 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
         needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
         control=control, residues=plan.text() if plan is not None else None,
+        cache_states=parse_cache_states(cache_state), answer_prefix=answer_prefix,
     )
     check_spec(spec)
     return spec
@@ -159,6 +162,8 @@ def sweep(
     executor: Optional[str] = typer.Option(None, "--executor",
                                            help="With --matrix: local | slurm, over the file's [executor] table "
                                                 "(docs/matrix.md)."),
+    cache_state: Optional[str] = typer.Option(None, "--cache-state", help=CACHE_HELP),
+    answer_prefix: Optional[str] = typer.Option(None, "--answer-prefix", help=PREFIX_HELP),
     executor_set: list[str] = typer.Option([], "--executor-set",
                                            help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
                                                 "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
@@ -211,7 +216,8 @@ def sweep(
     auto = pick_auto_lengths(topks, context, max_tokens) if is_auto else None
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
-                     auto=auto, residues=residues, **kinds)
+                     auto=auto, residues=residues, cache_state=cache_state, answer_prefix=answer_prefix,
+                     **kinds)
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:

@@ -29,6 +29,8 @@ INSTRUCTION = (
     "Read the text, then answer the question after it.\n\n"
 )
 MAX_ITER = 16
+# Appended to the question with `answer_prefix`: the answer must start with it.
+ANSWER_PREFIX_ASK = ' Begin your answer with "{prefix}".'
 # The message a server counter measures its chat template on (niah.tokens.ServerTokenizer):
 # shaped like every prompt built here (same first and last words), so the template's joins
 # with the content tokenize the same way.
@@ -102,8 +104,8 @@ def prompt_sha256(mode: str, messages: list | None, content: str | None) -> str:
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
-def _assemble(mode: str, question: str, prefix: str, haystack: str, inserts: list[tuple[int, int, str]]
-              ) -> tuple[str, list[tuple[int, int]]]:
+def _assemble(mode: str, question: str, prefix: str, haystack: str, inserts: list[tuple[int, int, str]],
+              lead: str = "") -> tuple[str, list[tuple[int, int]]]:
     """Content with sentences inserted into the haystack at sentence starts (or its ends).
 
     `inserts` holds (char position, order, sentence); order 0 is the asked-for needle.
@@ -118,13 +120,14 @@ def _assemble(mode: str, question: str, prefix: str, haystack: str, inserts: lis
         pos = at
         if out and not out[-1].isspace():
             out += " "
-        spans[order] = (len(INSTRUCTION) + len(out), len(INSTRUCTION) + len(out) + len(sentence))
+        start = len(lead) + len(INSTRUCTION) + len(out)
+        spans[order] = (start, start + len(sentence))
         out += sentence
     out = _join(out, haystack[pos:])
     tail = "\n\n" + question
     if mode == "completion":
         tail += "\nAnswer: " + prefix
-    return INSTRUCTION + out + tail, [spans.get(i, (0, 0)) for i in range(max(spans, default=-1) + 1)]
+    return lead + INSTRUCTION + out + tail, [spans.get(i, (0, 0)) for i in range(max(spans, default=-1) + 1)]
 
 
 def _join(out: str, text: str) -> str:
@@ -137,12 +140,15 @@ class _Builder:
     """Holds one trial's fixed choices; `make(words)` gives the content for a haystack size."""
 
     def __init__(self, tok: Tokenizer, mode: str, kind: NeedleKind, facts: list[Fact], start: int,
-                 corpus: Corpus, control: bool = False):
+                 corpus: Corpus, control: bool = False, lead: str = "", answer_prefix: str | None = None):
         self.tok, self.mode, self.kind, self.facts = tok, mode, kind, facts
+        self.lead = lead  # a first line before the instruction (niah.sweep.cache_state: a cold prompt's nonce)
         self.control = control  # True: the asked facts are left out (a no-needle control)
         self.c = corpus
         self.start = start
         self.question = kind.question(list(dict.fromkeys(f.key for f in facts if f.asked)))
+        if answer_prefix:
+            self.question += ANSWER_PREFIX_ASK.format(prefix=answer_prefix)
         self.prefix = kind.answer_prefix(list(dict.fromkeys(f.key for f in facts if f.asked)))
         self.tried: dict[int, int] = {}  # haystack words -> whole-prompt tokens (filled by _fit)
         self.first_word = bisect.bisect_right(self.c.word_ends, start)
@@ -171,7 +177,7 @@ class _Builder:
         hay = self.haystack(words)
         inserts = [(self.insertion_point(hay, f.depth), i, self.kind.sentence(f.key, f.value))
                    for i, f in enumerate(self.facts) if not (self.control and f.asked)]
-        return _assemble(self.mode, self.question, self.prefix, hay, inserts)
+        return _assemble(self.mode, self.question, self.prefix, hay, inserts, self.lead)
 
     def count(self, content: str) -> int:
         if self.mode == "chat":
@@ -249,6 +255,7 @@ def draw_facts(rng: random.Random, kind: NeedleKind, depth: float, c: Corpus) ->
 def build_prompt(
     tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
     kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False, counts: dict | None = None,
+    lead: str = "", answer_prefix: str | None = None,
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
@@ -260,6 +267,9 @@ def build_prompt(
     `counts` ({haystack words: whole-prompt tokens}) carries the counts of earlier builds
     with the same seed, depth and options (another length of one residue block): filled
     and reused, so a neighbouring length costs few counts or none.
+    `lead` opens the prompt before the instruction, counted in `length` (a cold prompt's
+    nonce); `answer_prefix` asks, after the question, that the answer begin with it.
+    Without either, the bytes are those of every earlier release.
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
@@ -271,7 +281,7 @@ def build_prompt(
     kind.check()
     c = load_haystack(haystack, kind.value)
     facts, start = draw_facts(random.Random(seed), kind, depth, c)
-    b = _Builder(tok, mode, kind, facts, start, c, control)
+    b = _Builder(tok, mode, kind, facts, start, c, control, lead, answer_prefix)
     if counts is not None:
         b.tried = counts
     words, n = _fit(b, tok, length, c)
@@ -297,7 +307,7 @@ def build_prompt(
     )
     if mode == "chat":
         p.messages = [{"role": "user", "content": content}]
-    p.depth_achieved = float(depth) if control else _achieved_depth(tok, b.question, content, spans[0])
+    p.depth_achieved = float(depth) if control else _achieved_depth(tok, b.question, content, spans[0], len(lead))
     p.distractors = [Needle(f.key, f.value) for f in facts[1:] if not f.asked]
     return p
 
@@ -336,10 +346,10 @@ def _fit(b: _Builder, tok: Tokenizer, length: int, c: Corpus) -> tuple[int, int]
     return words, tried[words]
 
 
-def _achieved_depth(tok: Tokenizer, question: str, content: str, span: tuple[int, int]) -> float:
+def _achieved_depth(tok: Tokenizer, question: str, content: str, span: tuple[int, int], lead: int = 0) -> float:
     """Needle token offset within the haystack / haystack tokens (needle excluded), percent."""
     hay_end = content.rindex("\n\n" + question)
-    before = tok.count_plain(content[len(INSTRUCTION) : span[0]])
+    before = tok.count_plain(content[lead + len(INSTRUCTION) : span[0]])
     after = tok.count_plain(content[span[1] : hay_end])
     total = before + after
     return round(100.0 * before / total, 3) if total else 0.0

@@ -8,7 +8,8 @@
                         "summary": {"<length>" | "all": {n, answered, correct, errors, recall, lo, hi}},
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
                                     "seed", "prompt_sha256", "outcome", "correct",
-                                    "rank": needle rank / k, null without selection}]}}}
+                                    "rank": needle rank / k, null without selection,
+                                    "cache_state" where the sweep set one}]}}}
 
 Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
 exported baseline exactly as with a run folder, and its attestation is judged the same
@@ -29,7 +30,7 @@ from typing import Any
 from niah.attestation import status
 from niah.axes import LABEL_KEYS
 from niah.errors import BadInput, write_output
-from niah.report.data import aggregate, config_infos, load_frame, trials_frame
+from niah.report.data import UNCONTROLLED, aggregate, config_infos, load_frame, trials_frame
 from niah.runs.integrity import check_records, load_checked, manifest_problems, refuse
 
 KIND = "niah-baseline"
@@ -77,7 +78,8 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
             "git_sha": manifest.get("git_sha"),
             "niah_version": manifest.get("niah_version"),
             "args": {k: v for k, v in (manifest.get("args") or {}).items()
-                     if k in ("lengths", "depths", "trials", "seed", "mode", "max_tokens", "tokenizer", "needle")},
+                     if k in ("lengths", "depths", "trials", "seed", "mode", "max_tokens", "tokenizer", "needle",
+                                  "cache_states")},
         },
         "configs": {},
     }
@@ -86,11 +88,13 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
         trials = []
         for r in d.itertuples(index=False):
             trials.append({
-                "key": f"{int(r.length)}|{float(r.depth):g}|{int(r.trial)}",
+                "key": f"{int(r.length)}|{float(r.depth):g}|{int(r.trial)}"
+                       + (f"|{r.cache_state}" if r.cache_state != UNCONTROLLED else ""),
                 "length": int(r.length), "depth": float(r.depth), "trial": int(r.trial),
                 "seed": None if r.seed is None or r.seed != r.seed else int(r.seed),
                 "prompt_sha256": r.prompt_sha256, "outcome": r.outcome, "correct": bool(r.correct),
                 "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
+                **({"cache_state": r.cache_state} if r.cache_state != UNCONTROLLED else {}),
             })
         entry = (manifest.get("configs") or {}).get(name) or {}
         state, reason = status(entry)
@@ -129,6 +133,7 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
                 raise BadInput(f"{path}: trial record of {name!r} lacks one of {_TRIAL_FIELDS}")
             rank = t.get("rank")
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
+                            **({"cache_state": t["cache_state"]} if t.get("cache_state") else {}),
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"),

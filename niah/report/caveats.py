@@ -3,9 +3,10 @@ report's headline (summary.md, index.html) carry beside it, one line each.
 
 - **incomplete** (`incomplete`): a run folder holds fewer measured trials of a
   configuration than its manifest planned (the sweep's lengths x depths x trials, which a
-  frozen prompt set fixes too; a trial recorded as `error` is not measured, and `--resume`
-  runs it again): "N of M planned trials", the planned lengths with no measured trial, and
-  the command that finishes it (the sweep's own recorded command line with `--resume`).
+  frozen prompt set fixes too, x the cache states of `--cache-state`; a trial recorded as
+  `error` is not measured, and `--resume` runs it again): "N of M planned trials", the
+  planned lengths with no measured trial, and the command that finishes it (the sweep's
+  own recorded command line with `--resume`).
 - **lengths** (`lengths`): the sweep ran with `--approximate-lengths`, or trials whose
   server-counted prompt_tokens is off the requested length by more than the allowance
   (niah.tokens.length_tolerance: max(4 tokens, 0.5%)).
@@ -44,7 +45,7 @@ def planned(manifest: dict) -> tuple[list[int], int] | None:
     args = manifest.get("args") or {}
     try:
         lengths = sorted({int(x) for x in args.get("lengths") or []})
-        cells = len(args.get("depths") or []) * int(args.get("trials") or 0)
+        cells = len(args.get("depths") or []) * int(args.get("trials") or 0) * len(args.get("cache_states") or [0])
     except (TypeError, ValueError):
         return None
     return (lengths, len(lengths) * cells) if lengths and cells else None
@@ -76,7 +77,7 @@ def incomplete(manifest: dict, records: list[dict[str, Any]], run: str,
         if r.get("control") or r.get("outcome") == "error" or r.get("config") not in measured:
             continue
         try:
-            key = (int(r["length"]), float(r["depth"]), int(r["trial"]))
+            key = (int(r["length"]), float(r["depth"]), int(r["trial"]), r.get("cache_state"))
         except (KeyError, TypeError, ValueError):
             continue
         if key[0] in lengths:

@@ -22,7 +22,9 @@ COLUMNS = (
     "config", "model", "length", "prompt_tokens", "prompt_tokens_local", "depth",
     "depth_achieved", "trial", "seed", "prompt_sha256", "outcome", "latency_s", "ttft_s",
     "error", "selection_recall", "indexer", "finished_at",
+    "cache_state", "cached_tokens", "repeat_fault", "found_in", "answer_prefix_ok",
 )
+UNCONTROLLED = "uncontrolled"  # the cache_state of a trial swept without --cache-state
 # From each trial's `indexer` summary (niah/sweep/indexer.py): NaN where not recorded or where no
 # selection happened (prompt not longer than k).
 INDEXER_COLUMNS = ("rank_worst", "rank_best", "kept", "margin", "fidelity")
@@ -54,6 +56,7 @@ def trials_frame(records: list[dict[str, Any]]):
     df["config"] = df["config"].fillna("default").astype(str)
     df["length"] = df["length"].astype("int64")
     df["depth"] = df["depth"].astype("float64")
+    df["cache_state"] = df["cache_state"].fillna(UNCONTROLLED).astype(str)
     df["correct"] = df["outcome"] == "correct"
     df["is_error"] = df["outcome"] == "error"
     df["answered"] = ~df["is_error"]
@@ -183,9 +186,29 @@ PAIR_FALLBACK = ["length", "depth", "trial", "seed"]
 
 def pair_trials(a, b):
     """Pair trials of A and B that saw the same prompt (prompt_sha256); when fewer than half
-    pair that way, fall back to (length, depth, trial, seed). Returns (pairs, method) with
-    pairs holding length, depth, correct_a, correct_b, outcome_a, outcome_b; method is
-    "prompt", "seed" or None (nothing pairs: compare unpaired)."""
+    pair that way, fall back to (length, depth, trial, seed). Trials pair only within one
+    cache state (a cell is length x depth x cache state), each state on its own basis.
+    Returns (pairs, method) with pairs holding length, depth, cache_state, correct_a,
+    correct_b, outcome_a, outcome_b; method is "prompt", "seed", "prompt+seed" (states
+    paired on different bases) or None (nothing pairs: compare unpaired)."""
+    import pandas as pd
+
+    a, b = (x if "cache_state" in x.columns else x.assign(cache_state=UNCONTROLLED) for x in (a, b))
+    parts, methods = [], []
+    for state in dict.fromkeys([*a["cache_state"], *b["cache_state"]]):
+        p, m = _pair(a[a["cache_state"] == state], b[b["cache_state"] == state])
+        if m:
+            parts.append(p.assign(cache_state=state))
+            methods.append(m)
+    cols = ["length", "depth", "cache_state", "correct_a", "correct_b", "outcome_a", "outcome_b"]
+    if not parts:
+        return pd.DataFrame(columns=cols), None
+    method = methods[0] if len(set(methods)) == 1 else "prompt+seed"
+    return pd.concat(parts, ignore_index=True)[cols], method
+
+
+def _pair(a, b):
+    """pair_trials within one cache state."""
     import pandas as pd
 
     extra = [c for c in ("residue",) if c in a.columns and c in b.columns]  # --residues: A's, kept per pair

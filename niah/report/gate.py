@@ -17,6 +17,10 @@ Per configuration, per length present on both sides, and over all of them:
   baseline answered must have an answered candidate trial. A length, a depth or a trial
   the candidate lacks (a missing length, a line cut short, a sweep stopped early) is
   named in the case's message: the gate never passes what it did not see.
+- per **cache state** (niah.sweep.cache_state) when either side swept with `--cache-state`:
+  each state the baseline has is gated on its own (cases named `CONFIG [cache STATE]`,
+  pairs only within the state); a state the candidate lacks is an outage, one only the
+  candidate has is named in a note.
 - **skipped** for a length where the baseline itself answered nothing (its outage is not
   the candidate's fault).
 - with `metric` "rank" or "both", the **needle rank** (niah/report/ranks.py) per length and
@@ -57,6 +61,7 @@ from niah.attestation import check_configs, shown_state
 from niah.report import caveats as cv
 from niah.errors import BadInput
 from niah.report.baseline import read_side
+from niah.report.cache_report import by_state
 from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, compare
 from niah.report.ranks import rank_compare, rank_is_regression
@@ -296,48 +301,13 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     cut = _side_caveats(res, bside, cside)  # the candidate's incomplete configurations -> why
     overlap_any = False
     for cname, bname in res.config_map.items():
-        b = base[base["config"] == bname]
-        c = cand[cand["config"] == cname]
-        bl, cl = set(b["length"]), set(c["length"])
-        common = sorted(bl & cl)
-        why = f"; {cut[cname]}" if cname in cut else ""
-        if not common:
-            res.cases.append(Case(cname, ALL, OUTAGE, None,
-                                  "no length in common with the baseline: nothing measured to gate" + why))
-            continue
-        overlap_any = True
-        label = cname if cname == bname else f"{cname} (vs baseline {bname})"
-        b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
-        cases, method = answer_cases(label, b, c, tolerance, alpha, max_error_rate)
-        cases += _residue_cases(label, b, c, modulus_of(cman) or modulus_of(bman), tolerance, alpha, max_error_rate)
-        res.pairing[label] = method
-        res.attestation[label] = shown_state((cman.get("configs") or {}).get(cname))[0]
-        res.caveats += cv.changed((bman.get("configs") or {}).get(bname), (cman.get("configs") or {}).get(cname),
-                                  label)
-        res.caveats += cv.sample(label, [x.row for x in cases if x.row is not None], tolerance, alpha)
-        if method is None:
-            res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
-                             "with Wilson-score (Newcombe) intervals")
-        if cname in cut:
-            cases = [x if x.status != OUTAGE else Case(x.config, x.length, x.status, x.row, x.message + why, x.metric)
-                     for x in cases]
-        res.cases += cases
-        if metric == "rank":
-            res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
-        if metric in ("rank", "both"):
-            res.cases += _rank_cases(label, b, c, alpha, rank_tolerance)
-        note = _below_k_note(label, cman, cname, c, common)
-        if note:
-            res.notes.append(note)
-        whole = base[base["config"] == bname]
-        for L in sorted(bl - cl):
-            n = int((whole["length"] == L).sum())
-            res.cases.append(Case(label, int(L), OUTAGE, None,
-                                  f"length not in the candidate: none of the baseline's {n} trial(s) here was "
-                                  "measured" + why))
-        extra = sorted(cl - bl)
-        if extra:
-            res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
+        parts, extra_states = by_state(base[base["config"] == bname], cand[cand["config"] == cname])
+        if extra_states:
+            res.notes.append(f"`{cname}`: cache state(s) {', '.join(extra_states)} are not in the baseline "
+                             "(not gated)")
+        for state, b, c in parts:
+            overlap_any |= _gate_config(res, cname, bname, b, c, state, bman, cman, cut, metric,
+                                         rank_tolerance)
     if config is None:
         for bname in dict.fromkeys(base["config"]):
             if bname not in res.config_map.values():
@@ -347,6 +317,55 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     if not overlap_any and not _explains(cut, cman, base):
         raise BadInput(f"{bwhat} and {cwhat} do not overlap (no length in common for {list(res.config_map)})")
     return res
+
+
+def _gate_config(res: GateResult, cname: str, bname: str, b, c, state: str | None, bman: dict, cman: dict,
+                 cut: dict, metric: str, rank_tolerance: float) -> bool:
+    """Gate one configuration's trials `c` against the baseline's `b` in one cache state
+    (None: not controlled on either side); adds its cases and notes to `res`. Returns
+    whether the two sides share a length."""
+    tolerance, alpha, max_error_rate = res.tolerance, res.alpha, res.max_error_rate
+    bl, cl = set(b["length"]), set(c["length"])
+    common = sorted(bl & cl)
+    why = f"; {cut[cname]}" if cname in cut else ""
+    suffix = f" [cache {state}]" if state else ""
+    if not common:
+        res.cases.append(Case(cname + suffix, ALL, OUTAGE, None,
+                              "no length in common with the baseline: nothing measured to gate" + why))
+        return False
+    label = (cname if cname == bname else f"{cname} (vs baseline {bname})") + suffix
+    b_all = b
+    b, c = b[b["length"].isin(common)], c[c["length"].isin(common)]
+    cases, method = answer_cases(label, b, c, tolerance, alpha, max_error_rate)
+    cases += _residue_cases(label, b, c, modulus_of(cman) or modulus_of(bman), tolerance, alpha, max_error_rate)
+    res.pairing[label] = method
+    res.attestation[label] = shown_state((cman.get("configs") or {}).get(cname))[0]
+    res.caveats += cv.changed((bman.get("configs") or {}).get(bname), (cman.get("configs") or {}).get(cname),
+                              label)
+    res.caveats += cv.sample(label, [x.row for x in cases if x.row is not None], tolerance, alpha)
+    if method is None:
+        res.notes.append(f"`{label}`: no trials pair up (different prompts/seeds); compared unpaired "
+                         "with Wilson-score (Newcombe) intervals")
+    if cname in cut:
+        cases = [x if x.status != OUTAGE else Case(x.config, x.length, x.status, x.row, x.message + why, x.metric)
+                 for x in cases]
+    res.cases += cases
+    if metric == "rank":
+        res.cases = [x for x in res.cases if x.config != label or x.status in (OUTAGE, SKIPPED)]
+    if metric in ("rank", "both"):
+        res.cases += _rank_cases(label, b, c, alpha, rank_tolerance)
+    note = _below_k_note(label, cman, cname, c, common)
+    if note:
+        res.notes.append(note)
+    for L in sorted(bl - cl):
+        n = int((b_all["length"] == L).sum())
+        res.cases.append(Case(label, int(L), OUTAGE, None,
+                              f"length not in the candidate: none of the baseline's {n} trial(s) here was "
+                              "measured" + why))
+    extra = sorted(cl - bl)
+    if extra:
+        res.notes.append(f"`{label}`: lengths {', '.join(map(str, extra))} are not in the baseline (not gated)")
+    return True
 
 
 def _side_caveats(res: GateResult, bside, cside) -> dict[str | None, str]:

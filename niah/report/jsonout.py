@@ -49,8 +49,9 @@ def row(r) -> dict:
     """A niah.report.compare.Row: the recalls of A and B, B - A, the evidence, the verdict."""
     d = clean(r)
     d["verdict"] = r.verdict
-    if isinstance(r.group, tuple):  # a (length, depth) cell
-        d["group"] = {"length": clean(r.group[0]), "depth": clean(r.group[1])}
+    if isinstance(r.group, tuple):  # a (length, depth) cell, with its cache state first where controlled
+        names = ("cache_state", "length", "depth") if isinstance(r.group[0], str) else ("length", "depth")
+        d["group"] = {k: clean(v) for k, v in zip(names, r.group)}
     return d
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from niah.errors import BadInput, write_output, writing
-from niah.report import curves, headline, heatmaps, html, indexer_pairs, indexer_plots, summary
+from niah.report import cache_report, curves, headline, heatmaps, html, indexer_pairs, indexer_plots, summary
 from niah.report.compare import ALL, compare
 from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
 from niah.report.ranks import rank_compare
@@ -84,7 +84,9 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
     sections = (summary.indexer_section(idx, infos, lengths, topks, layers, rel.get("indexer")),
                 indexer_pairs.markdown(indexer_pairs.indexer_pairs(df, indexer_pairs.same_k_pairs(df, infos, topks),
                                                                    alpha)),
-                summary.control_section(split_controls(records)[1], infos))
+                summary.control_section(split_controls(records)[1], infos),
+                cache_report.cache_section(df, infos, lengths, manifest),
+                cache_report.reasoning_section(df, infos, lengths, manifest))
 
     diffs = []
     for a, b, label in one_axis_pairs(infos):

@@ -26,7 +26,8 @@ TRIAL_SCHEMA = 2
 OUTCOMES = ("correct", "wrong", "near", "empty", "truncated", "refused", "error")
 # Outcomes of a no-needle control trial (`control: true`; niah/sweep/control.py defines them).
 CONTROL_OUTCOMES = ("clean", "leak", "hallucinated", "error")
-KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity
+KEY_FIELDS = ("config", "length", "depth", "trial")  # a trial's identity (with control and cache_state)
+CACHE_STATES = ("cold", "warm", "repeat")  # what niah.sweep.cache_state may record
 _NUMBERS = ("prompt_tokens", "prompt_tokens_local", "depth_achieved", "latency_s", "ttft_s")
 _INDEXER_NUMBERS = ("k", "rank_worst", "rank_best", "kept", "margin", "fidelity")
 
@@ -84,6 +85,13 @@ class TrialRecord:
     selection_recall: list[float | None] | None = field(default=None)
     indexer: dict[str, Any] | None = None  # summary of the server's indexer probe (niah.sweep.indexer)
     control: bool = False  # a no-needle control trial (niah.sweep.control)
+    cache_state: str | None = None  # cold | warm | repeat (niah.sweep.cache_state); None: not controlled
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server reports it
+    warmup_error: str | None = None  # the warm-up (or repeat's first) request failed
+    repeat_answer: str | None = None  # repeat: the first reply's content (the second is scored)
+    repeat_fault: bool | None = None  # repeat: the two replies differ at temperature 0
+    answer_prefix_ok: bool | None = None  # --answer-prefix: the answer started with it
+    found_in: str | None = None  # with reasoning: content | reasoning | both | neither (niah.sweep.reasoning)
     finished_at: str | None = None
     residue: int | None = None  # --residues: the prompt's counted length mod the modulus
     base_length: int | None = None  # --residues: the length asked for, before the residue shift
@@ -171,6 +179,9 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     for k in _NUMBERS:
         if rec.get(k) is not None and not _is_num(rec[k]):
             return f"{k} {rec[k]!r} is not a number"
+    state = rec.get("cache_state")
+    if state is not None and state not in CACHE_STATES:
+        return f"cache_state {state!r} is not one of {', '.join(CACHE_STATES)}"
     sel = rec.get("selection_recall")
     if sel is not None and not (isinstance(sel, list) and all(v is None or _is_num(v) for v in sel)):
         return f"selection_recall {sel!r} is not a list of numbers"

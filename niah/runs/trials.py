@@ -31,13 +31,17 @@ TRIALS = "trials.jsonl"
 ERRORS = "trials.errors.jsonl"  # error records set aside by a resume that retries them
 
 
-def trial_key(config: str, length: int, depth: float, trial: int, control: bool = False) -> str:
-    """Stable identity of one trial inside a run (a no-needle control trial is its own)."""
-    return f"{config}|{int(length)}|{float(depth):g}|{int(trial)}" + ("|control" if control else "")
+def trial_key(config: str, length: int, depth: float, trial: int, control: bool = False,
+              cache_state: str | None = None) -> str:
+    """Stable identity of one trial inside a run (a no-needle control trial is its own, and
+    so is each cache state of niah.sweep.cache_state)."""
+    return (f"{config}|{int(length)}|{float(depth):g}|{int(trial)}" + ("|control" if control else "")
+            + (f"|{cache_state}" if cache_state else ""))
 
 
 def record_key(rec: dict[str, Any]) -> str:
-    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"], bool(rec.get("control")))
+    return trial_key(rec["config"], rec["length"], rec["depth"], rec["trial"], bool(rec.get("control")),
+                     rec.get("cache_state"))
 
 
 @dataclass

@@ -3,7 +3,8 @@
 `run_target(prepared, spec, store, progress, dead)` takes each trial's prompt from the
 frozen set (`prepared.prompts`, from `niah sweep --prompts`; the trial records the seed the
 set's entry was built from) or builds it (and logs it to RUN/prompts.jsonl), sends it with
-bounded retries, scores it with niah.sweep.scoring and appends one
+bounded retries in its cache state (niah.sweep.cache_state: once per state of
+`--cache-state`, else once), scores it with niah.sweep.scoring and appends one
 niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
 """
 
@@ -15,31 +16,34 @@ from typing import Callable
 
 import httpx
 
-from niah.client import RequestConfig, complete, make_client
+from niah.client import RequestConfig, make_client
 from niah.errors import BadInput, LengthDrift, ServerError
 from niah.prompts.builder import build_prompt
 from niah.prompts.needles import trial_seed
 from niah.prompts.sets import entry_from_prompt
 from niah.runs.record import TrialRecord
 from niah.runs.trials import trial_key
+from niah.sweep.cache_state import ask, cold_lead
 from niah.sweep.control import classify, pending_controls, sweep_values
 from niah.sweep.indexer import append_detail, request_fields, summarise
 from niah.sweep.residues import block, parse_residues
 from niah.sweep.near import closest, is_near
+from niah.sweep.reasoning import found_in, prefix_kept
 from niah.sweep.scoring import score_values, scored_text
 from niah.tokens import length_tolerance
 
 DeadFn = Callable[[], "str | None"]
 
 
-def pending_trials(name: str, spec, done: set[str]) -> list[tuple[int, float, int]]:
-    """(length, depth, trial) of this configuration not yet in the store."""
+def pending_trials(name: str, spec, done: set[str]) -> list[tuple[int, float, int, str | None]]:
+    """(length, depth, trial, cache state) of this configuration not yet in the store."""
     return [
-        (int(n), float(d), t)
+        (int(n), float(d), t, state)
         for n in spec.lengths
         for d in spec.depths
         for t in range(spec.trials)
-        if trial_key(name, n, d, t) not in done
+        for state in (spec.cache_states or [None])
+        if trial_key(name, n, d, t, cache_state=state) not in done
     ]
 
 
@@ -83,28 +87,31 @@ class _TargetRun:
         if self.progress is not None:
             self.progress.advance(self.name, line)
 
-    async def prompt(self, length: int, depth: float, trial: int, seed: int, control: bool):
-        """The trial's set entry: from the frozen set, or built now (and logged)."""
+    async def prompt(self, length: int, depth: float, trial: int, seed: int, control: bool,
+                     state: str | None = None):
+        """The trial's set entry: from the frozen set, or built now (and logged); a cold
+        trial's prompt opens with its own nonce (niah.sweep.cache_state)."""
         if self.p.prompts is not None:
             entry = self.p.prompts.get(length, depth, trial)
         else:
             s = self.spec
             counts = None if self.residues is None else self.counts.setdefault((seed, depth), {})
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                            s.needles, s.kind, s.haystack, control, counts)
+                                            s.needles, s.kind, s.haystack, control, counts,
+                                            cold_lead() if state == "cold" else "", s.answer_prefix)
             entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:
             log.add(entry)
         return entry
 
-    async def one(self, client, length: int, depth: float, trial: int, control: bool) -> None:
+    async def one(self, client, length: int, depth: float, trial: int, state: str | None, control: bool) -> None:
         # a frozen set's trial carries the seed its prompt was built from: what pairs it by seed
         base = length if self.residues is None else block(length, self.residues.modulus)
         seed = (self.p.prompts.get(length, depth, trial).seed if self.p.prompts is not None
                 else trial_seed(self.spec.seed, base, depth, trial))
         rec = TrialRecord(config=self.name, model=self.p.model, length=length, depth=depth, trial=trial,
-                          seed=seed, control=control)
+                          seed=seed, control=control, cache_state=state)
         if self.residues is not None:
             rec.base_length, rec.residue = base, length % self.residues.modulus
         cause = self.check_dead()
@@ -112,7 +119,7 @@ class _TargetRun:
             rec.error = f"server died: {cause}"
             return self.finish(rec)
         try:
-            entry = await self.prompt(length, depth, trial, seed, control)
+            entry = await self.prompt(length, depth, trial, seed, control, state)
         except Exception as e:  # ServerError or httpx errors from the counter
             cause = self.check_dead()
             if cause is None and self.dead is None and (lost := await self.unreachable(client)):
@@ -124,7 +131,10 @@ class _TargetRun:
         rec.set_prompt(entry)
         if self.residues is not None and entry.tokens is not None:  # the residue it was counted at
             rec.residue = entry.tokens % self.residues.modulus
-        reply = await complete(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry))
+        reply, facts = await ask(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry),
+                                 state)
+        for k, v in facts.items():
+            setattr(rec, k, v)
         if reply.error and reply.connection_error:
             cause = self.check_dead()
             if cause:
@@ -144,6 +154,7 @@ class _TargetRun:
         rec.latency_s, rec.ttft_s, rec.error = reply.latency_s, reply.ttft_s, reply.error
         rec.attempts, rec.selection_recall = reply.attempts, reply.selection_recall
         rec.indexer = summarise(reply.indexer)
+        rec.cached_tokens = reply.cached_tokens
         if rec.control:  # no needle: the asked values are not in the prompt
             rec.needle, rec.expected = None, None
             rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
@@ -157,6 +168,9 @@ class _TargetRun:
                 rec.outcome = "near"
             if rec.outcome == "near" or (self.residues is not None and near is not None):
                 rec.near = near.as_dict()
+        if not reply.error:
+            rec.answer_prefix_ok = prefix_kept(self.spec.answer_prefix, reply.answer, reply.reasoning)
+            rec.found_in = found_in(entry.expected, reply.answer, reply.reasoning)
 
     def check_length(self, rec: TrialRecord) -> None:
         """Stop early when the server saw another length than was asked (not with
@@ -199,7 +213,7 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
     lifecycle = prepared.target.lifecycle
     run = _TargetRun(prepared, spec, store, progress, dead or (lifecycle.dead if lifecycle else None))
     todo = [(*t, False) for t in pending_trials(run.name, spec, store.done)]
-    todo += [(n, d, 0, True) for n, d in pending_controls(run.name, spec, store.done)]
+    todo += [(n, d, 0, None, True) for n, d in pending_controls(run.name, spec, store.done)]
     if progress is not None:
         progress.start_target(run.name, total=len(todo), lengths=[n for n, *_ in todo])
     if not todo:

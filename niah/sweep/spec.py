@@ -21,6 +21,7 @@ from niah.errors import BadInput
 from niah.prompts.haystacks import check_kind
 from niah.prompts.needles import NeedleKind
 from niah.sweep.residues import parse_residues
+from niah.sweep.cache_state import check_states
 from niah.tokens import check_tokenizer_spec
 
 _NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
@@ -153,6 +154,8 @@ class SweepSpec:
     prompts: str | None = None  # a frozen prompt set (niah prompts build) to run
     control: bool = False  # add one no-needle control trial per (length, depth) cell
     residues: str | None = None  # "4:0,1,2,3": lengths are residue blocks (niah.sweep.residues)
+    cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
+    answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
 
     @property
     def kind(self) -> NeedleKind:
@@ -197,6 +200,9 @@ def check_spec(spec: SweepSpec) -> None:
     if spec.residues is not None and (spec.prompts is not None or spec.control):
         raise BadInput("--residues builds its own prompts: not with --prompts or --control")
     parse_residues(spec.residues)
+    check_states(spec.cache_states, spec.prompts)
+    if spec.answer_prefix is not None and (not spec.answer_prefix.strip() or spec.prompts is not None):
+        raise BadInput("--answer-prefix needs a non-empty TEXT and prompts niah builds (not --prompts)")
     spec._checked = _fingerprint(spec)
 
 

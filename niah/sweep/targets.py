@@ -19,13 +19,16 @@ from typing import Any, Protocol
 
 import httpx
 
-from niah.client import BODY_CHARS, api_url, check_endpoint, pass_through_state, request_headers, root_url
+from niah.client import (BODY_CHARS, api_url, check_endpoint, extra_body, pass_through_state, request_headers,
+                         root_url)
 from niah.errors import BadInput, ServerError, one_line
 from niah.redact import redact_body, redact_headers
 from niah.prompts.builder import corpus_capacity, fixed_tokens
 from niah.prompts.haystacks import load_haystack
+from niah.sweep.cache_state import check_counter_keeps_cold
 from niah.sweep.counter import CounterCheck, resolve_counter
 from niah.sweep.indexer import config_regime, config_topk, geometry_conflict
+from niah.sweep.reasoning import thinking_of
 from niah.sweep.spec import SweepSpec, check_spec
 
 
@@ -100,6 +103,7 @@ class PreparedTarget:
             info["geometry"] = dict(t.geometry)
         if (passed := pass_through_record()) is not None:  # --header / --extra-body (secret values masked)
             info["request"] = passed
+        info["thinking"] = thinking_of(extra_body())  # chat_template_kwargs' thinking switch; None: unsaid
         if tok is None:  # a frozen prompt set: counted when it was built
             info.update(tokenizer=",".join(self.prompts.tokenizers), tokenizer_exact=None,
                         prompts=str(self.prompts.path))
@@ -171,6 +175,7 @@ def prepare_target(target: Target, spec: SweepSpec, prompt_set=None) -> Prepared
     if prompt_set is None:
         prepared.tokenizer, prepared.counter_check = resolve_counter(
             spec.tokenizer, endpoint, model, target.api_key, spec.mode, spec.approximate_lengths, spec.timeout_s)
+        check_counter_keeps_cold(spec.cache_states, prepared.tokenizer)  # before any trial: exit 2
     max_len = entry.get("max_model_len") or getattr(prepared.tokenizer, "max_model_len", None)
     if not max_len and isinstance(server_info, dict):
         max_len = server_info.get("max_model_len") or server_info.get("context_length")

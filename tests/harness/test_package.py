@@ -88,7 +88,13 @@ def test_the_wheel_is_niah_lab_at_the_one_version_with_a_light_core(wheel):
     assert core and not [r for r in core if r.split(">")[0].split("=")[0].split("<")[0].strip() in HEAVY], core
     assert set(meta.get_all("Provides-Extra")) == {"serve", "kernels", "sglang", "dev"}
     assert any(r.startswith("torch") and 'extra == "serve"' in r for r in reqs)
-    assert any(r.startswith("sglang==") and 'extra == "sglang"' in r for r in reqs)
+    (sglang_req,) = [r for r in reqs if r.startswith("sglang") and 'extra == "sglang"' in r]
+    from packaging.requirements import Requirement
+
+    from niah.serving.sglang.releases import SUPPORTED_VERSIONS
+    spec = Requirement(sglang_req.split(";")[0]).specifier  # the releases the plugin is proven on, no others
+    assert all(spec.contains(v) for v in SUPPORTED_VERSIONS), sglang_req
+    assert not any(spec.contains(v) for v in ("0.5.15", "0.5.17", "0.5.20", "0.5.22", "0.5.24")), sglang_req
     with zipfile.ZipFile(wheel) as z:
         (eps,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
         text = z.read(eps).decode()

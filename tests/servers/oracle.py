@@ -22,6 +22,15 @@ counted in `probes` and never faulted. --no-usage: report no usage.prompt_tokens
 --index-window W report those too (DeepSeek-V4's geometry: 4 and 128);
 --digit-off M:R: the answer's last digit is one off whenever prompt tokens = R (mod M);
 --attestation JSON: /server_info reports it as niah_attestation (e.g. '{"facts": {"index_topk": 128}}').
+A real prefix cache: every generation request (max_tokens=1 probes included) is kept as its
+token ids (the last 512); a request's `usage.prompt_tokens_details.cached_tokens` is its
+longest common prefix with any earlier one (at most all but its last token), and
+GET /cache lists every generation request's prompt_tokens, cached_tokens and max_tokens.
+--corrupt-cached-above N: a trial whose cached prefix is longer than N tokens gets a wrong
+value (a cache path that corrupts what it reuses). A prompt that asks `Begin your answer
+with "X".` is answered starting with X (--ignore-answer-prefix: not). --think-drop-above N:
+every reply carries reasoning_content with the answer, and content with it only up to N
+prompt tokens (above: content without the value).
 GET /stats gives request counters; GET /seen every request's method, path, headers and
 body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
 Prints `PORT <n>` once listening (port 0 = free).
@@ -64,6 +73,8 @@ class Oracle:
         self.stats = {"generate": 0, "tokenize": 0, "failed_503": 0, "dropped": 0, "answered": 0, "probes": 0}
         self.faultable = 0
         self.seen: list[dict] = []
+        self.cache: list[bytes] = []  # earlier generation requests' token ids (the prefix cache)
+        self.cache_log: list[dict] = []
 
     def see(self, method: str, path: str, headers, body: dict | None = None) -> None:
         entry = {"method": method, "path": path, "headers": {k.lower(): v for k, v in headers.items()},
@@ -91,8 +102,31 @@ class Oracle:
         ids = self.enc.encode_ordinary(text)
         return ([self.enc.encode_single_token(BOS)] if add_special_tokens else []) + ids
 
+    def cached(self, ids: list[int], max_tokens: int) -> int:
+        """Tokens of `ids` an earlier request already holds (its longest common prefix)."""
+        import array
+
+        key = array.array("I", ids).tobytes()
+        best = 0
+        with self.lock:
+            for old in self.cache:
+                lo, hi = best, min(len(old), len(key)) // 4
+                while lo < hi:  # longest m with old[:m] == key[:m], in tokens
+                    m = (lo + hi + 1) // 2
+                    if old[: 4 * m] == key[: 4 * m]:
+                        lo = m
+                    else:
+                        hi = m - 1
+                best = max(best, lo)
+            self.cache = [*self.cache[-511:], key]
+            hit = min(best, max(0, len(ids) - 1))
+            self.stats["cache_hit_tokens"] = self.stats.get("cache_hit_tokens", 0) + hit
+            self.cache_log = [*self.cache_log[-999:], {"prompt_tokens": len(ids), "cached_tokens": hit,
+                                                       "max_tokens": max_tokens}]
+        return hit
+
     # -- the "model" -----------------------------------------------------------------------
-    def answer(self, text: str, n_prompt: int) -> tuple[str, str | None]:
+    def answer(self, text: str, n_prompt: int, cached: int = 0) -> tuple[str, str | None]:
         a = self.args
         if a.empty:
             return "", None
@@ -107,7 +141,8 @@ class Oracle:
         if not found:
             ans = "I do not see such a number in the text."
         else:
-            if a.wrong_above and n_prompt > a.wrong_above:
+            corrupt = a.corrupt_cached_above and cached > a.corrupt_cached_above
+            if (a.wrong_above and n_prompt > a.wrong_above) or corrupt:
                 found = [(k, str((int(v) + 1111111) % 9000000 + 1000000) if v.isdigit() else v[::-1])
                          for k, v in found]
             if a.digit_off and n_prompt % a.digit_off[0] == a.digit_off[1]:
@@ -115,6 +150,12 @@ class Oracle:
             ans = " ".join(f"The special magic number for {k} is {v}." for k, v in found)
         if a.verbose:
             ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
+        asked = re.findall(r'Begin your answer with "(.+?)"\.', text)
+        lead = f"{asked[-1]} " if asked and not a.ignore_answer_prefix else ""
+        ans = lead + ans
+        if a.think_drop_above >= 0:
+            shown = ans if n_prompt <= a.think_drop_above else lead + "I have read the text."
+            return shown, f"The question asks for a key; I looked for it. {ans}"
         if a.reasoning:
             return "", ans
         return ans, None
@@ -136,19 +177,25 @@ class Oracle:
         if n_prompt + max_tokens > limit:
             return {"error": f"This model's maximum context length is {limit} tokens; "
                               f"the request has {n_prompt} + {max_tokens}", "status": 400}
-        content, reasoning = self.answer(text, n_prompt)
+        cached = self.cached(ids, max_tokens)
+        content, reasoning = self.answer(text, n_prompt, cached)
         out_text = reasoning if reasoning is not None else content
+        if reasoning is not None and content:
+            out_text = reasoning + content
         out_ids = self.enc.encode_ordinary(out_text)
         finish = "stop"
         if len(out_ids) > max_tokens:
             out_text = self.enc.decode(out_ids[:max_tokens])
             out_ids = out_ids[:max_tokens]
             finish = "length"
-            if reasoning is not None:
+            if reasoning is not None and content:  # the cut falls in the reasoning or the content
+                reasoning, content = out_text[: len(reasoning)], out_text[len(reasoning):]
+            elif reasoning is not None:
                 reasoning = out_text
             else:
                 content = out_text
         usage = {"prompt_tokens": n_prompt, "completion_tokens": len(out_ids), "total_tokens": n_prompt + len(out_ids)}
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if self.args.no_usage:
             usage = {"completion_tokens": len(out_ids)}
         result = {"content": content, "reasoning": reasoning, "finish_reason": finish, "usage": usage}
@@ -207,6 +254,9 @@ def make_handler(oracle: Oracle):
                 if args.attestation:
                     info["niah_attestation"] = json.loads(args.attestation)
                 return self._json(200, info)
+            if self.path == "/cache":
+                with oracle.lock:
+                    return self._json(200, list(oracle.cache_log))
             if self.path == "/stats":
                 with oracle.lock:
                     return self._json(200, dict(oracle.stats))
@@ -305,11 +355,11 @@ def make_handler(oracle: Oracle):
                 self.wfile.write(f"data: {data}\n\n".encode())
                 self.wfile.flush()
 
-            field = "reasoning_content" if res["reasoning"] is not None else "content"
-            text = res["reasoning"] if res["reasoning"] is not None else res["content"]
-            words = re.findall(r"\S+\s*", text) or [""]
-            for i, w in enumerate(words):
-                last = i == len(words) - 1
+            pieces = [("reasoning_content", w) for w in re.findall(r"\S+\s*", res["reasoning"] or "")]
+            pieces += [("content", w) for w in re.findall(r"\S+\s*", res["content"] or "")]
+            pieces = pieces or [("content", "")]
+            for i, (field, w) in enumerate(pieces):
+                last = i == len(pieces) - 1
                 if chat:
                     choice = {"index": 0, "delta": {field: w}, "finish_reason": res["finish_reason"] if last else None}
                 else:
@@ -345,6 +395,10 @@ def main(argv=None) -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--tokenize-delay", type=float, default=0.0, help="seconds before each /tokenize answer")
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
+    p.add_argument("--corrupt-cached-above", type=int, default=0, help="wrong value when more tokens were cached")
+    p.add_argument("--ignore-answer-prefix", action="store_true", help="never start with an asked answer prefix")
+    p.add_argument("--think-drop-above", type=int, default=-1,
+                   help="reasoning carries the answer; content too only up to this many prompt tokens")
     p.add_argument("--api-key", help="require this bearer token")
     p.add_argument("--attestation", help="a niah_attestation record (JSON) for /server_info")
     p.add_argument("--tokenize-shape", choices=("known", "odd", "zero", "off"), default="known",
