@@ -189,7 +189,7 @@ def pair_trials(a, b):
     pair that way, fall back to (length, depth, trial, seed). Trials pair only within one
     cache state (a cell is length x depth x cache state), each state on its own basis.
     Returns (pairs, method) with pairs holding length, depth, cache_state, correct_a,
-    correct_b, outcome_a, outcome_b; method is "prompt", "seed", "prompt+seed" (states
+    correct_b, outcome_a, outcome_b (and residue, when both sides carry it); method is "prompt", "seed", "prompt+seed" (states
     paired on different bases) or None (nothing pairs: compare unpaired)."""
     import pandas as pd
 
@@ -201,6 +201,7 @@ def pair_trials(a, b):
             parts.append(p.assign(cache_state=state))
             methods.append(m)
     cols = ["length", "depth", "cache_state", "correct_a", "correct_b", "outcome_a", "outcome_b"]
+    cols += [c for c in ("residue",) if parts and all(c in p.columns for p in parts)]  # --residues: per pair
     if not parts:
         return pd.DataFrame(columns=cols), None
     method = methods[0] if len(set(methods)) == 1 else "prompt+seed"
