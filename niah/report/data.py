@@ -189,8 +189,9 @@ def pair_trials(a, b):
     pair that way, fall back to (length, depth, trial, seed). Trials pair only within one
     cache state (a cell is length x depth x cache state), each state on its own basis.
     Returns (pairs, method) with pairs holding length, depth, cache_state, correct_a,
-    correct_b, outcome_a, outcome_b (and residue, when both sides carry it); method is "prompt", "seed", "prompt+seed" (states
-    paired on different bases) or None (nothing pairs: compare unpaired)."""
+    correct_b, outcome_a, outcome_b (and residue, when both sides carry it); method is
+    "prompt", "seed", "prompt+seed" (states paired on different bases) or None (nothing
+    pairs: compare unpaired)."""
     import pandas as pd
 
     a, b = (x if "cache_state" in x.columns else x.assign(cache_state=UNCONTROLLED) for x in (a, b))
