@@ -47,11 +47,12 @@ def reading_of(info: Any) -> dict:
     return reading
 
 
-def read_server(endpoint: str, api_key: str | None = None) -> dict:
-    """GET /server_info (else SGLang's older /get_server_info) as a READING; never raises."""
+def read_server(endpoint: str, api_key: str | None = None, timeout: float = 10.0) -> dict:
+    """GET /server_info (else SGLang's older /get_server_info) as a READING, each request
+    bounded by `timeout` seconds; never raises."""
     base = root_url(endpoint)
     try:
-        with httpx.Client(timeout=10.0, headers=request_headers(api_key)) as client:
+        with httpx.Client(timeout=timeout, headers=request_headers(api_key)) as client:
             r = client.get(base + "/server_info")
             if r.status_code == 404:
                 r = client.get(base + "/get_server_info")

@@ -44,14 +44,15 @@ def say(msg: str) -> None:
     print(f"niah: {msg}", file=sys.stderr, flush=True)
 
 
-def read_target(prepared: PreparedTarget) -> dict:
-    """A READING (niah.attestation.readings) of a prepared target's server; a launched one
+def read_target(prepared: PreparedTarget, timeout: float = 10.0) -> dict:
+    """A READING (niah.attestation.readings) of a prepared target's server, its requests
+    bounded by `timeout` (the sweep's --timeout where smaller than 10 s); a launched one
     that died is not asked."""
     life = prepared.target.lifecycle
     cause = life.dead() if life is not None else None
     if cause:
         return {"error": f"the server died before it was asked: {cause}"}
-    return read_server(prepared.endpoint, prepared.target.api_key)
+    return read_server(prepared.endpoint, prepared.target.api_key, timeout)
 
 
 def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress=None, concurrent: bool = False,
@@ -67,14 +68,14 @@ def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress
              or open_segment(configs.get(p.target.name) or {})]
     refused = []
     for p in began:
-        reading = read_target(p)
+        reading = read_target(p, min(10.0, spec.timeout_s))
         entry = update_config(out, p.target.name, lambda entry: begin_segment(entry, reading))
         bad = start_contradiction(entry)
         if bad:
             refused.append(f"{p.target.name}: {bad}")
     if refused:  # the server is not what its label says: not one trial is asked of it
         for p in began:
-            reading = read_target(p)
+            reading = read_target(p, min(10.0, spec.timeout_s))
             update_config(out, p.target.name, lambda entry: end_segment(entry, reading))
         raise BadInput(f"refusing to sweep: {refused[0]}")
 
@@ -93,7 +94,7 @@ def orchestrate(prepared: list[PreparedTarget], spec: SweepSpec, store, progress
             if hasattr(p.tokenizer, "cost"):
                 record_config(out, p.target.name, {"tokenizer_cost": p.tokenizer.cost})
         for p in began:
-            reading = read_target(p)
+            reading = read_target(p, min(10.0, spec.timeout_s))
             entry = update_config(out, p.target.name, lambda entry: end_segment(entry, reading))
             verdict = entry["attestation_verdict"]
             say_state(p.target.name, verdict["state"], verdict["reason"], tell)

@@ -64,3 +64,13 @@ def test_timeout_bounds_the_tokenize_requests_of_the_length_checks(oracle_factor
     line = _one_line(r.stderr)
     assert "did not answer within 1 s (--timeout)" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_timeout_bounds_the_attestation_reads_too(oracle_factory, tmp_path):
+    # /server_info answers after 4 s: within the reads' own 10 s, past the sweep's --timeout 2
+    srv = oracle_factory("--server-info-delay", "4")
+    r = niah("sweep", "--endpoint", srv.url, "--tokenizer", "server", "--timeout", "2", "--lengths", "400",
+             "--depths", "50", "--trials", "1", "--out", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (tmp_path / "run" / "manifest.json").read_text()
+    assert "/server_info could not be read (ReadTimeout)" in text

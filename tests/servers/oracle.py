@@ -250,6 +250,8 @@ def make_handler(oracle: Oracle):
                         entry[key] = getattr(args, key)
                 return self._json(200, {"object": "list", "data": [entry]})
             if self.path == "/server_info":
+                if args.server_info_delay:
+                    time.sleep(args.server_info_delay)
                 info = {"engine": "oracle", "max_model_len": args.max_model_len, "template": "chatml+bos"}
                 if args.attestation:
                     info["niah_attestation"] = json.loads(args.attestation)
@@ -394,6 +396,7 @@ def main(argv=None) -> None:
     p.add_argument("--drop-every", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--tokenize-delay", type=float, default=0.0, help="seconds before each /tokenize answer")
+    p.add_argument("--server-info-delay", type=float, default=0.0, help="seconds before each /server_info answer")
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
     p.add_argument("--corrupt-cached-above", type=int, default=0, help="wrong value when more tokens were cached")
     p.add_argument("--ignore-answer-prefix", action="store_true", help="never start with an asked answer prefix")
