@@ -218,6 +218,20 @@ def _uncovered(b, c, method: str | None) -> dict[int, str]:
     return out
 
 
+def _status(row, sub, tolerance: float, alpha: float, max_error_rate: float, where: str) -> tuple[str, str]:
+    """The gate's rule for one compared group (`row`) whose candidate trials are `sub`."""
+    if (float(sub["is_error"].mean()) if len(sub) else 1.0) > max_error_rate:
+        return OUTAGE, (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
+                        f"(max error rate {100 * max_error_rate:g}%)")
+    if row.n_a == 0:
+        return SKIPPED, f"baseline has no answered trials {where}"
+    if row.n_b == 0:
+        return OUTAGE, f"candidate has no answered trials {where}"
+    if row.diff < -tolerance and row.significant:
+        return REGRESSION, _message(row, tolerance, alpha)
+    return PASS, _message(row, tolerance, alpha)
+
+
 def answer_cases(label: str, b, c, tolerance: float, alpha: float,
                  max_error_rate: float) -> tuple[list[Case], str | None]:
     """The answer metric's cases of candidate trials `c` against baseline trials `b` (one
@@ -228,19 +242,7 @@ def answer_cases(label: str, b, c, tolerance: float, alpha: float,
     cases = []
     for row in rows:
         sub = c if row.group == ALL else c[c["length"] == row.group]
-        err_rate = float(sub["is_error"].mean()) if len(sub) else 1.0
-        if err_rate > max_error_rate:
-            status = OUTAGE
-            msg = (f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored "
-                   f"(max error rate {100 * max_error_rate:g}%)")
-        elif row.n_a == 0:
-            status, msg = SKIPPED, "baseline has no answered trials here"
-        elif row.n_b == 0:
-            status, msg = OUTAGE, "candidate has no answered trials here"
-        elif row.diff < -tolerance and row.significant:
-            status, msg = REGRESSION, _message(row, tolerance, alpha)
-        else:
-            status, msg = PASS, _message(row, tolerance, alpha)
+        status, msg = _status(row, sub, tolerance, alpha, max_error_rate, "here")
         if row.group in gaps:  # not seen is not a pass
             msg = gaps[row.group] + (f"; {msg}" if status == OUTAGE else "")
             status = OUTAGE
@@ -256,17 +258,8 @@ def _residue_cases(label: str, b, c, modulus: int | None, tolerance: float, alph
     rows, _ = compare(b[b["residue"].notna()], c[c["residue"].notna()], ["residue"], alpha, overall=False)
     cases = []
     for row in rows:
-        sub = c[c["residue"] == row.group]
-        if float(sub["is_error"].mean()) > max_error_rate if len(sub) else True:
-            status, msg = OUTAGE, f"candidate outage: {int(sub['is_error'].sum())}/{len(sub)} trials errored"
-        elif row.n_a == 0:
-            status, msg = SKIPPED, "baseline has no answered trials at this residue"
-        elif row.n_b == 0:
-            status, msg = OUTAGE, "candidate has no answered trials at this residue"
-        elif row.diff < -tolerance and row.significant:
-            status, msg = REGRESSION, _message(row, tolerance, alpha)
-        else:
-            status, msg = PASS, _message(row, tolerance, alpha)
+        status, msg = _status(row, c[c["residue"] == row.group], tolerance, alpha, max_error_rate,
+                              "at this residue")
         where = f"{int(row.group)} mod {modulus}" if modulus else str(int(row.group))
         cases.append(Case(label, ALL, status, row, msg, residue=where))
     return cases

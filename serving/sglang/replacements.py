@@ -144,13 +144,17 @@ def index_key_cache_get_k_and_scale(self, layer_id, seq_len_tensor, page_indices
     return bf16_cache.smuggle_as_fp8(keys)
 
 
+def _refuse_fp8_store(site: str):
+    """An fp8 write into the bf16 cache is a bug: attested, then refused (`site`: SGLang's method)."""
+    attest.record("store", "fp8", f"sglang.{site}")
+    raise RuntimeError(
+        f"niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys ({site}) into "
+        "the bf16 cache; that path is not supported with --niah-index-dtype bf16")
+
+
 def index_key_cache_store_quantized(self, layer_id, loc, index_k, index_k_scale):
     """IndexKeyCache.store_quantized: an fp8 write into the bf16 cache is a bug; refuse."""
-    attest.record("store", "fp8", "sglang.IndexKeyCache.store_quantized")
-    raise RuntimeError(
-        "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
-        "(IndexKeyCache.store_quantized) into the bf16 cache; that path is not supported "
-        "with --niah-index-dtype bf16")
+    _refuse_fp8_store("IndexKeyCache.store_quantized")
 
 
 def index_key_cache_move(self, tgt_loc, src_loc):
@@ -211,11 +215,7 @@ def pool_get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, 
 
 def pool_set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
     """DSATokenToKVPool.set_index_k_scale_buffer (0.5.16): an fp8 write into the bf16 cache; refuse."""
-    attest.record("store", "fp8", "sglang.DSATokenToKVPool.set_index_k_scale_buffer")
-    raise RuntimeError(
-        "niah bf16 index keys: an SGLang code path tried to store fp8-quantised index keys "
-        "(DSATokenToKVPool.set_index_k_scale_buffer) into the bf16 cache; that path is not supported "
-        "with --niah-index-dtype bf16")
+    _refuse_fp8_store("DSATokenToKVPool.set_index_k_scale_buffer")
 
 
 def wrap_cell_size_with_indexer(original):
