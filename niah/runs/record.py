@@ -136,10 +136,10 @@ def record_fields() -> list[str]:
 
 
 def error_record(config: str, model: str | None, length: int, depth: float, trial: int, seed: int,
-                 error: str) -> dict[str, Any]:
-    """A trial that was never asked (its server never came up, or had died)."""
+                 error: str, cache_state: str | None = None) -> dict[str, Any]:
+    """A trial that was never asked (its server never came up, or had died), in its cache state."""
     rec = TrialRecord(config=config, model=model, length=int(length), depth=float(depth),
-                      trial=int(trial), seed=int(seed), error=error)
+                      trial=int(trial), seed=int(seed), error=error, cache_state=cache_state)
     return rec.finish()
 
 

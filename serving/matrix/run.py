@@ -38,14 +38,19 @@ from niah.sweep import SweepSpec, Target, check_spec, prepare_target
 from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, orchestrate, say
 from niah.sweep.run import pending_trials
+from niah.sweep.residues import block, parse_residues
 
 
 def record_errors(store, cfg: MatrixConfig, spec: SweepSpec, error: str) -> int:
-    """Write every pending trial of `cfg` as an error (niah.runs.record); returns how many."""
+    """Write every pending trial of `cfg` as an error (niah.runs.record), each in its cache
+    state and with the seed its trial would have had (a residue block's); returns how many."""
     todo = pending_trials(cfg.name, spec, store.done)
-    for length, depth, trial in todo:
-        seed = trial_seed(spec.seed, length, depth, trial)
-        store.append(error_record(cfg.name, cfg.settings.get("model"), length, depth, trial, seed, error))
+    residues = parse_residues(spec.residues)
+    for length, depth, trial, state in todo:
+        base = length if residues is None else block(length, residues.modulus)
+        seed = trial_seed(spec.seed, base, depth, trial)
+        store.append(error_record(cfg.name, cfg.settings.get("model"), length, depth, trial, seed, error,
+                                  cache_state=state))
     return len(todo)
 
 
