@@ -22,6 +22,7 @@ from niah.commands.request_options import request_options
 from niah.commands.sweep_regime import (COMPRESSION_HELP, RESIDUES_HELP, WINDOW_HELP, geometry_given,
                                         pick_auto_lengths, read_topks)
 from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
+from niah.sweep.decode import DECODE_HELP
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -71,7 +72,7 @@ def needle_options(f):
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
               queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None,
-              residues=None, cache_state=None, answer_prefix=None):
+              residues=None, cache_state=None, answer_prefix=None, decode_first=None):
     from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
     from niah.sweep.cache_state import parse_cache_states
@@ -88,7 +89,7 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
         needle_key=needle_key, needle_value=needle_value, values=values, queries=queries, haystack=haystack,
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
         control=control, residues=plan.text() if plan is not None else None,
-        cache_states=parse_cache_states(cache_state), answer_prefix=answer_prefix,
+        cache_states=parse_cache_states(cache_state), answer_prefix=answer_prefix, decode_first=decode_first,
     )
     check_spec(spec)
     return spec
@@ -164,6 +165,7 @@ def sweep(
                                                 "(docs/matrix.md)."),
     cache_state: Optional[str] = typer.Option(None, "--cache-state", help=CACHE_HELP),
     answer_prefix: Optional[str] = typer.Option(None, "--answer-prefix", help=PREFIX_HELP),
+    decode_first: Optional[int] = typer.Option(None, "--decode-first", metavar="N", help=DECODE_HELP),
     executor_set: list[str] = typer.Option([], "--executor-set",
                                            help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
                                                 "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
@@ -217,7 +219,7 @@ def sweep(
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
                      auto=auto, residues=residues, cache_state=cache_state, answer_prefix=answer_prefix,
-                     **kinds)
+                     decode_first=decode_first, **kinds)
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:

@@ -140,7 +140,8 @@ class _Builder:
     """Holds one trial's fixed choices; `make(words)` gives the content for a haystack size."""
 
     def __init__(self, tok: Tokenizer, mode: str, kind: NeedleKind, facts: list[Fact], start: int,
-                 corpus: Corpus, control: bool = False, lead: str = "", answer_prefix: str | None = None):
+                 corpus: Corpus, control: bool = False, lead: str = "", answer_prefix: str | None = None,
+                 decode_ask: str = ""):
         self.tok, self.mode, self.kind, self.facts = tok, mode, kind, facts
         self.lead = lead  # a first line before the instruction (niah.sweep.cache_state: a cold prompt's nonce)
         self.control = control  # True: the asked facts are left out (a no-needle control)
@@ -149,7 +150,9 @@ class _Builder:
         self.question = kind.question(list(dict.fromkeys(f.key for f in facts if f.asked)))
         if answer_prefix:
             self.question += ANSWER_PREFIX_ASK.format(prefix=answer_prefix)
-        self.prefix = kind.answer_prefix(list(dict.fromkeys(f.key for f in facts if f.asked)))
+        self.question += decode_ask  # niah.sweep.decode: write first, then answer
+        # a completion prompt's answer opening would make the value the next token: none with a decode ask
+        self.prefix = "" if decode_ask else kind.answer_prefix(list(dict.fromkeys(f.key for f in facts if f.asked)))
         self.tried: dict[int, int] = {}  # haystack words -> whole-prompt tokens (filled by _fit)
         self.first_word = bisect.bisect_right(self.c.word_ends, start)
         self.max_words = bisect.bisect_right(self.c.word_ends, start + self.c.size) - self.first_word
@@ -255,7 +258,7 @@ def draw_facts(rng: random.Random, kind: NeedleKind, depth: float, c: Corpus) ->
 def build_prompt(
     tok: Tokenizer, length: int, depth: float, seed: int, mode: str = "chat", needles: int = 1,
     kind: NeedleKind | None = None, haystack: str = "prose", control: bool = False, counts: dict | None = None,
-    lead: str = "", answer_prefix: str | None = None,
+    lead: str = "", answer_prefix: str | None = None, decode_ask: str = "",
 ) -> Prompt:
     """The prompt of one trial: `length` tokens (whole prompt), needle at `depth` percent.
 
@@ -268,8 +271,9 @@ def build_prompt(
     with the same seed, depth and options (another length of one residue block): filled
     and reused, so a neighbouring length costs few counts or none.
     `lead` opens the prompt before the instruction, counted in `length` (a cold prompt's
-    nonce); `answer_prefix` asks, after the question, that the answer begin with it.
-    Without either, the bytes are those of every earlier release.
+    nonce); `answer_prefix` asks, after the question, that the answer begin with it;
+    `decode_ask` (niah.sweep.decode) follows it, asking for text before the answer.
+    Without any, the bytes are those of every earlier release.
     """
     if mode not in ("chat", "completion"):
         raise BadInput(f"unknown mode {mode!r}: use chat or completion")
@@ -281,7 +285,7 @@ def build_prompt(
     kind.check()
     c = load_haystack(haystack, kind.value)
     facts, start = draw_facts(random.Random(seed), kind, depth, c)
-    b = _Builder(tok, mode, kind, facts, start, c, control, lead, answer_prefix)
+    b = _Builder(tok, mode, kind, facts, start, c, control, lead, answer_prefix, decode_ask)
     if counts is not None:
         b.tried = counts
     words, n = _fit(b, tok, length, c)

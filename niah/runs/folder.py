@@ -120,6 +120,9 @@ def _check_resume(out: Path, spec, args: dict, prompt_set=None) -> None:
     if old.get("residues") != args.get("residues"):  # a residue block's trials share one seed
         raise BadInput(f"--resume with different --residues ({args.get('residues')!r}, the run has "
                        f"{old.get('residues')!r}): use another --out")
+    if old.get("decode_first") != args.get("decode_first"):  # another prompt and max_tokens
+        raise BadInput(f"--resume with a different --decode-first ({args.get('decode_first')!r}, the run has "
+                       f"{old.get('decode_first')!r}): use another --out")
     _check_same_set(out, old, args, prompt_set)
 
 
@@ -146,8 +149,9 @@ def _check_same_set(out: Path, old: dict, args: dict, prompt_set) -> None:
 
 def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     args = asdict(spec)
-    if args.get("residues") is None:  # the axis unused: the manifest a sweep always wrote
-        args.pop("residues", None)
+    for k in ("residues", "decode_first"):  # an option unused: the manifest a sweep always wrote
+        if args.get(k) is None:
+            args.pop(k, None)
     args["prompt_set"] = prompt_set.provenance() if prompt_set is not None else None
     if prompt_set is not None and prompt_set.base_seeds is None:
         args["seed"] = None  # a set that does not name its base seed: the trials carry theirs

@@ -96,6 +96,8 @@ class TrialRecord:
     residue: int | None = None  # --residues: the prompt's counted length mod the modulus
     base_length: int | None = None  # --residues: the length asked for, before the residue shift
     near: dict[str, Any] | None = None  # the answer's closest value: {"got", "distance", "at"}
+    decode_first: int | None = None  # --decode-first: tokens asked before the value (niah.sweep.decode)
+    decode_tokens: int | None = None  # --decode-first: the reply's tokens before the value, where found
 
     def set_prompt(self, entry) -> None:
         """Copy what the prompt set entry (niah.prompts.sets.SetEntry) says about this trial."""
@@ -117,9 +119,9 @@ class TrialRecord:
         return to_dict(self)
 
 
-# Written only when set: a trial of a sweep without --residues and without a near miss
+# Written only when set: a trial of a sweep without --residues, --decode-first and a near miss
 # keeps the line it always had.
-OPTIONAL_FIELDS = ("residue", "base_length", "near")
+OPTIONAL_FIELDS = ("residue", "base_length", "near", "decode_first", "decode_tokens")
 
 
 def to_dict(rec: TrialRecord) -> dict[str, Any]:

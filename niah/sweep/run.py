@@ -4,7 +4,8 @@
 frozen set (`prepared.prompts`, from `niah sweep --prompts`; the trial records the seed the
 set's entry was built from) or builds it (and logs it to RUN/prompts.jsonl), sends it with
 bounded retries in its cache state (niah.sweep.cache_state: once per state of
-`--cache-state`, else once), scores it with niah.sweep.scoring and appends one
+`--cache-state`, else once), scores it with niah.sweep.scoring (with `--decode-first`, the
+reply after the count it asked for: niah.sweep.decode) and appends one
 niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
 """
 
@@ -25,6 +26,8 @@ from niah.runs.record import TrialRecord
 from niah.runs.trials import trial_key
 from niah.sweep.cache_state import ask, cold_lead
 from niah.sweep.control import classify, pending_controls, sweep_values
+from niah.sweep.decode import after_count, decode_plan, decode_tokens
+from niah.sweep.decode import max_tokens as decode_max_tokens
 from niah.sweep.indexer import append_detail, request_fields, summarise
 from niah.sweep.residues import block, parse_residues
 from niah.sweep.near import closest, is_near
@@ -64,6 +67,7 @@ class _TargetRun:
         self.known: set[str] = set()  # every needle value of the sweep (for --control)
         self.residues = parse_residues(spec.residues)
         self.counts: dict[tuple, dict] = {}  # (seed, depth) -> the builder's counts, shared by a residue block
+        self.decode = None  # --decode-first: its DecodePlan (niah.sweep.decode), set before the first trial
         if spec.control:
             self.known = sweep_values(spec)
 
@@ -98,7 +102,8 @@ class _TargetRun:
             counts = None if self.residues is None else self.counts.setdefault((seed, depth), {})
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
                                             s.needles, s.kind, s.haystack, control, counts,
-                                            cold_lead() if state == "cold" else "", s.answer_prefix)
+                                            cold_lead() if state == "cold" else "", s.answer_prefix,
+                                            self.decode.ask if self.decode else "")
             entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:
@@ -143,6 +148,11 @@ class _TargetRun:
                 self.gone.append(lost)
                 return None
         self.score(rec, reply, entry)
+        if self.decode is not None:
+            rec.decode_first = self.decode.first
+            rec.decode_tokens = await asyncio.to_thread(decode_tokens, self.p.tokenizer,
+                                                        scored_text(reply.answer, reply.reasoning), rec.needle,
+                                                        self.decode.count_to)
         if reply.indexer is not None and not reply.error:
             append_detail(self.store.dir, asdict(rec), reply.indexer)
         self.finish(rec)
@@ -159,18 +169,21 @@ class _TargetRun:
             rec.needle, rec.expected = None, None
             rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
             return
-        sc = score_values(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
+        answer, reasoning = reply.answer, reply.reasoning
+        if self.decode is not None:  # the value is scored after the count the prompt asked for
+            answer, reasoning = (after_count(t, self.decode.count_to) for t in (answer, reasoning))
+        sc = score_values(entry.expected, answer, reasoning, reply.finish_reason, reply.error,
                           distractors=entry.distractors)
         rec.outcome, rec.hits, rec.recall_share = sc.outcome, sc.hits, sc.recall_share
         if len(entry.expected) == 1 and sc.outcome in ("wrong", "correct"):
-            near = closest(entry.expected[0], scored_text(reply.answer, reply.reasoning), entry.distractors)
+            near = closest(entry.expected[0], scored_text(answer, reasoning), entry.distractors)
             if sc.outcome == "wrong" and is_near(near):
                 rec.outcome = "near"
             if rec.outcome == "near" or (self.residues is not None and near is not None):
                 rec.near = near.as_dict()
         if not reply.error:
             rec.answer_prefix_ok = prefix_kept(self.spec.answer_prefix, reply.answer, reply.reasoning)
-            rec.found_in = found_in(entry.expected, reply.answer, reply.reasoning)
+            rec.found_in = found_in(entry.expected, answer, reasoning)
 
     def check_length(self, rec: TrialRecord) -> None:
         """Stop early when the server saw another length than was asked (not with
@@ -218,6 +231,9 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
         progress.start_target(run.name, total=len(todo), lengths=[n for n, *_ in todo])
     if not todo:
         return
+    if spec.decode_first:  # the count's length under this target's counter: one search, before any trial
+        run.decode = await asyncio.to_thread(decode_plan, prepared.tokenizer, spec.decode_first)
+        run.cfg.max_tokens = decode_max_tokens(spec.max_tokens, run.decode)
     queue: asyncio.Queue = asyncio.Queue()
     for item in todo:
         queue.put_nowait(item)

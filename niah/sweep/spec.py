@@ -22,6 +22,7 @@ from niah.prompts.haystacks import check_kind
 from niah.prompts.needles import NeedleKind
 from niah.sweep.residues import parse_residues
 from niah.sweep.cache_state import check_states
+from niah.sweep.decode import check_decode
 from niah.tokens import check_tokenizer_spec
 
 _NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
@@ -156,6 +157,7 @@ class SweepSpec:
     residues: str | None = None  # "4:0,1,2,3": lengths are residue blocks (niah.sweep.residues)
     cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
     answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
+    decode_first: int | None = None  # recall after about N generated tokens (niah.sweep.decode)
 
     @property
     def kind(self) -> NeedleKind:
@@ -203,6 +205,7 @@ def check_spec(spec: SweepSpec) -> None:
     check_states(spec.cache_states, spec.prompts)
     if spec.answer_prefix is not None and (not spec.answer_prefix.strip() or spec.prompts is not None):
         raise BadInput("--answer-prefix needs a non-empty TEXT and prompts niah builds (not --prompts)")
+    check_decode(spec.decode_first, spec.prompts)
     spec._checked = _fingerprint(spec)
 
 

@@ -30,7 +30,10 @@ GET /cache lists every generation request's prompt_tokens, cached_tokens and max
 value (a cache path that corrupts what it reuses). A prompt that asks `Begin your answer
 with "X".` is answered starting with X (--ignore-answer-prefix: not). --think-drop-above N:
 every reply carries reasoning_content with the answer, and content with it only up to N
-prompt tokens (above: content without the value).
+prompt tokens (above: content without the value). A prompt that asks to `first count from 1
+to K, writing the numbers separated by spaces` is answered with the count, a newline, then the
+answer; --wrong-after-decode N: the value is wrong when that count is more than N tokens (a
+decode read that loses the needle).
 GET /stats gives request counters; GET /seen every request's method, path, headers and
 body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
 Prints `PORT <n>` once listening (port 0 = free).
@@ -147,18 +150,27 @@ class Oracle:
                          for k, v in found]
             if a.digit_off and n_prompt % a.digit_off[0] == a.digit_off[1]:
                 found = [(k, v[:-1] + str((int(v[-1]) + 1) % 10) if v[-1:].isdigit() else v) for k, v in found]
+            if a.wrong_after_decode and len(self.enc.encode_ordinary(self.count_first(text))) > a.wrong_after_decode:
+                found = [(k, str((int(v) + 2222222) % 9000000 + 1000000) if v.isdigit() else v[::-1])
+                         for k, v in found]
             ans = " ".join(f"The special magic number for {k} is {v}." for k, v in found)
         if a.verbose:
             ans = "Let me read the whole text carefully before I answer this question. " * 3 + ans
         asked = re.findall(r'Begin your answer with "(.+?)"\.', text)
         lead = f"{asked[-1]} " if asked and not a.ignore_answer_prefix else ""
-        ans = lead + ans
+        ans = lead + self.count_first(text) + ans
         if a.think_drop_above >= 0:
             shown = ans if n_prompt <= a.think_drop_above else lead + "I have read the text."
             return shown, f"The question asks for a key; I looked for it. {ans}"
         if a.reasoning:
             return "", ans
         return ans, None
+
+    @staticmethod
+    def count_first(text: str) -> str:
+        """What a prompt asks to be written before the answer: "1 2 ... K" and a newline."""
+        asked = re.findall(r"first count from 1 to (\d+), writing the numbers separated by spaces", text)
+        return " ".join(str(i) for i in range(1, int(asked[-1]) + 1)) + "\n" if asked else ""
 
     def generate(self, body: dict, chat: bool) -> dict:
         """Everything a response needs: pieces, finish_reason, usage."""
@@ -399,6 +411,8 @@ def main(argv=None) -> None:
     p.add_argument("--server-info-delay", type=float, default=0.0, help="seconds before each /server_info answer")
     p.add_argument("--no-usage", action="store_true", help="report no usage.prompt_tokens")
     p.add_argument("--corrupt-cached-above", type=int, default=0, help="wrong value when more tokens were cached")
+    p.add_argument("--wrong-after-decode", type=int, default=0,
+                   help="wrong value when more than this many tokens were generated before it")
     p.add_argument("--ignore-answer-prefix", action="store_true", help="never start with an asked answer prefix")
     p.add_argument("--think-drop-above", type=int, default=-1,
                    help="reasoning carries the answer; content too only up to this many prompt tokens")
