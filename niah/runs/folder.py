@@ -148,6 +148,8 @@ def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     args = asdict(spec)
     if args.get("residues") is None:  # the axis unused: the manifest a sweep always wrote
         args.pop("residues", None)
+    if (cov := args.pop("coverage", None)) is not None:  # the preset's name, and what it expanded to
+        args.update(coverage=cov["preset"], coverage_options=cov["options"], coverage_given=cov["given"])
     args["prompt_set"] = prompt_set.provenance() if prompt_set is not None else None
     if prompt_set is not None and prompt_set.base_seeds is None:
         args["seed"] = None  # a set that does not name its base seed: the trials carry theirs

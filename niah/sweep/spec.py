@@ -156,6 +156,7 @@ class SweepSpec:
     residues: str | None = None  # "4:0,1,2,3": lengths are residue blocks (niah.sweep.residues)
     cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
     answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
+    coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.commands.sweep_coverage)
 
     @property
     def kind(self) -> NeedleKind:
