@@ -11,7 +11,8 @@ repeated without the preset):
   wholly below where selection starts (`Regime.first_sparse`), the first block wholly at or
   above it, then 2x, 4x, 8x ... the first sparse length, each while it fits under the
   ceiling: the smaller of FIELD_CEILING tokens and the model's context less max_tokens and
-  one residue block. No regime (a dense server, or none reported): 1k, 2k, 4k, ... up to
+  one residue block; none shorter than FIELD_FLOOR (256) tokens, so a small k (128) loses
+  its dense side and the notes say so. No regime (a dense server, or none reported): 1k, 2k, 4k, ... up to
   that ceiling. An unknown context: the ceiling is 4x the first sparse length (16k dense).
 - residues: every residue mod 4 of each length (niah.sweep.residues);
 - depths: 10, 50, 90 percent; trials: 1 per cell;
@@ -29,6 +30,7 @@ from niah.regime import Regime
 
 PRESETS = ("field",)
 FIELD_CEILING = 32768
+FIELD_FLOOR = 256  # shorter prompts do not hold the needle, the question and the template
 FIELD_MODULUS = 4
 FIELD_DEPTHS = "10,50,90"
 FIELD_TRIALS = 1
@@ -70,7 +72,7 @@ def field_lengths(regime: Regime | None, context: int | None, max_tokens: int) -
     while n <= top:
         out.append(n // m * m)
         n *= 2
-    return sorted({x for x in out if 0 < x <= top})
+    return sorted({x for x in out if FIELD_FLOOR <= x <= top})
 
 
 def field_options(regime: Regime | None, context: int | None, max_tokens: int, cold: bool) -> dict[str, str]:
@@ -89,6 +91,9 @@ def field_notes(regime: Regime | None, context: int | None, cold: bool) -> list[
         notes.append("no sparse regime reported (no index_topk): lengths double from 1k, not around k")
     else:
         notes.append(f"selection starts at {regime.first_sparse:,} tokens ({regime.words()})")
+        if regime.first_sparse - FIELD_MODULUS < FIELD_FLOOR:
+            notes.append(f"no length below where selection starts: a prompt under {FIELD_FLOOR} tokens does not "
+                         "hold the needle and the question")
     if not context:
         notes.append("the server reports no max_model_len: lengths stop at 4x where selection starts")
     if not cold:

@@ -24,6 +24,7 @@ def test_field_lengths_straddle_where_selection_starts():
     assert field_lengths(v4, 131072, 32) == [1088, 2176, 2180, 4360, 8720, 17440]   # up to 32k
     assert field_lengths(Regime(2048), 65536, 32) == [1024, 2044, 2052, 4098 // 4 * 4, 8196, 16392]
     assert field_lengths(None, 9000, 32) == [1024, 2048, 4096, 8192]
+    assert field_lengths(Regime(128), 8192, 32) == [256, 516, 1032, 2064, 4128]   # no dense side above 256
     assert field_lengths(v4, None, 32) == [1088, 2176, 2180, 4360, 8720]    # no context: 4x first sparse
     assert field_options(v4, 5000, 32, cold=False)["cache_state"] == "warm"
 
