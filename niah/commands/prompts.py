@@ -11,13 +11,15 @@ from niah.cli import app, prompts_app
 from niah.commands.request_options import request_options
 from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
                                  TOKENIZER_HELP, make_spec, needle_options)
-from niah.commands.sweep_regime import pick_auto_lengths, read_topks
+from niah.commands.sweep_regime import RESIDUES_HELP, pick_auto_lengths, read_topks
+from niah.sweep.coverage import COVERAGE_HELP
 
 
 @prompts_app.command("build")
 @request_options
 @needle_options
 def build_cmd(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
     endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
                                            help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
@@ -33,6 +35,9 @@ def build_cmd(
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
     timeout: float = typer.Option(600.0, help="Bounds every request niah makes (token counts, probes), seconds."),
+    residues: Optional[str] = typer.Option(None, "--residues", help=RESIDUES_HELP),
+    coverage: Optional[str] = typer.Option(None, "--coverage",
+                                           help=COVERAGE_HELP + " A prompt set holds no cache state."),
     **kinds,
 ) -> None:
     """Build every trial's prompt and write them to a set file; run it with `niah sweep --prompts`.
@@ -48,12 +53,20 @@ def build_cmd(
     from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt
 
     auto = None
+    if coverage is not None:  # the preset's lengths, residues and depths under the options given beside it
+        from niah.commands.sweep import _given
+        from niah.commands.sweep_coverage import COVERED, apply_coverage
+
+        now = dict(lengths=lengths, depths=depths, trials=trials, residues=residues, cache_state=None)
+        (lengths, depths, trials, residues, _), _ = apply_coverage(
+            coverage, now, _given(ctx, COVERED), endpoint=endpoint or DEFAULT_ENDPOINT, model=model,
+            api_key=api_key, timeout=timeout, geometry={}, tokenizer=tokenizer, max_tokens=32, build=True)
     if lengths.strip() == "auto":  # k/2, k, 2k, ... of the server's index_topk, as the sweep does
         topks, context = read_topks(None, endpoint or DEFAULT_ENDPOINT, model, api_key, True, timeout)
         auto = pick_auto_lengths(topks, context, 32)
         typer.echo(f"niah: --lengths auto: {', '.join(map(str, auto))}", err=True)
     spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, timeout=timeout,
-                     approximate_lengths=approximate_lengths, auto=auto, **kinds)
+                     approximate_lengths=approximate_lengths, auto=auto, residues=residues, **kinds)
     try:
         with terminate_as_interrupt():
             prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)

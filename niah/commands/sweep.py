@@ -23,6 +23,7 @@ from niah.commands.sweep_regime import (COMPRESSION_HELP, RESIDUES_HELP, WINDOW_
                                         pick_auto_lengths, read_topks)
 from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
 from niah.sweep.decode import DECODE_HELP
+from niah.sweep.coverage import COVERAGE_HELP
 
 
 DEPTHS_HELP = ("Needle depths in percent: 0,50,100; LO:HI:N gives N evenly spaced values, both ends "
@@ -172,6 +173,7 @@ def sweep(
     index_compression: Optional[int] = typer.Option(None, "--index-compression", help=COMPRESSION_HELP),
     index_window: Optional[int] = typer.Option(None, "--index-window", help=WINDOW_HELP),
     residues: Optional[str] = typer.Option(None, "--residues", help=RESIDUES_HELP),
+    coverage: Optional[str] = typer.Option(None, "--coverage", help=COVERAGE_HELP),
     **kinds,
 ) -> None:
     """Hide a needle in exact-length prompts and measure recall against a server.
@@ -211,8 +213,17 @@ def sweep(
         if out is None:
             raise BadInput("--resume needs --out RUN, the run folder to resume")
         check_resumable(out)
-    is_auto = lengths.strip() == "auto"
     geometry = geometry_given(index_compression, index_window)
+    cov = None
+    if coverage is not None:  # the preset's values under the options given beside it
+        from niah.commands.sweep_coverage import COVERED, apply_coverage
+
+        now = dict(lengths=lengths, depths=depths, trials=trials, residues=residues, cache_state=cache_state)
+        (lengths, depths, trials, residues, cache_state), cov = apply_coverage(
+            coverage, now, _given(ctx, COVERED), endpoint=endpoint or DEFAULT_ENDPOINT, model=model,
+            api_key=api_key, timeout=timeout, geometry=geometry, tokenizer=tokenizer, max_tokens=max_tokens,
+            matrix=matrix, prompts=prompts, control=control)
+    is_auto = lengths.strip() == "auto"
     topks, context = (read_topks(matrix, endpoint or DEFAULT_ENDPOINT, model, api_key, is_auto, timeout, geometry)
                       if matrix is not None or is_auto else ({}, None))
     auto = pick_auto_lengths(topks, context, max_tokens) if is_auto else None
@@ -220,6 +231,7 @@ def sweep(
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
                      auto=auto, residues=residues, cache_state=cache_state, answer_prefix=answer_prefix,
                      decode_first=decode_first, **kinds)
+    spec.coverage = cov
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)
     if matrix is not None:

@@ -152,6 +152,8 @@ def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     for k in ("residues", "decode_first"):  # an option unused: the manifest a sweep always wrote
         if args.get(k) is None:
             args.pop(k, None)
+    if (cov := args.pop("coverage", None)) is not None:  # the preset's name, and what it expanded to
+        args.update(coverage=cov["preset"], coverage_options=cov["options"], coverage_given=cov["given"])
     args["prompt_set"] = prompt_set.provenance() if prompt_set is not None else None
     if prompt_set is not None and prompt_set.base_seeds is None:
         args["seed"] = None  # a set that does not name its base seed: the trials carry theirs

@@ -99,7 +99,8 @@ class _TargetRun:
             entry = self.p.prompts.get(length, depth, trial)
         else:
             s = self.spec
-            counts = None if self.residues is None else self.counts.setdefault((seed, depth), {})
+            # a residue block shares the builder's counts; a cold prompt's own nonce shifts them: never shared
+            counts = None if self.residues is None or state == "cold" else self.counts.setdefault((seed, depth), {})
             built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
                                             s.needles, s.kind, s.haystack, control, counts,
                                             cold_lead() if state == "cold" else "", s.answer_prefix,
