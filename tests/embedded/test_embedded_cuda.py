@@ -205,8 +205,8 @@ def test_chunked_prefill_equals_one_pass(dtype):
         torch.testing.assert_close(logits, got[0][0], rtol=1e-4, atol=1e-4)
         assert recall == got[0][1]
         assert step["active"] and step["position"] == got[0][2]["position"] == 32
-        for key in STAT_KEYS:
-            assert step[key] == pytest.approx(got[0][2][key], abs=1e-5), key
+        for key in STAT_KEYS:  # the probe rounds to 5 places: a last-bit difference may move one unit
+            assert step[key] == pytest.approx(got[0][2][key], abs=2e-5), key
 
 
 def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():
