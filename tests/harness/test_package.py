@@ -256,3 +256,19 @@ def test_every_command_of_the_readme_names_real_options():
         for t in rest:
             if t.startswith("-"):
                 assert t.split("=")[0] in opts, f"`niah {' '.join(toks)}`: {t} is not an option of it"
+
+
+def test_no_text_file_holds_a_merge_conflict_marker():
+    """A merge left half-done shows in the shipped docs and code as these lines."""
+    markers = re.compile(r"^(<{7} |={7}$|>{7} )", re.M)
+    found = []
+    for top in ("docs", "niah", "serving", "kernels", "tests", "benchmarks", "results"):
+        for path in (ROOT / top).rglob("*"):
+            if path.suffix in (".md", ".py", ".toml", ".yml", ".yaml", ".txt", ".sh", ".json") and path.is_file():
+                text = path.read_text(errors="replace")
+                found += [f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
+                          for m in markers.finditer(text)]
+    for name in ("README.md", "Makefile", "pyproject.toml", "action.yml"):
+        if markers.search((ROOT / name).read_text()):
+            found.append(name)
+    assert not found, found
