@@ -98,6 +98,7 @@ class TrialRecord:
     near: dict[str, Any] | None = None  # the answer's closest value: {"got", "distance", "at"}
     decode_first: int | None = None  # --decode-first: tokens asked before the value (niah.sweep.decode)
     decode_tokens: int | None = None  # --decode-first: the reply's tokens before the value, where found
+    decode_count_to: int | None = None  # --decode-first: the K the prompt asked to count to (scored after it)
 
     def set_prompt(self, entry) -> None:
         """Copy what the prompt set entry (niah.prompts.sets.SetEntry) says about this trial."""
@@ -121,7 +122,7 @@ class TrialRecord:
 
 # Written only when set: a trial of a sweep without --residues, --decode-first and a near miss
 # keeps the line it always had.
-OPTIONAL_FIELDS = ("residue", "base_length", "near", "decode_first", "decode_tokens")
+OPTIONAL_FIELDS = ("residue", "base_length", "near", "decode_first", "decode_tokens", "decode_count_to")
 
 
 def to_dict(rec: TrialRecord) -> dict[str, Any]:

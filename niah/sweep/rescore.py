@@ -1,7 +1,10 @@
 """The evaluate stage again: re-score a run's stored answers with the current scorer.
 
 Scoring is a pure function of a stored record (answer, reasoning, finish_reason, error,
-expected values, distractor values), so `rescore_run` is a loop over RUN/trials.jsonl.
+expected values, distractor values, a decode trial's count), through the sweep's own
+`niah.sweep.judge`, so a rescore agrees with the sweep (`near` misses, a residue trial's
+closest value, a decode trial scored after its count); `rescore_run` is a loop over
+RUN/trials.jsonl.
 A line of trials.jsonl that is not a record (other than a last line cut short by a kill,
 which is left out) or a record whose fields cannot be read is refused, naming file:line,
 before anything is rewritten. Records of schema 1 carry only `needle`; their distractors come from RUN/prompts.jsonl
@@ -19,7 +22,7 @@ from niah.prompts.sets import RUN_PROMPTS
 from niah.runs.folder import is_run_manifest
 from niah.runs.lock import RunLock
 from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
-from niah.sweep.scoring import score_values
+from niah.sweep.judge import judge
 
 
 @dataclass
@@ -56,11 +59,16 @@ def rescore_record(rec: dict, prompts: dict[str, dict]) -> tuple[dict, bool]:
         known = entry is not None
     if not expected:  # never asked (an outage before the prompt existed)
         return dict(rec), True
-    sc = score_values(expected, rec.get("answer"), rec.get("reasoning"), rec.get("finish_reason"),
-                      rec.get("error"), distractors=distractors or [])
-    new = {**rec, "outcome": sc.outcome, "correct": sc.outcome == "correct"}
+    j = judge(expected, rec.get("answer"), rec.get("reasoning"), rec.get("finish_reason"), rec.get("error"),
+              distractors=distractors or [], count_to=rec.get("decode_count_to"),
+              keep_near=rec.get("residue") is not None)
+    new = {**rec, "outcome": j.outcome, "correct": j.outcome == "correct"}
     if "hits" in rec or len(expected) > 1:
-        new["hits"], new["recall_share"] = sc.hits, sc.recall_share
+        new["hits"], new["recall_share"] = j.hits, j.recall_share
+    if j.near is not None:
+        new["near"] = j.near.as_dict()
+    else:
+        new.pop("near", None)
     return new, known
 
 

@@ -26,13 +26,13 @@ from niah.runs.record import TrialRecord
 from niah.runs.trials import trial_key
 from niah.sweep.cache_state import ask, cold_lead
 from niah.sweep.control import classify, pending_controls, sweep_values
-from niah.sweep.decode import after_count, decode_plan, decode_tokens
+from niah.sweep.decode import decode_plan, decode_tokens
 from niah.sweep.decode import max_tokens as decode_max_tokens
 from niah.sweep.indexer import append_detail, request_fields, summarise
 from niah.sweep.residues import block, parse_residues
-from niah.sweep.near import closest, is_near
+from niah.sweep.judge import judge
 from niah.sweep.reasoning import found_in, prefix_kept
-from niah.sweep.scoring import score_values, scored_text
+from niah.sweep.scoring import scored_text
 from niah.tokens import length_tolerance
 
 DeadFn = Callable[[], "str | None"]
@@ -170,18 +170,14 @@ class _TargetRun:
             rec.needle, rec.expected = None, None
             rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
             return
-        answer, reasoning = reply.answer, reply.reasoning
-        if self.decode is not None:  # the value is scored after the count the prompt asked for
-            answer, reasoning = (after_count(t, self.decode.count_to) for t in (answer, reasoning))
-        sc = score_values(entry.expected, answer, reasoning, reply.finish_reason, reply.error,
-                          distractors=entry.distractors)
-        rec.outcome, rec.hits, rec.recall_share = sc.outcome, sc.hits, sc.recall_share
-        if len(entry.expected) == 1 and sc.outcome in ("wrong", "correct"):
-            near = closest(entry.expected[0], scored_text(answer, reasoning), entry.distractors)
-            if sc.outcome == "wrong" and is_near(near):
-                rec.outcome = "near"
-            if rec.outcome == "near" or (self.residues is not None and near is not None):
-                rec.near = near.as_dict()
+        j = judge(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
+                  distractors=entry.distractors, count_to=self.decode.count_to if self.decode else None,
+                  keep_near=self.residues is not None)
+        rec.outcome, rec.hits, rec.recall_share = j.outcome, j.hits, j.recall_share
+        rec.near = j.near.as_dict() if j.near is not None else None
+        answer, reasoning = j.answer, j.reasoning
+        if self.decode is not None:
+            rec.decode_count_to = self.decode.count_to
         if not reply.error:
             rec.answer_prefix_ok = prefix_kept(self.spec.answer_prefix, reply.answer, reply.reasoning)
             rec.found_in = found_in(entry.expected, answer, reasoning)
