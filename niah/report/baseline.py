@@ -9,7 +9,9 @@
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
                                     "seed", "prompt_sha256", "outcome", "correct",
                                     "rank": needle rank / k, null without selection,
-                                    "cache_state" where the sweep set one}]}}}
+                                    "cache_state" where the sweep set one,
+                                    "residue", "base_length" in a --residues run,
+                                    "decode_first" in a --decode-first run}]}}}
 
 Per-trial outcomes are kept (keyed by prompt hash) so the gate pairs a candidate with an
 exported baseline exactly as with a run folder, and its attestation is judged the same
@@ -79,7 +81,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
             "niah_version": manifest.get("niah_version"),
             "args": {k: v for k, v in (manifest.get("args") or {}).items()
                      if k in ("lengths", "depths", "trials", "seed", "mode", "max_tokens", "tokenizer", "needle",
-                                  "cache_states")},
+                                  "cache_states", "residues", "decode_first")},
         },
         "configs": {},
     }
@@ -96,6 +98,8 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
                 **({"cache_state": r.cache_state} if r.cache_state != UNCONTROLLED else {}),
                 **({"decode_first": int(v)} if (v := getattr(r, "decode_first", None)) == v and v is not None else {}),
+                **{k: int(v) for k in ("residue", "base_length")
+                   if (v := getattr(r, k, None)) is not None and v == v},
             })
         entry = (manifest.get("configs") or {}).get(name) or {}
         state, reason = status(entry)
@@ -136,9 +140,12 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
                             **({"cache_state": t["cache_state"]} if t.get("cache_state") else {}),
                             **({"decode_first": t["decode_first"]} if t.get("decode_first") else {}),
+                            **{k: t[k] for k in ("residue", "base_length") if t.get(k) is not None},
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"),
+                "args": {k: v for k, v in ((data.get("source") or {}).get("args") or {}).items()
+                         if k in ("residues", "decode_first")},
                 "git_sha": (data.get("source") or {}).get("git_sha"),
                 "configs": {n: {"model": c.get("model"), "axes": c.get("axes") or {},
                                 **{k: c[k] for k in kept if c.get(k)}}

@@ -112,6 +112,15 @@ def test_residue_sweep_report_and_gate_by_residue(oracle_factory, tmp_path):
     assert gate.returncode == 1
     cases = {c["residue"]: c["status"] for c in json.loads(gate.stdout)["cases"] if "residue" in c}
     assert cases == {"0 mod 4": "pass", "1 mod 4": "pass", "2 mod 4": "pass", "3 mod 4": "regression"}
+    # the same verdict against the baseline exported from that run (a CI baseline file)
+    assert niah("baseline", "export", tmp_path / "base", "-o", tmp_path / "base.json").returncode == 0
+    exported = json.loads((tmp_path / "base.json").read_text())
+    assert exported["source"]["args"]["residues"] == "4:0,1,2,3"
+    assert all("residue" in t and "base_length" in t for t in exported["configs"]["default"]["trials"])
+    gate = niah("gate", "--baseline", tmp_path / "base.json", "--candidate", tmp_path / "cand", "--json",
+                capture_output=True, text=True)
+    assert gate.returncode == 1, gate.stderr
+    assert cases == {c["residue"]: c["status"] for c in json.loads(gate.stdout)["cases"] if "residue" in c}
 
 
 def test_default_sweep_writes_no_new_fields(oracle, tmp_path):
