@@ -19,6 +19,7 @@ from niah.prompts.sets import RUN_PROMPTS
 from niah.runs.folder import is_run_manifest
 from niah.runs.lock import RunLock
 from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
+from niah.sweep.multiturn import rescore as rescore_multi_turn
 from niah.sweep.scoring import score_values
 
 
@@ -47,6 +48,8 @@ def rescore_record(rec: dict, prompts: dict[str, dict]) -> tuple[dict, bool]:
     """The record re-scored, and whether its distractors were known."""
     if rec.get("control"):  # a no-needle control is classified against the whole sweep: kept as is
         return dict(rec), True
+    if rec.get("multi_turn") is not None:  # prefix and similarity (niah.sweep.multiturn)
+        return rescore_multi_turn(rec), True
     expected, distractors = rec.get("expected"), rec.get("distractors")
     known = distractors is not None
     if expected is None:
