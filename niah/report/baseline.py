@@ -96,6 +96,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
                 **({"cache_state": r.cache_state} if r.cache_state != UNCONTROLLED else {}),
                 **({"decode_first": int(v)} if (v := getattr(r, "decode_first", None)) == v and v is not None else {}),
+                **({"multi_turn": int(v)} if (v := getattr(r, "multi_turn", None)) == v and v is not None else {}),
             })
         entry = (manifest.get("configs") or {}).get(name) or {}
         state, reason = status(entry)
@@ -136,6 +137,7 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
             records.append({**{k: t[k] for k in _TRIAL_FIELDS}, "config": name, "model": c.get("model"),
                             **({"cache_state": t["cache_state"]} if t.get("cache_state") else {}),
                             **({"decode_first": t["decode_first"]} if t.get("decode_first") else {}),
+                            **({"multi_turn": t["multi_turn"]} if t.get("multi_turn") else {}),
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"),
