@@ -20,7 +20,9 @@ asks the first poem, depth 100 the last). `depth_achieved` is the share of fille
 before the asked poem. The haystack's word count is fitted (niah.prompts.builder's search)
 until the whole chat, template included, counts `length` tokens under `tok` (exact with a
 counter that counts messages: the server's /tokenize of messages, or an HF tokenizer with
-its chat template). Same arguments, same bytes. Chat mode only.
+its chat template); where no word count lands on it, `_refine` makes the last filler turn a
+few words longer or shorter, or opens its ask with a short lead-in (LAST_ASKS). Same
+arguments, same bytes. Chat mode only.
 """
 
 from __future__ import annotations
