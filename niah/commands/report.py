@@ -161,6 +161,9 @@ def compare_cmd(
     from niah.report.decode_report import check_same_decode
 
     check_same_decode(da, db, f"A ({ca})", f"B ({cb})")
+    from niah.report.turns_report import check_same_turns
+
+    check_same_turns(da, db, f"A ({ca})", f"B ({cb})")
     from niah.report.cache_report import controlled
 
     by_cache = ["cache_state"] if controlled(da) or controlled(db) else []  # a cell is length x depth x state

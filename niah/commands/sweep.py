@@ -23,6 +23,7 @@ from niah.commands.sweep_regime import (COMPRESSION_HELP, RESIDUES_HELP, WINDOW_
                                         pick_auto_lengths, read_topks)
 from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
 from niah.sweep.decode import DECODE_HELP
+from niah.sweep.multiturn import MULTI_TURN_HELP
 from niah.sweep.coverage import COVERAGE_HELP
 
 
@@ -73,7 +74,7 @@ def needle_options(f):
 def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency=1, timeout=600.0,
               retries=3, stream=True, needles=1, needle_key="city", needle_value="number", values=1,
               queries=1, haystack="prose", approximate_lengths=False, prompts=None, control=False, auto=None,
-              residues=None, cache_state=None, answer_prefix=None, decode_first=None):
+              residues=None, cache_state=None, answer_prefix=None, decode_first=None, multi_turn=None):
     from niah.sweep.spec import parse_depths, parse_lengths
     from niah.sweep import SweepSpec, check_spec
     from niah.sweep.cache_state import parse_cache_states
@@ -91,6 +92,7 @@ def make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concur
         approximate_lengths=approximate_lengths, prompts=str(prompts) if prompts is not None else None,
         control=control, residues=plan.text() if plan is not None else None,
         cache_states=parse_cache_states(cache_state), answer_prefix=answer_prefix, decode_first=decode_first,
+        multi_turn=multi_turn,
     )
     check_spec(spec)
     return spec
@@ -167,6 +169,7 @@ def sweep(
     cache_state: Optional[str] = typer.Option(None, "--cache-state", help=CACHE_HELP),
     answer_prefix: Optional[str] = typer.Option(None, "--answer-prefix", help=PREFIX_HELP),
     decode_first: Optional[int] = typer.Option(None, "--decode-first", metavar="N", help=DECODE_HELP),
+    multi_turn: Optional[int] = typer.Option(None, "--multi-turn", metavar="N", help=MULTI_TURN_HELP),
     executor_set: list[str] = typer.Option([], "--executor-set",
                                            help="With --matrix: KEY=VALUE over the [executor] table, e.g. "
                                                 "partition=gpu, time=04:00:00, gpus_per_config=2 (repeatable)."),
@@ -230,7 +233,7 @@ def sweep(
     spec = make_spec(lengths, depths, trials, seed, max_tokens, mode, tokenizer, concurrency, timeout, retries,
                      not no_stream, approximate_lengths=approximate_lengths, prompts=prompts, control=control,
                      auto=auto, residues=residues, cache_state=cache_state, answer_prefix=answer_prefix,
-                     decode_first=decode_first, **kinds)
+                     decode_first=decode_first, multi_turn=multi_turn, **kinds)
     spec.coverage = cov
     if auto:
         print(f"niah: --lengths auto: {', '.join(map(str, auto))}", file=sys.stderr)

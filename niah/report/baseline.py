@@ -100,6 +100,7 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 **({"decode_first": int(v)} if (v := getattr(r, "decode_first", None)) == v and v is not None else {}),
                 **{k: int(v) for k in ("residue", "base_length")
                    if (v := getattr(r, k, None)) is not None and v == v},
+                **({"multi_turn": int(v)} if (v := getattr(r, "multi_turn", None)) == v and v is not None else {}),
             })
         entry = (manifest.get("configs") or {}).get(name) or {}
         state, reason = status(entry)
@@ -141,6 +142,7 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
                             **({"cache_state": t["cache_state"]} if t.get("cache_state") else {}),
                             **({"decode_first": t["decode_first"]} if t.get("decode_first") else {}),
                             **{k: t[k] for k in ("residue", "base_length") if t.get(k) is not None},
+                            **({"multi_turn": t["multi_turn"]} if t.get("multi_turn") else {}),
                             "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"),

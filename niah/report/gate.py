@@ -62,6 +62,7 @@ from niah.report import caveats as cv
 from niah.errors import BadInput
 from niah.report.baseline import read_side
 from niah.report.decode_report import check_same_decode
+from niah.report.turns_report import check_same_turns
 from niah.report.cache_report import by_state
 from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, compare
@@ -290,6 +291,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     res.notes += [f"{side.what}: {n}" for side in (bside, cside) for n in side.notes]
     res.config_map = _match_configs(base, cand, config, list(cman.get("configs") or {}))
     check_same_decode(base, cand, bwhat, cwhat)  # --decode-first is part of the prompt: never paired across
+    check_same_turns(base, cand, bwhat, cwhat)  # so is --multi-turn
     # attestation missing / contradicting its label, or unattested labels: exit 2
     res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
     res.notes += check_configs(cman, res.config_map.keys(), cwhat, accept_unattested)

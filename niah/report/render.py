@@ -11,6 +11,7 @@ from niah.report import cache_report, curves, headline, heatmaps, html, indexer_
 from niah.report.compare import ALL, compare
 from niah.report.data import aggregate, config_infos, one_axis_pairs, split_controls, trials_frame
 from niah.report.decode_report import decode_section
+from niah.report.turns_report import turns_section
 from niah.report.ranks import rank_compare
 from niah.report.style import save
 from niah.runs.integrity import load_checked
@@ -88,7 +89,8 @@ def render_report(run: Path | str, out: Path | str | None = None, svg: bool = Fa
                 summary.control_section(split_controls(records)[1], infos),
                 cache_report.cache_section(df, infos, lengths, manifest),
                 cache_report.reasoning_section(df, infos, lengths, manifest),
-                decode_section(records, infos, lengths))
+                decode_section(records, infos, lengths),
+                turns_section(records, infos, lengths))
 
     diffs = []
     for a, b, label in one_axis_pairs(infos):

@@ -123,6 +123,9 @@ def _check_resume(out: Path, spec, args: dict, prompt_set=None) -> None:
     if old.get("decode_first") != args.get("decode_first"):  # another prompt and max_tokens
         raise BadInput(f"--resume with a different --decode-first ({args.get('decode_first')!r}, the run has "
                        f"{old.get('decode_first')!r}): use another --out")
+    if old.get("multi_turn") != args.get("multi_turn"):  # another prompt and scorer
+        raise BadInput(f"--resume with a different --multi-turn ({args.get('multi_turn')!r}, the run has "
+                       f"{old.get('multi_turn')!r}): use another --out")
     _check_same_set(out, old, args, prompt_set)
 
 
@@ -149,7 +152,7 @@ def _check_same_set(out: Path, old: dict, args: dict, prompt_set) -> None:
 
 def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     args = asdict(spec)
-    for k in ("residues", "decode_first"):  # an option unused: the manifest a sweep always wrote
+    for k in ("residues", "decode_first", "multi_turn"):  # an option unused: the manifest a sweep always wrote
         if args.get(k) is None:
             args.pop(k, None)
     if (cov := args.pop("coverage", None)) is not None:  # the preset's name, and what it expanded to

@@ -99,6 +99,13 @@ class TrialRecord:
     decode_first: int | None = None  # --decode-first: tokens asked before the value (niah.sweep.decode)
     decode_tokens: int | None = None  # --decode-first: the reply's tokens before the value, where found
     decode_count_to: int | None = None  # --decode-first: the K the prompt asked to count to (scored after it)
+    multi_turn: int | None = None  # --multi-turn: N alike poems in the chat (niah.sweep.multiturn)
+    turns: int | None = None  # --multi-turn: user/assistant pairs before the question
+    asked_index: int | None = None  # --multi-turn: i, the asked poem's place among the poems (1-based)
+    asked_turn: int | None = None  # --multi-turn: the asked poem's turn (1-based)
+    required_prefix: str | None = None  # --multi-turn: the reply must start with it
+    prefix_hit: bool | None = None  # --multi-turn: the reply started with it
+    similarity: float | None = None  # --multi-turn: SequenceMatcher ratio of the rest to the poem
 
     def set_prompt(self, entry) -> None:
         """Copy what the prompt set entry (niah.prompts.sets.SetEntry) says about this trial."""
@@ -120,9 +127,10 @@ class TrialRecord:
         return to_dict(self)
 
 
-# Written only when set: a trial of a sweep without --residues, --decode-first and a near miss
-# keeps the line it always had.
-OPTIONAL_FIELDS = ("residue", "base_length", "near", "decode_first", "decode_tokens", "decode_count_to")
+# Written only when set: a trial of a sweep without --residues, --decode-first, --multi-turn
+# and a near miss keeps the line it always had.
+OPTIONAL_FIELDS = ("residue", "base_length", "near", "decode_first", "decode_tokens", "decode_count_to", "multi_turn",
+                   "turns", "asked_index", "asked_turn", "required_prefix", "prefix_hit", "similarity")
 
 
 def to_dict(rec: TrialRecord) -> dict[str, Any]:

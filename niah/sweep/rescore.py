@@ -23,6 +23,7 @@ from niah.runs.folder import is_run_manifest
 from niah.runs.lock import RunLock
 from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
 from niah.sweep.judge import judge
+from niah.sweep.multiturn import rescore as rescore_multi_turn
 
 
 @dataclass
@@ -50,6 +51,8 @@ def rescore_record(rec: dict, prompts: dict[str, dict]) -> tuple[dict, bool]:
     """The record re-scored, and whether its distractors were known."""
     if rec.get("control"):  # a no-needle control is classified against the whole sweep: kept as is
         return dict(rec), True
+    if rec.get("multi_turn") is not None:  # prefix and similarity (niah.sweep.multiturn)
+        return rescore_multi_turn(rec), True
     expected, distractors = rec.get("expected"), rec.get("distractors")
     known = distractors is not None
     if expected is None:

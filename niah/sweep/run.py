@@ -5,7 +5,8 @@ frozen set (`prepared.prompts`, from `niah sweep --prompts`; the trial records t
 set's entry was built from) or builds it (and logs it to RUN/prompts.jsonl), sends it with
 bounded retries in its cache state (niah.sweep.cache_state: once per state of
 `--cache-state`, else once), scores it with niah.sweep.scoring (with `--decode-first`, the
-reply after the count it asked for: niah.sweep.decode) and appends one
+reply after the count it asked for: niah.sweep.decode; with `--multi-turn`, a chat prompt
+scored by prefix and similarity: niah.sweep.multiturn) and appends one
 niah.runs.record.TrialRecord. niah.sweep.orchestrate runs it for every target.
 """
 
@@ -28,6 +29,8 @@ from niah.sweep.cache_state import ask, cold_lead
 from niah.sweep.control import classify, pending_controls, sweep_values
 from niah.sweep.decode import decode_plan, decode_tokens
 from niah.sweep.decode import max_tokens as decode_max_tokens
+from niah.sweep.multiturn import TurnFacts, build_turn_prompt, check_counter, score_reply, set_fields
+from niah.sweep.multiturn import max_tokens as turn_max_tokens
 from niah.sweep.indexer import append_detail, request_fields, summarise
 from niah.sweep.residues import block, parse_residues
 from niah.sweep.judge import judge
@@ -68,6 +71,7 @@ class _TargetRun:
         self.residues = parse_residues(spec.residues)
         self.counts: dict[tuple, dict] = {}  # (seed, depth) -> the builder's counts, shared by a residue block
         self.decode = None  # --decode-first: its DecodePlan (niah.sweep.decode), set before the first trial
+        self.turn_facts: dict[str, TurnFacts] = {}  # --multi-turn: prompt hash -> what it asks
         if spec.control:
             self.known = sweep_values(spec)
 
@@ -101,10 +105,15 @@ class _TargetRun:
             s = self.spec
             # a residue block shares the builder's counts; a cold prompt's own nonce shifts them: never shared
             counts = None if self.residues is None or state == "cold" else self.counts.setdefault((seed, depth), {})
-            built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                            s.needles, s.kind, s.haystack, control, counts,
-                                            cold_lead() if state == "cold" else "", s.answer_prefix,
-                                            self.decode.ask if self.decode else "")
+            lead = cold_lead() if state == "cold" else ""
+            if s.multi_turn:  # a chat of N alike poems (niah.sweep.multiturn); its own fit, no shared counts
+                built, facts = await asyncio.to_thread(build_turn_prompt, self.p.tokenizer, s, length, depth, seed,
+                                                       lead)
+                self.turn_facts[built.sha256] = facts
+            else:
+                built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
+                                                s.needles, s.kind, s.haystack, control, counts, lead,
+                                                s.answer_prefix, self.decode.ask if self.decode else "")
             entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:
@@ -137,8 +146,11 @@ class _TargetRun:
         rec.set_prompt(entry)
         if self.residues is not None and entry.tokens is not None:  # the residue it was counted at
             rec.residue = entry.tokens % self.residues.modulus
-        reply, facts = await ask(client, self.cfg, entry.body(), None if control else request_fields(self.p, entry),
-                                 state)
+        turns = self.turn_facts.get(entry.prompt_sha256)  # one prompt's facts (cache states share it)
+        if turns is not None:
+            set_fields(rec, turns)
+        extra = None if control or turns is not None else request_fields(self.p, entry)  # a span in the last message
+        reply, facts = await ask(client, self.cfg, entry.body(), extra, state)
         for k, v in facts.items():
             setattr(rec, k, v)
         if reply.error and reply.connection_error:
@@ -148,7 +160,7 @@ class _TargetRun:
             elif self.dead is None and (lost := await self.unreachable(client)):
                 self.gone.append(lost)
                 return None
-        self.score(rec, reply, entry)
+        self.score(rec, reply, entry, turns)
         if self.decode is not None:
             rec.decode_first = self.decode.first
             rec.decode_tokens = await asyncio.to_thread(decode_tokens, self.p.tokenizer,
@@ -159,7 +171,7 @@ class _TargetRun:
         self.finish(rec)
         self.check_length(rec)
 
-    def score(self, rec: TrialRecord, reply, entry) -> None:
+    def score(self, rec: TrialRecord, reply, entry, turns=None) -> None:
         rec.prompt_tokens, rec.answer, rec.reasoning = reply.prompt_tokens, reply.answer, reply.reasoning
         rec.finish_reason, rec.completion_tokens = reply.finish_reason, reply.completion_tokens
         rec.latency_s, rec.ttft_s, rec.error = reply.latency_s, reply.ttft_s, reply.error
@@ -170,6 +182,8 @@ class _TargetRun:
             rec.needle, rec.expected = None, None
             rec.outcome = classify(scored_text(reply.answer, reply.reasoning), entry.content, self.known, reply.error)
             return
+        if turns is not None:  # prefix and similarity, as MRCR scores (niah.sweep.multiturn)
+            return score_reply(rec, turns, reply)
         j = judge(entry.expected, reply.answer, reply.reasoning, reply.finish_reason, reply.error,
                   distractors=entry.distractors, count_to=self.decode.count_to if self.decode else None,
                   keep_near=self.residues is not None)
@@ -231,6 +245,9 @@ async def run_target(prepared, spec, store, progress=None, dead: DeadFn | None =
     if spec.decode_first:  # the count's length under this target's counter: one search, before any trial
         run.decode = await asyncio.to_thread(decode_plan, prepared.tokenizer, spec.decode_first)
         run.cfg.max_tokens = decode_max_tokens(spec.max_tokens, run.decode)
+    if spec.multi_turn:  # a counter that counts whole chats; room for the prefix and the poem
+        await asyncio.to_thread(check_counter, prepared.tokenizer)
+        run.cfg.max_tokens = turn_max_tokens(spec.max_tokens)
     queue: asyncio.Queue = asyncio.Queue()
     for item in todo:
         queue.put_nowait(item)

@@ -23,6 +23,7 @@ from niah.prompts.needles import NeedleKind
 from niah.sweep.residues import parse_residues
 from niah.sweep.cache_state import check_states
 from niah.sweep.decode import check_decode
+from niah.sweep.multiturn import check_multi_turn
 from niah.tokens import check_tokenizer_spec
 
 _NUM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ki|k|m)?\s*$", re.IGNORECASE)
@@ -158,6 +159,7 @@ class SweepSpec:
     cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
     answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
     decode_first: int | None = None  # recall after about N generated tokens (niah.sweep.decode)
+    multi_turn: int | None = None  # N alike needles in a chat, the i-th asked (niah.sweep.multiturn)
     coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.commands.sweep_coverage)
 
     @property
@@ -207,6 +209,7 @@ def check_spec(spec: SweepSpec) -> None:
     if spec.answer_prefix is not None and (not spec.answer_prefix.strip() or spec.prompts is not None):
         raise BadInput("--answer-prefix needs a non-empty TEXT and prompts niah builds (not --prompts)")
     check_decode(spec.decode_first, spec.prompts)
+    check_multi_turn(spec)
     spec._checked = _fingerprint(spec)
 
 

@@ -127,5 +127,8 @@ def test_default_sweep_writes_no_new_fields(oracle, tmp_path):
     assert niah("sweep", "--endpoint", oracle.url, "--lengths", "600", "--depths", "50", "--trials", "1",
                 "--out", tmp_path / "d", "-q").returncode == 0
     rec = _lines(tmp_path / "d")[0]
-    assert not {"residue", "base_length", "near"} & set(rec)
-    assert "residues" not in json.loads((tmp_path / "d" / "manifest.json").read_text())["args"]
+    assert not {"residue", "base_length", "near", "decode_first", "decode_tokens"} & set(rec)
+    assert not {"multi_turn", "turns", "asked_index", "asked_turn", "required_prefix", "prefix_hit",
+                "similarity"} & set(rec)
+    args = json.loads((tmp_path / "d" / "manifest.json").read_text())["args"]
+    assert not {"residues", "decode_first", "multi_turn"} & set(args)

@@ -34,6 +34,10 @@ prompt tokens (above: content without the value). A prompt that asks to `first c
 to K, writing the numbers separated by spaces` is answered with the count, a newline, then the
 answer; --wrong-after-decode N: the value is wrong when that count is more than N tokens (a
 decode read that loses the needle).
+A multi-turn chat whose last message asks to `Prepend X to the Nth (1 indexed) short poem about
+T` (niah.prompts.turns) is answered with X, a newline and the N-th assistant reply that
+followed a `Write a short poem about T.` request; --mrcr-off-by-one answers the (N-1)-th
+(the 2nd when N is 1): a recall that lands on the neighbouring needle.
 GET /stats gives request counters; GET /seen every request's method, path, headers and
 body fields other than the prompt itself (messages / prompt), oldest first (the last 1000).
 Prints `PORT <n>` once listening (port 0 = free).
@@ -129,12 +133,15 @@ class Oracle:
         return hit
 
     # -- the "model" -----------------------------------------------------------------------
-    def answer(self, text: str, n_prompt: int, cached: int = 0) -> tuple[str, str | None]:
+    def answer(self, text: str, n_prompt: int, cached: int = 0, messages=None) -> tuple[str, str | None]:
         a = self.args
         if a.empty:
             return "", None
         if a.refuse:
             return "I'm sorry, but I cannot help with that request.", None
+        poem = self.mrcr(messages, text) if messages else None
+        if poem is not None:
+            return ("", poem) if a.reasoning else (poem, None)
         q = re.findall(r"special magic (?:number|uuid|word)s? for (.+?)(?: mentioned| (?:is|are)\s*$|\?)", text)
         keys = re.split(r", | and ", q[-1]) if q else []
         facts: dict[str, list[str]] = {}
@@ -166,6 +173,20 @@ class Oracle:
             return "", ans
         return ans, None
 
+    def mrcr(self, messages, text: str) -> str | None:
+        """The asked poem of a multi-turn prompt, prefixed as asked (None: not such a prompt)."""
+        asked = re.search(r"Prepend (\S+) to the (\d+)(?:st|nd|rd|th) \(1 indexed\) short poem about (.+?) in "
+                          r"this conversation", text)
+        if not asked:
+            return None
+        prefix, i, topic = asked.group(1), int(asked.group(2)), asked.group(3)
+        poems = [messages[j + 1]["content"] for j in range(len(messages) - 2)
+                 if messages[j]["role"] == "user" and messages[j + 1]["role"] == "assistant"
+                 and messages[j]["content"].endswith(f"Write a short poem about {topic}.")]
+        if self.args.mrcr_off_by_one:
+            i = i - 1 if i > 1 else 2
+        return f"{prefix}\n{poems[i - 1]}" if 1 <= i <= len(poems) else f"{prefix}\nI find no such poem."
+
     @staticmethod
     def count_first(text: str) -> str:
         """What a prompt asks to be written before the answer: "1 2 ... K" and a newline."""
@@ -190,7 +211,7 @@ class Oracle:
             return {"error": f"This model's maximum context length is {limit} tokens; "
                               f"the request has {n_prompt} + {max_tokens}", "status": 400}
         cached = self.cached(ids, max_tokens)
-        content, reasoning = self.answer(text, n_prompt, cached)
+        content, reasoning = self.answer(text, n_prompt, cached, body["messages"] if chat else None)
         out_text = reasoning if reasoning is not None else content
         if reasoning is not None and content:
             out_text = reasoning + content
@@ -413,6 +434,8 @@ def main(argv=None) -> None:
     p.add_argument("--corrupt-cached-above", type=int, default=0, help="wrong value when more tokens were cached")
     p.add_argument("--wrong-after-decode", type=int, default=0,
                    help="wrong value when more than this many tokens were generated before it")
+    p.add_argument("--mrcr-off-by-one", action="store_true",
+                   help="a multi-turn prompt asking for the i-th poem gets the (i-1)-th (the 2nd for the 1st)")
     p.add_argument("--ignore-answer-prefix", action="store_true", help="never start with an asked answer prefix")
     p.add_argument("--think-drop-above", type=int, default=-1,
                    help="reasoning carries the answer; content too only up to this many prompt tokens")
