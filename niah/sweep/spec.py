@@ -158,7 +158,7 @@ class SweepSpec:
     cache_states: list[str] | None = None  # None: not controlled; else cold/warm/repeat (niah.sweep.cache_state)
     answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
     decode_first: int | None = None  # recall after about N generated tokens (niah.sweep.decode)
-    coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.commands.sweep_coverage)
+    coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.sweep.plan.apply_coverage)
 
     @property
     def kind(self) -> NeedleKind:
