@@ -13,7 +13,8 @@ to 2,179 tokens with its 128-token window). `geometry_of(sources)` reads k, comp
 and window from dicts a configuration's manifest entry carries (its axes, settings, the
 command line's `geometry`, the server's /v1/models entry and /server_info facts), in
 that order: the first that gives a value wins; `attention = "dense"` anywhere means no
-regime (None). Pure data and pure functions; imports nothing of niah.
+regime (None). `config_regime(entry)` is that over one manifest configuration entry;
+`at_or_below_k` the lengths where every key is kept. Pure data and pure functions; imports nothing of niah.
 """
 
 from __future__ import annotations
@@ -101,3 +102,35 @@ def as_regime(value: "Regime | int | None") -> Regime | None:
     if value is None or isinstance(value, Regime):
         return value
     return Regime(int(value))
+
+
+# -- a manifest configuration's regime --------------------------------------------------
+def _sources(entry: dict) -> list[dict]:
+    server = entry.get("server") or {}
+    models = [m for m in ((server.get("models") or {}).get("data") or []) if isinstance(m, dict)]
+    info = server.get("server_info") if isinstance(server.get("server_info"), dict) else {}
+    att = info.get("niah_attestation")
+    facts = att.get("facts") if isinstance(att, dict) else None
+    return [entry.get("axes") or {}, entry.get("settings") or {}, entry.get("geometry") or {}, *models,
+            info, facts or {}]
+
+
+def config_topk(entry: dict | None) -> int | None:
+    """index_topk of one manifest configuration (None: dense or unknown): its axes, matrix
+    settings, or what the server said about itself (GET /v1/models, /server_info)."""
+    regime = config_regime(entry)
+    return regime.k if regime else None
+
+
+def config_regime(entry: dict | None) -> Regime | None:
+    """The sparse regime (niah.regime) of one manifest configuration: index_topk as
+    config_topk finds it, with the compression and index window from the same sources
+    (the command line's `geometry` between the matrix settings and the server's word)."""
+    return geometry_of(_sources(entry)) if isinstance(entry, dict) else None
+
+
+def at_or_below_k(lengths: Iterable[int], k: Regime | int | None) -> list[int]:
+    """The lengths where every key is kept (no selection): no longer than k under V3.2's
+    rule, below the regime's first sparse length otherwise."""
+    regime = as_regime(k)
+    return [int(n) for n in lengths if regime is not None and regime.dense(int(n))]

@@ -40,6 +40,7 @@ import httpx
 
 from niah.errors import ServerError
 from niah.redact import redact_argv, redact_env
+from niah.runs.side import open_log
 
 HOST = "127.0.0.1"
 TAIL_LINES = 30
@@ -248,7 +249,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.env = {"PYTHONUNBUFFERED": "1", **self.env}  # timely logs: the cause of a death
         full_env = {k: v for k, v in {**os.environ, **self.env}.items() if v is not None}
-        with open(self.log_path, "ab") as log:
+        with open_log(self.log_path) as log:
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             shown = redact_env(self.env)  # the log is kept with the run: no secret in it
             env_s = " ".join(f"{k}={v}" if v is not None else f"-u {k}" for k, v in shown.items())

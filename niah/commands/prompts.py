@@ -1,4 +1,6 @@
-"""`niah prompts build` (freeze a prompt set) and `niah rescore` (score stored answers again)."""
+"""`niah prompt` (one trial's prompt), `niah prompts build` (freeze a prompt set) and `niah rescore`
+(score stored answers again): option declarations and one library call each (niah.sweep.preview,
+niah.sweep.plan with niah.prompts.sets, niah.sweep.rescore)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,38 @@ from typing import Optional
 import typer
 
 from niah.cli import app, prompts_app
+from niah.commands.options import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
+                                   RESIDUES_HELP, TOKENIZER_HELP, given, needle_options)
 from niah.commands.request_options import request_options
-from niah.commands.sweep import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
-                                 TOKENIZER_HELP, make_spec, needle_options)
-from niah.commands.sweep_regime import RESIDUES_HELP, pick_auto_lengths, read_topks
 from niah.sweep.coverage import COVERAGE_HELP
+
+
+@app.command()
+@request_options
+@needle_options
+def prompt(
+    length: str = typer.Option("1k", help="Whole-prompt length in tokens (1k, 943, 128ki)."),
+    depth: float = typer.Option(50.0, help="Needle depth, percent."),
+    trial: int = typer.Option(0, help="Trial index."),
+    seed: int = typer.Option(0, help="Base seed."),
+    mode: str = typer.Option("chat", help="chat or completion."),
+    tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
+    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
+                                           help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
+    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
+                                        help="Served model name (default: the first in /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
+                                          help="Bearer token, if the server wants one."),
+    approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
+    json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
+    **kinds,
+) -> None:
+    """Print the prompt one sweep trial would send (same counter, same seed, same bytes)."""
+    from niah.sweep.preview import preview_prompt, show_prompt
+
+    p = preview_prompt(length, depth, trial, seed, mode, tokenizer, endpoint or DEFAULT_ENDPOINT, model, api_key,
+                       approximate_lengths, **kinds)
+    show_prompt(p, depth, trial, seed, json_out)
 
 
 @prompts_app.command("build")
@@ -51,25 +80,17 @@ def build_cmd(
     from niah.prompts.sets import build_set, write_set
     from niah.sweep import Target, prepare_target
     from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt
+    from niah.sweep.plan import COVERED, plan_spec
 
-    auto = None
-    if coverage is not None:  # the preset's lengths, residues and depths under the options given beside it
-        from niah.commands.sweep import _given
-        from niah.commands.sweep_coverage import COVERED, apply_coverage
-
-        now = dict(lengths=lengths, depths=depths, trials=trials, residues=residues, cache_state=None)
-        (lengths, depths, trials, residues, _), _ = apply_coverage(
-            coverage, now, _given(ctx, COVERED), endpoint=endpoint or DEFAULT_ENDPOINT, model=model,
-            api_key=api_key, timeout=timeout, geometry={}, tokenizer=tokenizer, max_tokens=32, build=True)
-    if lengths.strip() == "auto":  # k/2, k, 2k, ... of the server's index_topk, as the sweep does
-        topks, context = read_topks(None, endpoint or DEFAULT_ENDPOINT, model, api_key, True, timeout)
-        auto = pick_auto_lengths(topks, context, 32)
-        typer.echo(f"niah: --lengths auto: {', '.join(map(str, auto))}", err=True)
-    spec = make_spec(lengths, depths, trials, seed, 32, mode, tokenizer, timeout=timeout,
-                     approximate_lengths=approximate_lengths, auto=auto, residues=residues, **kinds)
+    endpoint = endpoint or DEFAULT_ENDPOINT
+    values = dict(lengths=lengths, depths=depths, trials=trials, seed=seed, max_tokens=32, mode=mode,
+                  tokenizer=tokenizer, timeout=timeout, approximate_lengths=approximate_lengths, residues=residues,
+                  **kinds)
+    spec = plan_spec(values, given(ctx, COVERED), endpoint=endpoint, model=model, api_key=api_key,
+                     coverage=coverage, build=True)
     try:
         with terminate_as_interrupt():
-            prepared = prepare_target(Target(endpoint or DEFAULT_ENDPOINT, model=model, api_key=api_key), spec)
+            prepared = prepare_target(Target(endpoint, model=model, api_key=api_key), spec)
             entries = build_set(prepared.tokenizer, spec)
             write_set(out, entries)
     except KeyboardInterrupt as e:

@@ -10,8 +10,8 @@ expected values, the distractor values, the counter that measured it and its cou
 trial's seed and the base seed it came from (`base_seed`, schema 2; null in a schema-1
 set) and the needle and haystack kinds. Building is deterministic: the same spec and
 counter give the same bytes (keys sorted, no timestamps). A sweep without `--prompts`
-writes the prompts it builds to RUN/prompts.jsonl (one line per distinct prompt), which
-is itself a set `--prompts` accepts.
+writes the prompts it builds to RUN/prompts.jsonl (one line per distinct prompt,
+niah.runs.prompts), which is itself a set `--prompts` accepts.
 
 `load_set(path)` reads a set once and keeps what a run records about where its prompts
 came from (`SetIndex.provenance()`: the file's sha256, its base seeds and its build
@@ -32,7 +32,6 @@ from niah.prompts.builder import build_prompt, prompt_sha256
 from niah.prompts.needles import Needle, trial_seed
 
 SET_SCHEMA = 2  # 2: base_seed; readers take 1 and 2
-RUN_PROMPTS = "prompts.jsonl"
 
 
 @dataclass
@@ -215,38 +214,3 @@ class SetIndex:
 
     def get(self, length: int, depth: float, trial: int) -> SetEntry:
         return self.by[(int(length), float(depth), int(trial))]
-
-
-class RunPrompts:
-    """RUN/prompts.jsonl: the prompts a sweep built, one line per distinct prompt and
-    coordinates (two residue lengths of one block whose counts land on one haystack cut
-    send one prompt at two coordinates: both are written)."""
-
-    def __init__(self, run_dir: Path | str):
-        self.path = Path(run_dir) / RUN_PROMPTS
-        self.seen: set[tuple] = set()
-        if self.path.exists():
-            with open(self.path, "rb+") as f:  # a line cut short by a kill: end it, so the next starts clean
-                if f.seek(0, os.SEEK_END):
-                    f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":
-                        f.write(b"\n")
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    self.seen.add(_coordinates(json.loads(line)))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a half-written last line: that prompt is written again
-
-    def add(self, entry: SetEntry) -> None:
-        at = _coordinates(asdict(entry))
-        if at in self.seen:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(entry.to_line() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.seen.add(at)
-
-
-def _coordinates(e: dict) -> tuple:
-    return (e["prompt_sha256"], int(e["length"]), float(e["depth"]), int(e["trial"]), bool(e.get("control")))

@@ -52,6 +52,7 @@ LAST_ASKS = (FILLER_ASK, "Now w" + FILLER_ASK[1:], "And now w" + FILLER_ASK[1:],
 NEEDLE_ASK = "Write a short poem about {topic}."
 QUESTION = ("Prepend {prefix} to the {ordinal} (1 indexed) short poem about {topic} in this conversation, then "
             "write that poem again exactly as it was. Do not include any other text in your response.")
+FOUND_SIMILARITY = 0.9  # a reply found: its prefix, then this similarity to the asked poem (niah.sweep.multiturn)
 PREFIX_CHARS = string.ascii_letters + string.digits
 PREFIX_LEN = 10
 MAX_FILLER_TURNS = 64

@@ -69,7 +69,7 @@ from niah.report.compare import ALL, Row, compare
 from niah.report.ranks import rank_compare, rank_is_regression
 from niah.regime import as_regime
 from niah.report.residues import has_residues, modulus_of
-from niah.sweep.indexer import at_or_below_k, config_regime
+from niah.regime import at_or_below_k, config_regime
 
 PASS, REGRESSION, OUTAGE, SKIPPED = "pass", "regression", "outage", "skipped"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from niah.report import style
 from niah.regime import Regime, as_regime
-from niah.sweep.indexer import config_regime
+from niah.regime import config_regime
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 
 from niah.report import style
-from niah.sweep.indexer import layer_rows
+from niah.runs.side import layer_rows
 
 FIDELITY_SCALE = (0.0, 1.0)
 FONT_MIN = 11.0  # points, at style.save's dpi: every label, tick and legend of the figure

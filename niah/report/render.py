@@ -16,7 +16,8 @@ from niah.report.ranks import rank_compare
 from niah.report.style import save
 from niah.runs.integrity import load_checked
 from niah.report.residues import modulus_of, residue_table
-from niah.sweep.indexer import config_regime, config_topk, read_details
+from niah.regime import config_regime, config_topk
+from niah.runs.side import read_details
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from niah.errors import BadInput
-from niah.sweep.multiturn import THRESHOLD
+from niah.prompts.turns import FOUND_SIMILARITY as THRESHOLD
 
 
 def _value(v: Any) -> int | None:

@@ -3,8 +3,12 @@
     RUN/manifest.json   what was asked and who answered: niah.runs.manifest, its only writer
     RUN/trials.jsonl    one line per finished trial (niah.runs.record): niah.runs.trials
     RUN/.niah.lock      one sweep at a time: niah.runs.lock
-    RUN/prompts.jsonl   the prompts a sweep built (niah.prompts.sets.RunPrompts)
+    RUN/prompts.jsonl   the prompts a sweep built: niah.runs.prompts
+    RUN/indexer/, logs/ side files (the indexer probe's detail, servers' logs): niah.runs.side
+    RUN/parts/<config>/ a spread matrix's job folders, merged into RUN: niah.runs.parts
 
 niah.runs.folder starts a sweep's folder (lock, manifest args, resume checks) and
 niah.runs.export writes the trials as one table. docs/run-format.md has the layout.
+Nothing outside niah.runs opens a run folder's files for writing (tests/harness checks
+the source tree); a report's pages are the report's own (niah.report).
 """

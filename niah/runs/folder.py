@@ -22,11 +22,11 @@ from niah.errors import BadInput
 from niah.prompts.builder import corpus_info
 from niah.prompts.haystacks import haystack_info
 from niah.prompts.needles import NEEDLE, QUESTION
-from niah.prompts.sets import RUN_PROMPTS, RunPrompts
 from niah.redact import redact_argv
 from niah.runs.integrity import prompt_set as sent_prompts
 from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
+from niah.runs.prompts import RUN_PROMPTS, RunPrompts
 from niah.runs.record import now
 from niah.runs.trials import ERRORS, TRIALS, RunStore
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from niah.errors import BadInput
-from niah.prompts.sets import RUN_PROMPTS
+from niah.runs.prompts import RUN_PROMPTS
 from niah.runs.manifest import read_manifest
 from niah.runs.record import record_problem
 from niah.runs.trials import TRIALS, read_trials, record_key

@@ -127,7 +127,7 @@ class RunStore:
         self.skipped_lines: list[int] = []
         self.retried = 0  # error records moved aside on resume, to run again
         self.lock = None  # niah.runs.lock.RunLock held while a sweep writes here
-        self.prompts = None  # niah.prompts.sets.RunPrompts: the prompts this sweep built
+        self.prompts = None  # niah.runs.prompts.RunPrompts: the prompts this sweep built
 
     # -- opening -----------------------------------------------------------------------
     def open(self, resume: bool, retry_errors: bool = True) -> "RunStore":
@@ -176,13 +176,7 @@ class RunStore:
     def _rewrite(self, trials: Path, records: list[dict[str, Any]]) -> None:
         """Rewrite trials.jsonl with `records` (atomically): drops unparsable lines, so
         appends after a resume never glue onto a half-written line."""
-        tmp = trials.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, trials)
+        _rewrite(trials, records)
 
     # -- writing -----------------------------------------------------------------------
     def append(self, rec: dict[str, Any]) -> None:
@@ -226,3 +220,18 @@ def load_run(run_dir: Path | str, warn: bool = True) -> tuple[dict[str, Any], li
             stacklevel=2,
         )
     return manifest, loaded.records
+
+
+def rewrite_trials(run_dir: Path | str, records: list[dict[str, Any]]) -> None:
+    """Replace RUN/trials.jsonl with `records` (atomically; rescore's writer)."""
+    _rewrite(Path(run_dir) / TRIALS, records)
+
+
+def _rewrite(trials: Path, records: list[dict[str, Any]]) -> None:
+    tmp = trials.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, trials)

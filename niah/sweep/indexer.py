@@ -6,21 +6,23 @@ query row (the last prompt token, then each decode step until the answer holds t
 needle's value) and per layer: the share of the value's tokens kept, the best and worst
 value token's rank / k, the margin of the worst kept one over the k-th score, and the
 top-k overlap with exact fp32 keys (fidelity). `summarise` turns that detail into the
-compact `indexer` object of trials.jsonl; the detail itself goes to RUN/indexer/<config>.jsonl.
+compact `indexer` object of trials.jsonl; the detail itself goes to RUN/indexer/<config>.jsonl
+(niah.runs.side writes and reads it). A configuration's regime (config_regime) and the
+lengths at or below k are niah.regime's, re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-from pathlib import Path
 from typing import Any, Iterable
 
-from niah.regime import Regime, as_regime, geometry_of
+from niah.regime import Regime, as_regime, at_or_below_k, config_regime, config_topk
+from niah.runs.side import layer_rows
 
-INDEXER_DIR = "indexer"
 LAYER_KEYS = ("kept", "rank_best", "rank_worst", "margin", "fidelity")
+# read here, defined below the sweep (the report reads them too, and imports nothing of niah.sweep)
+__all__ = ["LAYER_KEYS", "at_or_below_k", "auto_lengths", "config_regime", "config_topk", "geometry_conflict",
+           "layer_rows", "length_warnings", "request_fields", "summarise"]
 
 
 def _cells(detail: dict, key: str) -> list[float]:
@@ -59,21 +61,6 @@ def summarise(detail: dict | None) -> dict | None:
     return out
 
 
-def layer_rows(detail: dict) -> list[dict[str, float | None]]:
-    """Per layer over the active steps: median worst rank / k, mean kept share."""
-    active = [s for s in detail.get("steps") or [] if s.get("active")]
-    if not active:
-        return []
-    n_layer = max(len(s.get("rank_worst") or []) for s in active)
-    rows = []
-    for i in range(n_layer):
-        ranks = [s["rank_worst"][i] for s in active if s["rank_worst"][i] is not None]
-        kept = [s["kept"][i] for s in active if s["kept"][i] is not None]
-        rows.append({"rank_worst": statistics.median(ranks) if ranks else None,
-                     "kept": statistics.fmean(kept) if kept else None})
-    return rows
-
-
 def request_fields(prepared, p) -> dict | None:
     """The niah request extensions this server takes: the needle's char span, and the
     value's (for the indexer probe)."""
@@ -87,62 +74,7 @@ def request_fields(prepared, p) -> dict | None:
     return extra or None
 
 
-# -- the side file ----------------------------------------------------------------------
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "config"
-
-
-def append_detail(run_dir: Path | str, rec: dict, detail: dict) -> None:
-    """Append one trial's probe detail to RUN/indexer/<config>.jsonl (flushed, fsynced)."""
-    folder = Path(run_dir) / INDEXER_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    line = {k: rec.get(k) for k in ("config", "length", "depth", "trial", "prompt_sha256")}
-    with open(folder / f"{_slug(str(rec['config']))}.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps({**line, "detail": detail}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_details(run_dir: Path | str) -> list[dict]:
-    """Every side-file line of a run (the last one per trial wins; unreadable lines skipped)."""
-    folder = Path(run_dir) / INDEXER_DIR
-    seen: dict[tuple, dict] = {}
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        for raw in path.read_text(encoding="utf-8").splitlines():
-            try:
-                d = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(d, dict) and isinstance(d.get("detail"), dict):
-                seen[(d.get("config"), d.get("length"), d.get("depth"), d.get("trial"))] = d
-    return list(seen.values())
-
-
 # -- lengths relative to k ----------------------------------------------------------------
-def _sources(entry: dict) -> list[dict]:
-    server = entry.get("server") or {}
-    models = [m for m in ((server.get("models") or {}).get("data") or []) if isinstance(m, dict)]
-    info = server.get("server_info") if isinstance(server.get("server_info"), dict) else {}
-    att = info.get("niah_attestation")
-    facts = att.get("facts") if isinstance(att, dict) else None
-    return [entry.get("axes") or {}, entry.get("settings") or {}, entry.get("geometry") or {}, *models,
-            info, facts or {}]
-
-
-def config_topk(entry: dict | None) -> int | None:
-    """index_topk of one manifest configuration (None: dense or unknown): its axes, matrix
-    settings, or what the server said about itself (GET /v1/models, /server_info)."""
-    regime = config_regime(entry)
-    return regime.k if regime else None
-
-
-def config_regime(entry: dict | None) -> Regime | None:
-    """The sparse regime (niah.regime) of one manifest configuration: index_topk as
-    config_topk finds it, with the compression and index window from the same sources
-    (the command line's `geometry` between the matrix settings and the server's word)."""
-    return geometry_of(_sources(entry)) if isinstance(entry, dict) else None
-
-
 def geometry_conflict(given: dict, server: list) -> str | None:
     """What the command line's geometry says against the server's own word, or None."""
     for key, said in given.items():
@@ -151,13 +83,6 @@ def geometry_conflict(given: dict, server: list) -> str | None:
                 return (f"--{key.replace('_', '-')} {said} contradicts the server, which reports {key} "
                         f"{src.get(key)}; drop the option")
     return None
-
-
-def at_or_below_k(lengths: Iterable[int], k: Regime | int | None) -> list[int]:
-    """The lengths where every key is kept (no selection): no longer than k under V3.2's
-    rule, below the regime's first sparse length otherwise."""
-    regime = as_regime(k)
-    return [int(n) for n in lengths if regime is not None and regime.dense(int(n))]
 
 
 def length_warnings(lengths: list[int], topks: dict[str, Regime | int | None]) -> list[str]:

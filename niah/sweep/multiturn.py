@@ -37,7 +37,7 @@ from __future__ import annotations
 import difflib
 
 from niah.errors import BadInput, ServerError
-from niah.prompts.turns import TurnFacts, build_turns
+from niah.prompts.turns import FOUND_SIMILARITY, TurnFacts, build_turns
 from niah.sweep.scoring import _REFUSAL, scored_text
 
 MULTI_TURN_HELP = ("MRCR-style recall: the prompt (its length still exact) is a chat whose earlier turns hold N "
@@ -45,7 +45,7 @@ MULTI_TURN_HELP = ("MRCR-style recall: the prompt (its length still exact) is a 
                    "string; scored by prefix and similarity (>= 0.9). Recorded per trial (multi_turn, asked_index, "
                    "prefix_hit, similarity); the report has a section.")
 MAX_NEEDLES = 64
-THRESHOLD = 0.9
+THRESHOLD = FOUND_SIMILARITY
 REPLY_ROOM = 96  # tokens added to max_tokens: a 10-character prefix and a four-line poem
 FIELDS = ("multi_turn", "turns", "asked_index", "asked_turn", "required_prefix", "prefix_hit", "similarity")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from niah.errors import BadInput
-from niah.prompts.sets import RUN_PROMPTS
 from niah.runs.folder import is_run_manifest
 from niah.runs.lock import RunLock
-from niah.runs.trials import TRIALS, RunStore, read_trials, record_key
+from niah.runs.prompts import RUN_PROMPTS
+from niah.runs.trials import TRIALS, read_trials, record_key, rewrite_trials
 from niah.sweep.judge import judge
 from niah.sweep.multiturn import rescore as rescore_multi_turn
 
@@ -95,6 +95,6 @@ def rescore_run(run: Path | str, write: bool = True) -> Rescored:
                 res.changed.append((record_key(rec), rec.get("outcome"), new["outcome"]))
             out.append(new)
         if write and (res.changed or out != loaded.records):
-            RunStore(run)._rewrite(run / TRIALS, out)
+            rewrite_trials(run, out)
             res.written = True
     return res

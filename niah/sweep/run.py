@@ -25,13 +25,14 @@ from niah.prompts.needles import trial_seed
 from niah.prompts.sets import entry_from_prompt
 from niah.runs.record import TrialRecord
 from niah.runs.trials import trial_key
+from niah.runs.side import append_detail
 from niah.sweep.cache_state import ask, cold_lead
 from niah.sweep.control import classify, pending_controls, sweep_values
 from niah.sweep.decode import decode_plan, decode_tokens
 from niah.sweep.decode import max_tokens as decode_max_tokens
 from niah.sweep.multiturn import TurnFacts, build_turn_prompt, check_counter, score_reply, set_fields
 from niah.sweep.multiturn import max_tokens as turn_max_tokens
-from niah.sweep.indexer import append_detail, request_fields, summarise
+from niah.sweep.indexer import request_fields, summarise
 from niah.sweep.residues import block, parse_residues
 from niah.sweep.judge import judge
 from niah.sweep.reasoning import found_in, prefix_kept

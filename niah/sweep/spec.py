@@ -160,7 +160,7 @@ class SweepSpec:
     answer_prefix: str | None = None  # the answer must start with it (niah.sweep.reasoning)
     decode_first: int | None = None  # recall after about N generated tokens (niah.sweep.decode)
     multi_turn: int | None = None  # N alike needles in a chat, the i-th asked (niah.sweep.multiturn)
-    coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.commands.sweep_coverage)
+    coverage: dict | None = None  # --coverage: {"preset", "options", "given"} (niah.sweep.plan.apply_coverage)
 
     @property
     def kind(self) -> NeedleKind:

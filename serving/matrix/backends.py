@@ -39,7 +39,8 @@ from pathlib import Path
 from niah.errors import BadInput
 from niah.serving.launch import _die_with_parent
 from niah.serving.matrix.executor import Executor, local_slots
-from niah.serving.matrix.parts import JOB_OUTPUT, JOB_SCRIPT, JOB_SPEC, part_dir, read_status
+from niah.runs.parts import (JOB_OUTPUT, JOB_SCRIPT, JOB_SPEC, open_job_output, part_dir, read_status,
+                              write_job_script)
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "STOPPED"}
@@ -106,8 +107,7 @@ class SlurmBackend:
         return "\n".join(lines) + "\n"
 
     def submit(self, name: str) -> str:
-        script = part_dir(self.out, name) / JOB_SCRIPT
-        script.write_text(self.job_script(name), encoding="utf-8")
+        script = write_job_script(self.out, name, self.job_script(name))
         r = _slurm(["sbatch", "--parsable", str(script)])
         job_id = r.stdout.strip().split(";")[0]
         if r.returncode != 0 or not job_id.isdigit():
@@ -182,9 +182,8 @@ class LocalBackend:
         while self.queue and self.free:
             job_id = self.queue.pop(0)
             job, slot = self.jobs[job_id], self.free.pop(0)
-            part = part_dir(self.out, job["name"])
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(slot)}
-            with open(part / JOB_OUTPUT, "ab") as log:
+            with open_job_output(self.out, job["name"]) as log:
                 job["proc"] = subprocess.Popen(job_command(self.out, job["name"]), stdin=subprocess.DEVNULL,
                                                stdout=log, stderr=subprocess.STDOUT, env=env,
                                                start_new_session=True, preexec_fn=_die_with_parent)

@@ -1,6 +1,6 @@
 """One configuration of a spread matrix, run where its job landed: `python -m niah.serving.matrix.job JOB.json`.
 
-JOB.json (serving/matrix/parts.py `write_job_spec`) names the matrix file, the
+JOB.json (niah.runs.parts `write_job_spec`) names the matrix file, the
 configuration, the sweep spec and the part folder. The job runs that one configuration
 exactly as the local matrix does (serving/matrix/run.py: start its server, sweep, stop)
 into its part folder only, resuming it when the part already holds a run, and records
@@ -21,9 +21,9 @@ from pathlib import Path
 
 from niah.errors import BadInput, NiahError
 from niah.runs.manifest import MANIFEST
+from niah.runs.parts import write_status
 from niah.runs.record import now
 from niah.serving.matrix.parse import Matrix, load_matrix
-from niah.serving.matrix.parts import write_status
 from niah.serving.matrix.run import sweep_matrix
 from niah.sweep import SweepSpec
 from niah.sweep.interrupt import EXIT_ON_SIGNAL, terminate_as_interrupt

@@ -6,7 +6,7 @@ The coordinator (this process) holds RUN's lock and is the only writer of RUN's 
 and trials. Each launched configuration with trials left becomes one job
 (serving/matrix/backends.py) that runs it into RUN/parts/<config>/ and nowhere else
 (serving/matrix/job.py); when the job ends, its part is merged into RUN
-(serving/matrix/parts.py), so `niah report`, `compare` and `gate` read RUN as a local run.
+(niah.runs.parts), so `niah report`, `compare` and `gate` read RUN as a local run.
 External endpoints are swept here, while the jobs run.
 
 The manifest's `configs.<name>.job` records the job (`executor`, `id`, `state` as the
@@ -34,12 +34,12 @@ from niah.errors import BadInput
 from niah.redact import redact_settings
 from niah.runs.folder import start_run
 from niah.runs.manifest import change_manifest, read_manifest, update_config
+from niah.runs.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
 from niah.runs.record import now
 from niah.serving.launch import cause_from_log, log_tail
 from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
-from niah.serving.matrix.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
 from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_fp4_platform, manifest_matrix, record_errors,
                                      remember_secrets, sweep_matrix)
 from niah.sweep import SweepSpec, check_spec

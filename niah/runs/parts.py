@@ -14,20 +14,22 @@ each part into RUN with `merge_part`: trials appended through RUN's RunStore (a 
 there is never written twice), prompts added to RUN/prompts.jsonl (one line per distinct
 prompt), the indexer side file copied, and the part's manifest entry for its configuration
 copied into RUN's manifest beside the job record (`job`, `jobs`) the coordinator keeps.
-Merging is idempotent: merging a part again adds only what is new.
+Merging is idempotent: merging a part again adds only what is new. The job's files are
+written here too: its spec (`write_job_spec`), status (`write_status`), Slurm script
+(`write_job_script`) and the output stream a local job writes to (`open_job_output`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from niah.prompts.sets import RUN_PROMPTS, SetEntry
 from niah.runs.manifest import MANIFEST, read_manifest, update_config
+from niah.runs.prompts import merge_prompts
+from niah.runs.side import copy_details, open_log
 from niah.runs.trials import TRIALS, read_trials
 
 PARTS = "parts"
@@ -75,6 +77,18 @@ def write_status(part: Path, changes: dict[str, Any]) -> None:
     _write_json(path, {**data, **changes})
 
 
+def write_job_script(out: Path, name: str, text: str) -> Path:
+    """RUN/parts/<name>/job.sh: the Slurm batch script of the job."""
+    path = part_dir(out, name) / JOB_SCRIPT
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def open_job_output(out: Path, name: str) -> BinaryIO:
+    """RUN/parts/<name>/job.out opened for appending bytes: a local job's stdout and stderr."""
+    return open_log(part_dir(out, name) / JOB_OUTPUT)
+
+
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
@@ -87,7 +101,7 @@ def merge_part(out: Path, store, name: str, errors: bool = True) -> int:
     part = part_dir(out, name)
     if not part.is_dir():
         return 0
-    _merge_prompts(part, store.prompts)
+    merge_prompts(part, store.prompts)
     added = 0
     for rec in read_trials(part / TRIALS).records:  # a line cut short by a kill is skipped
         if rec.get("config") != name or (not errors and rec.get("outcome") == "error"):
@@ -95,34 +109,10 @@ def merge_part(out: Path, store, name: str, errors: bool = True) -> int:
         before = len(store.done)
         store.append(rec)
         added += len(store.done) - before
-    _copy_indexer(part, out, name)
+    copy_details(part, out)
     if (part / MANIFEST).is_file():
         entry = (read_manifest(part).get("configs") or {}).get(name)
         if isinstance(entry, dict):
             update_config(out, name, lambda old: {**{k: v for k, v in entry.items() if k not in _KEPT},
                                                   **{k: old[k] for k in _KEPT if k in old}})
     return added
-
-
-def _merge_prompts(part: Path, prompts) -> None:
-    path = part / RUN_PROMPTS
-    if prompts is None or not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            data = json.loads(line)
-            entry = SetEntry(**data)
-        except (ValueError, TypeError):
-            continue  # a line cut short: the job writes it again when it resumes
-        prompts.add(entry)
-
-
-def _copy_indexer(part: Path, out: Path, name: str) -> None:
-    src = part / "indexer"
-    if not src.is_dir():
-        return
-    (Path(out) / "indexer").mkdir(exist_ok=True)
-    for f in src.glob("*.jsonl"):
-        tmp = Path(out) / "indexer" / (f.name + ".tmp")
-        shutil.copyfile(f, tmp)
-        os.replace(tmp, Path(out) / "indexer" / f.name)
