@@ -43,6 +43,9 @@ and end, of every segment.
 - a configuration absent from the manifest (`status(None)`: trials under a name no sweep
   of the run recorded) is INVALID.
 
+What each recorded engine name implies (must it prove its label, does it list SGLang
+schedulers, which labels its launcher defaults) is data in niah.attestation.engines.
+
 `status(entry)` is the one place that judges a manifest `configs.<name>` entry: VALID,
 INVALID or UNATTESTED, and why; report, compare and gate all use it. Pure functions.
 """
@@ -51,11 +54,11 @@ from __future__ import annotations
 
 from niah.attestation.calls import (KEY_PATHS, bf16_grown, bf16_paths, fp8_niah_grown, fp8_niah_paths, kernel_calls,
                                     ran_summary)
+from niah.attestation.engines import facts
 from niah.attestation.format import MEASURED_FACTS, add_calls
 from niah.axes import stated_labels
 
 VALID, INVALID, UNATTESTED = "valid", "INVALID", "unattested"
-LAUNCHED = ("sglang", "embedded")  # niah launches them: they must prove their label
 
 
 def labels(entry: dict) -> dict:
@@ -84,12 +87,8 @@ def last_attestation(entry: dict) -> dict | None:
 
 
 def _label(entry: dict) -> dict:
-    """The stated labels, with what niah's SGLang launcher defaults to."""
-    lab = labels(entry)
-    if entry.get("engine") == "sglang":
-        lab.setdefault("index_dtype", "fp8")
-        lab.setdefault("kernels", "niah" if lab["index_dtype"] == "bf16" else "stock")
-    return lab
+    """The stated labels, with what the engine's launcher defaults to (niah.attestation.engines)."""
+    return facts(entry.get("engine")).label_defaults(labels(entry))
 
 
 def _fmt(lab: dict) -> str:
@@ -108,7 +107,7 @@ def judge(entry: dict) -> tuple[str, str]:
     engine = entry.get("engine")
     segments = _segments(entry)
     if not segments:
-        if engine in LAUNCHED:
+        if facts(engine).must_prove:
             how = (f" ({entry['status']}: {entry.get('cause') or 'no cause recorded'})"
                    if entry.get("status") not in (None, "done") else "")
             return INVALID, f"no attestation was read from its {engine} server{how}"
@@ -197,10 +196,10 @@ def _segment(seg: dict, engine: str | None, label: dict, stated: dict,
         E = nxt  # closed by the resumed sweep's start reading (module doc)
     problem = _problem(E, "end") or _problem(S, "start")
     attested = any(r and r.get("attestation") for r in (S, E))
-    if engine in LAUNCHED or attested:
+    if facts(engine).must_prove or attested:
         if problem:
             return INVALID, problem, None
-        if engine == "sglang" and label.get("kernels") == "stock":
+        if facts(engine).stock_arm and label.get("kernels") == "stock":
             return (*_stock(S, E, label.get("index_dtype", "fp8")), None)
         for r, when in ((S, "start"), (E, "end")):
             bad = _coverage(r, when, engine)
@@ -263,7 +262,7 @@ def _coverage(r: dict, when: str, engine: str | None) -> str | None:
     """Every scheduler must carry the attestation."""
     n, k = r.get("internal_states"), r.get("attested_states") or 0
     if not r.get("attestation"):
-        if engine == "sglang" or n:
+        if facts(engine).schedulers or n:
             return (f"no niah_attestation in /server_info at the {when}: niah's plugin did not run in SGLang's "
                     "scheduler processes (SGLANG_PLUGINS set without niah?)")
         return f"its server reported no niah_attestation at the {when}"

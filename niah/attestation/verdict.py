@@ -10,7 +10,8 @@ niah.attestation.rules.status. Pure functions (say_state prints through the call
 
 from __future__ import annotations
 
-from niah.attestation.rules import INVALID, LAUNCHED, UNATTESTED, VALID, labels, last_attestation, status
+from niah.attestation.engines import facts
+from niah.attestation.rules import INVALID, UNATTESTED, VALID, labels, last_attestation, status
 from niah.errors import BadInput
 
 ACCEPT_FLAG = "--accept-unattested"
@@ -53,7 +54,7 @@ def check_configs(manifest: dict, names, where: str, accept_unattested: bool = F
 
 
 def _shown(entry: dict | None) -> bool:
-    return entry is None or bool(entry.get("engine") in LAUNCHED or labels(entry) or last_attestation(entry))
+    return entry is None or bool(facts(entry.get("engine")).must_prove or labels(entry) or last_attestation(entry))
 
 
 def report_section(manifest: dict, names) -> str | None:

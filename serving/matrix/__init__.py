@@ -4,12 +4,14 @@
     run_matrix("serving/examples/sglang.toml", spec, out)
 
 serving/matrix/parse.py reads and checks the file (`load_matrix`, `parse_matrix`,
-`matrix_topks`; serving/matrix/lines.py finds each key's line for error messages),
-serving/matrix/commands.py builds each configuration's command and the dry run,
+`matrix_topks`; serving/matrix/lines.py finds each key's line for error messages), each
+engine's keys, command and checks being its own module's (serving/matrix/engines/, one
+registry); serving/matrix/commands.py builds each configuration's command and the dry run,
 serving/matrix/run.py runs the matrix here, one server at a time, through niah.sweep's one
 orchestrator, and serving/matrix/spread.py runs it as jobs at once (the [executor] table:
-serving/matrix/executor.py; Slurm or this host's GPU sets: backends.py; one part folder per
-configuration, merged into the run folder: parts.py; the job itself: job.py).
+serving/matrix/executor.py; each executor, e.g. Slurm or this host's GPU sets, its own
+module: serving/matrix/executors/, one registry; what their jobs share: backends.py; one
+part folder per configuration, merged into the run folder: parts.py; the job itself: job.py).
 """
 
 from niah.serving.matrix.commands import (axis_differences, format_command, matrix_commands, print_matrix_commands,

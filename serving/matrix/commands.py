@@ -1,100 +1,31 @@
 """What launches each configuration of a matrix: exact command lines and environments.
 
-`server_command(cfg, port)` is the argv and environment that serve one configuration
-(embedded: `niah serve`; sglang: serving/sglang builds it; command: the configured argv
-with {port} and axis keys filled in). `matrix_commands` / `print_matrix_commands` are the
+`server_command(cfg, port)` is the argv and environment that serve one configuration, as
+its engine builds them (serving/matrix/engines/). `matrix_commands` / `print_matrix_commands` are the
 dry run; `axis_differences` says what tells configurations apart on the command line.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from niah.axes import AXIS_KEYS, comparable_axes
-from niah.errors import BadInput
+from niah.axes import comparable_axes
 from niah.redact import redact_argv, redact_env
-from niah.serving.launch import HOST
-from niah.serving.matrix.backends import print_jobs
 from niah.serving.matrix.keys import PORT_PLACEHOLDER
-from niah.serving.matrix.parse import PLACEHOLDER_RE, Matrix, MatrixConfig, load_matrix
-from niah.serving.sglang import refusals
-from niah.serving.sglang.arms import default_kernels
-from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
-from niah.serving.sglang.refusals import parser_status
+from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
 
 
 # -- commands -----------------------------------------------------------------------------
-def embedded_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
-    """argv and environment overrides for the embedded CPU server (`niah serve`)."""
-    s = cfg.settings
-    argv = [s.get("python", sys.executable), "-m", "niah", "serve"]
-    for key, flag in (("attention", "--attention"), ("index_dtype", "--index-dtype"),
-                      ("index_rotation", "--index-rotation"), ("index_query_dtype", "--index-query-dtype"),
-                      ("rescore_factor", "--rescore-factor"), ("index_topk", "--index-topk"), ("window", "--window")):
-        if key in s:
-            argv += [flag, str(s[key])]
-    argv += ["--host", HOST, "--port", str(port), *s.get("args", [])]
-    return argv, cfg.env
-
-
-def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
-    """argv and environment for one SGLang arm (serving/sglang builds them: stock is SGLang's
-    own launch_server, niah arms go through niah's launch entry). What the arm cannot serve
-    is refused here when SGLang's parser is importable, else by the launch entry
-    (serving/sglang/refusals.py)."""
-    s = cfg.settings
-    launch = SGLangLaunch(
-        model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
-        host=HOST, index_dtype=s.get("index_dtype", "fp8"), kernels=s.get("kernels"),
-        index_topk=s.get("index_topk"),
-        extra_args=list(s.get("args", [])), env=cfg.env,
-    )
-    if "python" in s:
-        launch.python = s["python"]
-    try:
-        argv, env = build_sglang_command(launch)
-        merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-        override = {} if launch.index_topk is None else {"index_topk": launch.index_topk}
-        refusals.check_command(argv, merged, override, launch.index_dtype)  # where SGLang's parser is importable
-    except BadInput as e:
-        raise BadInput(f"{cfg.name} (line {cfg.line}): {e}") from None
-    return _with_placeholder(argv, port), env
-
-
-_PORT_SENTINEL = 65535
-
-
-def _with_placeholder(argv: list[str], port: int | str) -> list[str]:
-    if port != PORT_PLACEHOLDER:
-        return argv
-    out = list(argv)
-    for i, a in enumerate(out[:-1]):
-        if a == "--port" and out[i + 1] == str(_PORT_SENTINEL):
-            out[i + 1] = PORT_PLACEHOLDER
-    return out
-
-
-def generic_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
-    """engine = "command": the configured argv with {port} and {axis} keys filled in."""
-    values = {**{k: str(v) for k, v in cfg.settings.items() if k in AXIS_KEYS}, "port": str(port)}
-    argv = [PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), a) for a in cfg.settings["command"]]
-    return argv, cfg.env
-
-
 def server_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[str, str]]:
-    """The exact command and environment overrides that serve `cfg` on `port`."""
-    if cfg.engine == "command":
-        return generic_command(cfg, port)
-    if cfg.engine == "embedded":
-        return embedded_command(cfg, port)
-    if cfg.engine == "sglang":
-        return sglang_command(cfg, port)
-    raise ValueError(f"engine {cfg.engine!r} is not launched by niah")
+    """The exact command and environment overrides that serve `cfg` on `port` (its engine's
+    `command`: serving/matrix/engines/)."""
+    if cfg.kind.command is None:
+        raise ValueError(f"engine {cfg.engine!r} is not launched by niah")
+    return cfg.kind.command(cfg, port)
 
 
 def format_command(argv: list[str], env: dict[str, str | None]) -> str:
@@ -109,13 +40,8 @@ def format_command(argv: list[str], env: dict[str, str | None]) -> str:
 
 
 def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
-    """What an SGLang configuration's arm runs, in words (command.ARMS); None for other engines."""
-    if cfg.engine != "sglang":
-        return None
-
-    dtype = cfg.settings.get("index_dtype", "fp8")
-    kernels = cfg.settings.get("kernels") or default_kernels(dtype)
-    return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
+    """What a configuration's arm runs, in words (its engine's `arm`; None where it says nothing)."""
+    return cfg.kind.arm(cfg)
 
 
 def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig, str]]:
@@ -127,8 +53,7 @@ def matrix_commands(matrix_path: Path | str | Matrix) -> list[tuple[MatrixConfig
             argv, env = server_command(cfg, PORT_PLACEHOLDER)
             out.append((cfg, format_command(argv, env)))
         else:
-            model = cfg.settings.get("model")
-            out.append((cfg, f"(external) {cfg.settings['endpoint']}" + (f" model={model}" if model else "")))
+            out.append((cfg, cfg.kind.plan(cfg) if cfg.kind.plan else f"({cfg.engine})"))
     return out
 
 
@@ -235,15 +160,15 @@ def print_matrix_commands(matrix_path: Path | str, file=None, executor=None, out
             print(f"# arm {arm['arm']}: keys {arm['index_keys']}; query {arm['query']}; logits {arm['logits']}; "
                   f"top-k {arm['top_k']}; paths {arm['paths']}", file=file)
         print(line, file=file)
-    if any(cfg.engine == "sglang" for cfg, _ in rows):
-        why = parser_status()
-        print("\n# SGLang arguments: " + ("checked with SGLang's own parser here (refusals: serving/sglang/refusals.py)"
-              if why is None else f"not checked here ({why}); the launch entry checks them with "
-                                  "SGLang's parser before weights load"), file=file)
+    for kind in dict.fromkeys(cfg.kind for cfg, _ in rows):  # each engine's note, once
+        note = kind.dry_run_note()
+        if note:
+            print("\n" + note, file=file)
     diffs = axis_differences(matrix)
     if diffs:
         print("\n# Differences between the arms of each axis (nothing else differs):", file=file)
     for d in diffs:
         print(f"# {d['axis']}: {d['a']} -> {d['b']}: {describe_difference(d)}", file=file)
     if executor.spread:
-        print_jobs(matrix, executor, Path(out) if out is not None else Path("results") / "<timestamp>", file)
+        executor.kind_of.print_plan(matrix, executor.settings,
+                                    Path(out) if out is not None else Path("results") / "<timestamp>", file)

@@ -13,11 +13,13 @@
 
 Top-level keys are defaults; `[axes]` lists values to cross; each `[[config]]` is one
 more configuration (defaults + its own keys, no axes); `[executor]` says where they run
-(serving/matrix/executor.py: local, local on disjoint GPU sets, or Slurm). The keys each engine accepts are
-in `ENGINE_KEYS` (serving/matrix/keys.py); the axis names are niah.axes'. docs/matrix.md and serving/examples/*.toml
-document them. Every error names the file and line (`BadInput`). `matrix_topks` reads
-each configuration's index_topk. The run is serving/matrix/run.py; the command lines, the
-dry run and the per-axis differences are serving/matrix/commands.py.
+(serving/matrix/executor.py; the executors' registry: serving/matrix/executors/). Each
+engine's keys, checks and defaults are its own module's, looked up in the engines' registry
+(serving/matrix/engines/); an unknown name is one error listing the registered ones. The
+axis names are niah.axes'. docs/matrix.md and serving/examples/*.toml document them. Every
+error names the file and line (`BadInput`). `matrix_topks` reads each configuration's
+index_topk. The run is serving/matrix/run.py; the command lines, the dry run and the
+per-axis differences are serving/matrix/commands.py.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, AXIS_NAMES
 from niah.errors import BadInput
+from niah.serving.matrix.engines import ENGINES, Engine
 from niah.serving.matrix.executor import Executor, parse_executor
-from niah.serving.matrix.keys import (DEFAULT_READY_TIMEOUT_S, ENGINE_KEYS, ENGINES, HEALTH_PATHS, NAME_RE, REQUIRED,
-                                      RESERVED_FLAGS)
+from niah.serving.matrix.keys import NAME_RE, RESERVED_FLAGS
 from niah.serving.matrix.lines import TomlLines
 
 @dataclass
@@ -41,14 +43,19 @@ class MatrixConfig:
     """One configuration to sweep: how to serve it and what it varies."""
 
     name: str
-    engine: str  # embedded | sglang | external
+    engine: str  # a registered engine's name (serving/matrix/engines/)
     settings: dict[str, Any] = field(default_factory=dict)  # engine keys, defaults applied
     axes: dict[str, Any] = field(default_factory=dict)  # what tells it apart (manifest `axes`)
     line: int = 0  # where it was defined in the matrix file
 
     @property
+    def kind(self) -> Engine:
+        """The registered engine that serves it (its keys, command, checks)."""
+        return ENGINES[self.engine]
+
+    @property
     def launched(self) -> bool:
-        return self.engine != "external"
+        return self.kind.launched
 
     @property
     def env(self) -> dict[str, str]:
@@ -57,13 +64,13 @@ class MatrixConfig:
 
     @property
     def ready_timeout_s(self) -> float:
-        return float(self.settings.get("ready_timeout_s", DEFAULT_READY_TIMEOUT_S.get(self.engine, 300.0)))
+        return float(self.settings.get("ready_timeout_s", self.kind.ready_timeout_s))
 
     @property
     def health_paths(self) -> tuple[str, ...]:
         if "health_paths" in self.settings:
             return tuple(self.settings["health_paths"])
-        return HEALTH_PATHS.get(self.engine, ("/health", "/v1/models"))
+        return self.kind.health_paths
 
 
 @dataclass
@@ -144,14 +151,14 @@ def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixC
         line = lines.of("axes", key)
         if key not in AXIS_NAMES:
             raise fail(line, f"unknown axis {key!r} (axes: {', '.join(AXIS_NAMES)})")
-        if key not in ENGINE_KEYS[engine]:
+        if key not in ENGINES[engine].keys:
             raise fail(line, f"axis {key!r} does not apply to engine {engine!r}")
         if not isinstance(values, list) or not values:
             raise fail(line, f"axis {key!r} must be a non-empty list, e.g. {key} = [...]")
         if len(set(map(repr, values))) != len(values):
             raise fail(line, f"axis {key!r} lists a value twice")
         for v in values:
-            problem = ENGINE_KEYS[engine][key](v)
+            problem = ENGINES[engine].keys[key](v)
             if problem:
                 raise fail(lines.of_value("axes", key, v), f"axis {key!r}: {problem}")
     base = _check_settings(defaults, "", lines, fail, partial=True)
@@ -160,11 +167,10 @@ def _crossed(axes: dict, defaults: dict, lines: TomlLines, fail) -> list[MatrixC
         point = dict(zip(keys, combo))
         name = "-".join(AXIS_NAMES[k](v) for k, v in point.items())
         settings = {**base, **point}
-        if _impossible(engine, settings):
-            continue  # bf16 keys run on niah's kernels, fp4 keys on SGLang's: no bf16/stock or fp4/niah arm
+        if ENGINES[engine].impossible(settings):
+            continue  # not an arm of this engine (e.g. SGLang's bf16 keys on stock kernels)
         _check_required(settings, engine, lines.of("axes"), fail)
-        if engine == "command":
-            _check_placeholders(settings, lines.of("", "command"), fail)
+        ENGINES[engine].check(settings, lambda key: lines.of("", key), fail)
         configs.append(MatrixConfig(name, engine, settings, point, lines.of("axes")))
     return configs
 
@@ -184,32 +190,25 @@ def _listed(explicit: list, defaults: dict, lines: TomlLines, fail) -> list[Matr
         merged = {**defaults, **{k: v for k, v in entry.items() if k != "name"}}
         if "engine" in entry and "engine" in defaults and entry["engine"] != defaults["engine"]:
             # A different engine: top-level keys of the default engine do not carry over.
-            merged = {k: v for k, v in merged.items() if k in entry or k in ENGINE_KEYS.get(entry["engine"], {})}
+            merged = {k: v for k, v in merged.items() if k in entry or k in _keys_of(entry["engine"])}
         settings = _check_settings(merged, section, lines, fail, partial=False, own=set(entry))
         engine = settings.pop("engine")
-        if _impossible(engine, settings):
-            raise fail(lines.of(section, "kernels"), _impossible(engine, settings))
+        if ENGINES[engine].impossible(settings):
+            raise fail(lines.of(section, "kernels"), ENGINES[engine].impossible(settings))
         axes_of = {k: entry[k] for k in AXIS_KEYS if k in entry}
         configs.append(MatrixConfig(name, engine, settings, axes_of, line))
     return configs
 
 
-def _impossible(engine: str, settings: dict[str, Any]) -> str | None:
-    """Why an SGLang arm cannot exist (bf16 keys on stock kernels, fp4 keys on niah's), or None."""
-    if engine != "sglang":
-        return None
-    dtype, kernels = settings.get("index_dtype"), settings.get("kernels")
-    if dtype == "bf16" and kernels == "stock":
-        return "sglang: bf16 index keys run on kernels = \"niah\", not stock"
-    if dtype == "fp4" and kernels == "niah":
-        return "sglang: fp4 index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
-    return None
+def _keys_of(engine) -> dict:
+    """The keys a registered engine accepts (none for a name no engine has)."""
+    return ENGINES[engine].keys if isinstance(engine, str) and engine in ENGINES else {}
 
 
 def _check_engine(engine: Any, line: int, fail, hint: str = "") -> None:
     if engine is None:
         raise fail(line, f"no engine given ({hint or 'set engine = ...'}); engines: {', '.join(ENGINES)}")
-    if engine not in ENGINES:
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise fail(line, f"unknown engine {engine!r} (engines: {', '.join(ENGINES)})")
 
 
@@ -225,15 +224,15 @@ def _check_settings(values: dict[str, Any], section: Any, lines: TomlLines, fail
 
     engine = values.get("engine")
     _check_engine(engine, where("engine") if "engine" in values else lines.of(section), fail)
-    allowed = ENGINE_KEYS[engine]
+    allowed = ENGINES[engine].keys
     out: dict[str, Any] = {}
     for key, v in values.items():
         if key == "engine":
             continue
         if key not in allowed:
             hint = ""
-            for other, keys in ENGINE_KEYS.items():
-                if other != engine and key in keys:
+            for other, kind in ENGINES.items():
+                if other != engine and key in kind.keys:
                     hint = f" (it is a key of engine {other!r})"
                     break
             raise fail(where(key), f"unknown key {key!r} for engine {engine!r}{hint}; "
@@ -249,58 +248,29 @@ def _check_settings(values: dict[str, Any], section: Any, lines: TomlLines, fail
         out[key] = v
     if not partial:
         _check_required({**out}, engine, lines.of(section), fail)
-        if engine == "command":
-            _check_placeholders(out, where("command"), fail)
+        ENGINES[engine].check(out, where, fail)
         out["engine"] = engine
     return out
 
 
-PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
-
-
-def _check_placeholders(settings: dict[str, Any], line: int, fail) -> None:
-    argv = settings["command"]
-    if not argv:
-        raise fail(line, "command must not be empty")
-    if not any("{port}" in a for a in argv):
-        raise fail(line, "command must contain {port} (niah chooses a free port)")
-    for a in argv:
-        for key in PLACEHOLDER_RE.findall(a):
-            if key != "port" and key not in settings:
-                raise fail(line, f"command uses {{{key}}} but this configuration sets no {key}")
-
-
 def _check_required(settings: dict[str, Any], engine: str, line: int, fail) -> None:
-    for key in REQUIRED[engine]:
+    for key in ENGINES[engine].required:
         if key not in settings:
             raise fail(line, f"engine {engine!r} needs `{key}` (missing {key})")
 
 
 def matrix_topks(path, context_too: bool = False) -> tuple[dict[str, int | None], int | None]:
     """{config: index_topk (None: dense)} of a matrix file (read by its own loader), and,
-    with context_too, the model's context where the matrix says it (the embedded engine:
-    its model's block size, times the YaRN factor when its args ask for `--rope-scaling yarn`,
-    the smallest over the configurations; that imports torch, so only `--lengths auto` asks)."""
+    with context_too, the model's context where the matrix says it (each engine's `context`,
+    e.g. the embedded model's block size under its args; the smallest over the configurations;
+    that may import torch, so only `--lengths auto` asks)."""
     topks: dict[str, int | None] = {}
     context = None
     for c in load_matrix(path).configs:
         dense = str(c.settings.get("attention", c.axes.get("attention", "dsa"))) == "dense"
         topks[c.name] = None if dense else c.settings.get("index_topk", c.axes.get("index_topk"))
-        if context_too and c.engine == "embedded":
-            n = _embedded_context([str(a) for a in c.settings.get("args") or []])
+        n = c.kind.context(c) if context_too else None
+        if n is not None:
             context = n if context is None else min(context, n)
     return topks, context
 
-
-def _embedded_context(args: list[str]) -> int:
-    """The embedded model's context under its command-line args (`niah serve`'s defaults)."""
-    from niah.serving.embedded.model import ModelArgs  # noqa: PLC0415 (imports torch)
-
-    def value(flag: str, default: str) -> str:
-        return args[args.index(flag) + 1] if flag in args[:-1] else default
-
-    scaling = value("--rope-scaling", "none")
-    if scaling != "yarn":
-        return ModelArgs.block_size
-    return ModelArgs.from_meta({"config": {"block_size": ModelArgs.block_size}}, "yarn",
-                               float(value("--rope-factor", "4.0"))).block_size

@@ -11,9 +11,9 @@ process, stop it. A configuration that fails to start, or whose server dies, get
 remaining trials written as `error` with the cause from the server's log, and the next
 configuration runs. Ctrl-C / SIGTERM stop the running server; finished trials stay.
 The matrix itself (file, commands, differences, arms) is recorded in the manifest.
-Before anything starts, every SGLang fp4 arm is asked of its server's Python whether SGLang
-accepts `--enable-deepseek-v4-fp4-indexer` on this machine (serving/sglang/fp4.py); where
-SGLang would refuse it (SM90, e.g. an H200) the run stops there with SGLang's reason.
+Before anything starts, each launched configuration's engine is asked whether this machine
+can serve it (`preflight`; e.g. SGLang's fp4 arm, where SGLang refuses
+`--enable-deepseek-v4-fp4-indexer` on SM90): the run stops there with the engine's reason.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from niah.runs.record import error_record
 from niah.serving.launch import ServerProcess
 from niah.serving.matrix.commands import arm_of, axis_differences, matrix_commands, server_command
 from niah.serving.matrix.parse import Matrix, MatrixConfig
-from niah.serving.sglang.fp4 import fp4_platform_refusal
 from niah.sweep import SweepSpec, Target, check_spec, prepare_target
 from niah.sweep.interrupt import terminate_as_interrupt
 from niah.sweep.orchestrate import load_prompt_set, orchestrate, say
@@ -109,7 +108,7 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
                  force_config: bool = False) -> Path:
     """Sweep every configuration of a loaded `matrix` into `out`; returns `out`."""
     check_spec(spec)
-    check_fp4_platform(matrix)
+    check_platform(matrix)
     out = Path(out)
     prompt_set = load_prompt_set(spec)
     remember_secrets(matrix)  # before anything is compared with, or written to, the run folder
@@ -130,15 +129,13 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
     return out
 
 
-def check_fp4_platform(matrix: Matrix) -> None:
-    """SGLang's refusal of an fp4 arm on this machine, before any server starts (BadInput)."""
+def check_platform(matrix: Matrix) -> None:
+    """Each engine's refusal of a configuration on this machine (e.g. SGLang's fp4 arm where
+    SGLang refuses its flag), before any server starts (BadInput naming the configuration)."""
     for cfg in matrix.configs:
-        if cfg.engine == "sglang" and cfg.launched and cfg.settings.get("index_dtype") == "fp4":
-            argv, env = server_command(cfg, 30000)  # a port SGLang's parser takes; nothing listens
-            merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-            problem = fp4_platform_refusal(argv[0], argv[3:], merged)
-            if problem:
-                raise BadInput(f"{cfg.name} (line {cfg.line}): {problem}")
+        problem = cfg.kind.preflight(cfg) if cfg.launched else None
+        if problem:
+            raise BadInput(f"{cfg.name} (line {cfg.line}): {problem}")
 
 
 class _MatrixRun:

@@ -1,12 +1,14 @@
-"""A matrix whose configurations run as jobs at once: on Slurm, or on disjoint GPU sets of this host.
+"""A matrix whose configurations run as jobs at once, through an executor's backend.
 
     spread_matrix(matrix, spec, out, executor=Executor("slurm", {"partition": "gpu"}))
 
 The coordinator (this process) holds RUN's lock and is the only writer of RUN's manifest
-and trials. Each launched configuration with trials left becomes one job
-(serving/matrix/backends.py) that runs it into RUN/parts/<config>/ and nowhere else
-(serving/matrix/job.py); when the job ends, its part is merged into RUN
-(niah.runs.parts), so `niah report`, `compare` and `gate` read RUN as a local run.
+and trials. Each launched configuration with trials left becomes one job of the
+executor's backend (serving/matrix/executors/: Slurm, this host's GPU sets, or any
+registered one; the backend contract is serving/matrix/executors/base.py) that runs it
+into RUN/parts/<config>/ and nowhere else (serving/matrix/job.py); when the job ends, its
+part is merged into RUN (niah.runs.parts), so `niah report`, `compare` and `gate`
+read RUN as a local run.
 External endpoints are swept here, while the jobs run.
 
 The manifest's `configs.<name>.job` records the job (`executor`, `id`, `state` as the
@@ -17,11 +19,11 @@ configuration's remaining trials recorded as `error` with that cause (`status`:
 cancelled / timed out / failed), as a dead server's are locally.
 
 `--resume` merges what the parts hold (a job may have ended while no niah watched),
-re-attaches to a Slurm job an earlier niah submitted that is still pending or running,
-and submits jobs only for configurations with trials left (or an unclosed attestation
-segment). Ctrl-C / SIGTERM cancel every job this niah submitted that has not ended
-(recorded as CANCELLED, cause "cancelled by niah: interrupted"), merge what they wrote,
-and re-raise.
+re-attaches to a job an earlier niah submitted that is still pending or running (where the
+backend `reattaches`, e.g. Slurm's), and submits jobs only for configurations with trials
+left (or an unclosed attestation segment). Ctrl-C / SIGTERM cancel every job this niah
+submitted that has not ended (recorded as CANCELLED, cause "cancelled by niah:
+interrupted"), merge what they wrote, and re-raise.
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from niah.errors import BadInput
 from niah.redact import redact_settings
 from niah.runs.folder import start_run
 from niah.runs.manifest import change_manifest, read_manifest, update_config
-from niah.runs.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
 from niah.runs.record import now
 from niah.serving.launch import cause_from_log, log_tail
-from niah.serving.matrix.backends import JOB_OUTPUT, JOB_SCRIPT, JobInfo, job_gpus, make_backend
+from niah.serving.matrix.backends import JOB_OUTPUT, JobInfo, job_gpus
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
-from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_fp4_platform, manifest_matrix, record_errors,
+from niah.runs.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
+from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_platform, manifest_matrix, record_errors,
                                      remember_secrets, sweep_matrix)
 from niah.sweep import SweepSpec, check_spec
 from niah.sweep.interrupt import terminate_as_interrupt
@@ -67,8 +69,8 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
                   progress=None, force_config: bool = False) -> Path:
     """Run every configuration of `matrix` as a job of `executor` into the run folder `out`."""
     check_spec(spec)
-    if executor.kind != "slurm":      # a Slurm job asks SGLang on its own node (job.py -> sweep_matrix)
-        check_fp4_platform(matrix)
+    if executor.kind_of.runs_here:    # elsewhere each job asks on its own node (job.py -> sweep_matrix)
+        check_platform(matrix)
     out = Path(out)
     prompt_set = load_prompt_set(spec)
     remember_secrets(matrix)
@@ -77,7 +79,7 @@ def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor
     if not resume and (out / PARTS).is_dir() and any((out / PARTS).iterdir()):
         raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
                        "or choose another --out")
-    backend = make_backend(executor, out, job_gpus(matrix))  # bad GPU settings fail before the folder changes
+    backend = executor.kind_of.backend(executor.settings, out, job_gpus(matrix))  # bad settings fail before
     backend.check()
     store = start_run(out, spec, resume, prompt_set)
     try:
@@ -96,7 +98,7 @@ class _Coordinator:
         self.matrix, self.spec, self.out, self.store = matrix, spec, out, store
         self.backend, self.local = backend, local
         self.active: dict[str, MatrixConfig] = {}  # job id -> configuration, jobs not ended
-        self.poll_s = float(getattr(backend, "settings", {}).get("poll_s", 5.0)) if backend.tool == "slurm" else 0.5
+        self.poll_s = backend.poll_s
 
     def run(self) -> None:
         launched = [c for c in self.matrix.configs if c.launched]
@@ -117,11 +119,13 @@ class _Coordinator:
     def start(self, cfg: MatrixConfig) -> None:
         entry = (read_manifest(self.out).get("configs") or {}).get(cfg.name) or {}
         old = entry.get("job") or {}
-        if old.get("executor") == self.backend.tool == "slurm" and old.get("id") and "ended" not in old:
+        if self.backend.reattaches and old.get("executor") == self.backend.tool and old.get("id") \
+                and "ended" not in old:
             self.backend.adopt(old["id"], cfg.name)  # an earlier niah submitted it and did not see it end
             info = self.backend.poll([old["id"]]).get(old["id"])
             if info is not None and info.active:
-                say(f"{cfg.name}: slurm job {old['id']} (submitted by an earlier niah) is {info.state}; waiting for it")
+                say(f"{cfg.name}: {self.backend.tool} job {old['id']} (submitted by an earlier niah) is {info.state}; "
+                    "waiting for it")
                 self.active[old["id"]] = cfg
                 return
             if info is not None:  # it ended meanwhile: its part was merged above
@@ -137,9 +141,7 @@ class _Coordinator:
         update_config(self.out, cfg.name, lambda e: {**base, "status": "submitted", "cause": None})
         job_id = self.backend.submit(cfg.name)
         record = {"executor": self.backend.tool, "id": job_id, "state": "PENDING", "submitted": now(),
-                  "output": str(part.resolve() / JOB_OUTPUT)}
-        if self.backend.tool == "slurm":
-            record["script"] = str(part.resolve() / JOB_SCRIPT)
+                  "output": str(part.resolve() / JOB_OUTPUT), **self.backend.record(cfg.name)}
         self.record_job(cfg.name, record, new=True)
         self.active[job_id] = cfg
         say(f"{cfg.name}: submitted {self.backend.tool} job {job_id} (output {record['output']})")
@@ -175,7 +177,7 @@ class _Coordinator:
                 time.sleep(self.poll_s)
 
     def gpus(self, job_id: str) -> str | None:
-        return self.backend.gpus_of(job_id) if hasattr(self.backend, "gpus_of") else None
+        return self.backend.gpus_of(job_id)
 
     def finish(self, cfg: MatrixConfig, job_id: str, info: JobInfo, cause: str | None = None) -> None:
         """Merge the part; a job that did not complete gets its remaining trials as errors."""
@@ -204,12 +206,7 @@ class _Coordinator:
         if not ids:
             return
         say(f"cancelling {len(ids)} {self.backend.tool} job(s): {', '.join(ids)}")
-        self.backend.cancel(ids)
-        deadline = time.monotonic() + 30  # Slurm signals the job; give it time to stop its server
-        while self.backend.tool == "slurm" and time.monotonic() < deadline:
-            if not any(i.active for i in self.backend.poll(ids).values()):
-                break
-            time.sleep(0.5)
+        self.backend.cancel(ids)  # returns once the jobs stopped their servers (or it gave up waiting)
         for job_id in ids:
             cfg = self.active.pop(job_id)
             merge_part(self.out, self.store, cfg.name)

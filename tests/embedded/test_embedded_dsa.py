@@ -415,7 +415,7 @@ def test_precision_example_matrix_runs_six_arms_at_top_k_64():
     from pathlib import Path
 
     from niah.serving.matrix import load_matrix
-    from niah.serving.matrix.commands import embedded_command
+    from niah.serving.matrix.engines.embedded import embedded_command
 
     m = load_matrix(Path(__file__).parents[2] / "serving" / "examples" / "precision.toml")
     assert m.names() == ["fp8", "fp8-qbf16", "bf16", "fp8-bf16-c4", "fp4", "fp4-bf16-c4"]

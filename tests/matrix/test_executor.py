@@ -14,7 +14,8 @@ import pytest
 
 from niah.errors import BadInput
 from niah.serving.matrix import load_matrix, parse_matrix
-from niah.serving.matrix.executor import Executor, gpu_slots, override
+from niah.serving.matrix.executor import Executor, override
+from niah.serving.matrix.executors.local import gpu_slots
 
 try:
     from tests.lifecycle_helpers import ROOT, read_manifest, read_trials, tiny_command, toml_list
