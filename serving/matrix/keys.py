@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from niah.kernels import forms
 from niah.kernels.rotation import ROTATIONS
-from niah.serving.embedded.precision import EMBEDDED_INDEX_DTYPES
-from niah.serving.embedded.precision import QUERY_DTYPES
+from niah.serving.embedded import precision
 
 ENGINES = ("embedded", "sglang", "external", "command")
 PORT_PLACEHOLDER = "$PORT"  # what the dry run prints: the real port is chosen at launch
@@ -27,6 +27,12 @@ def _choice(*allowed: str) -> Callable[[Any], str | None]:
         return None
 
     return check
+
+
+def _choice_of(allowed: Callable[[], tuple[str, ...]]) -> Callable[[Any], str | None]:
+    """A choice among what `allowed()` returns when the value is checked (the index-key
+    forms' table, niah.kernels.forms: a form registered later is accepted too)."""
+    return lambda v: _choice(*allowed())(v)
 
 
 def _int_range(lo: int, hi: int | None = None) -> Callable[[Any], str | None]:
@@ -78,8 +84,8 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
     "embedded": {
         **_COMMON,
         "attention": _choice("dense", "dsa"),
-        "index_dtype": _choice(*EMBEDDED_INDEX_DTYPES),
-        "index_query_dtype": _choice(*QUERY_DTYPES),
+        "index_dtype": _choice_of(precision.index_dtypes),
+        "index_query_dtype": _choice_of(precision.query_dtypes),
         "rescore_factor": _int_range(1),
         "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
@@ -90,7 +96,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         **_COMMON,
         "model_path": _string,
         "tp": _int_range(1),
-        "index_dtype": _choice("fp8", "fp4", "bf16"),  # fp4: SGLang's own arm (stock only)
+        "index_dtype": _choice_of(forms.sglang_arm_names),  # fp4: SGLang's own arm (stock only)
         "kernels": _choice("stock", "niah"),
         "index_topk": _int_range(1, 2048),
         "python": _string,
@@ -115,7 +121,7 @@ ENGINE_KEYS: dict[str, dict[str, Callable[[Any], str | None]]] = {
         "model": _string,
         "api_key_env": _string,
         "attention": _choice("dense", "dsa"),
-        "index_dtype": _choice("fp8", "bf16", "fp32"),
+        "index_dtype": _choice_of(lambda: forms.names(forms.EXTERNAL)),
         "index_rotation": _choice(*ROTATIONS),
         "index_topk": _int_range(1),
     },

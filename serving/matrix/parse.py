@@ -31,6 +31,7 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, AXIS_NAMES
 from niah.errors import BadInput
+from niah.kernels import forms
 from niah.serving.matrix.executor import Executor, parse_executor
 from niah.serving.matrix.keys import (DEFAULT_READY_TIMEOUT_S, ENGINE_KEYS, ENGINES, HEALTH_PATHS, NAME_RE, REQUIRED,
                                       RESERVED_FLAGS)
@@ -199,11 +200,12 @@ def _impossible(engine: str, settings: dict[str, Any]) -> str | None:
     if engine != "sglang":
         return None
     dtype, kernels = settings.get("index_dtype"), settings.get("kernels")
-    if dtype == "bf16" and kernels == "stock":
-        return "sglang: bf16 index keys run on kernels = \"niah\", not stock"
-    if dtype == "fp4" and kernels == "niah":
-        return "sglang: fp4 index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
-    return None
+    form = forms.get(dtype) if isinstance(dtype, str) else None
+    if form is None or kernels is None or kernels in form.sglang_kernels:
+        return None
+    if kernels == forms.STOCK:
+        return f"sglang: {dtype} index keys run on kernels = \"niah\", not stock"
+    return f"sglang: {dtype} index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
 
 
 def _check_engine(engine: Any, line: int, fail, hint: str = "") -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from niah.attestation import open_segment
 from niah.errors import BadInput, LengthDrift, ServerError
+from niah.kernels import forms
 from niah.redact import redact_settings, redact_text, remember_from, remember_secret
 from niah.prompts.needles import trial_seed
 from niah.runs.folder import check_same_tokenizers, start_run
@@ -133,7 +134,8 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
 def check_fp4_platform(matrix: Matrix) -> None:
     """SGLang's refusal of an fp4 arm on this machine, before any server starts (BadInput)."""
     for cfg in matrix.configs:
-        if cfg.engine == "sglang" and cfg.launched and cfg.settings.get("index_dtype") == "fp4":
+        form = forms.get(cfg.settings.get("index_dtype") or forms.DEFAULT)
+        if cfg.engine == "sglang" and cfg.launched and form is not None and form.sglang_flag:  # fp4
             argv, env = server_command(cfg, 30000)  # a port SGLang's parser takes; nothing listens
             merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
             problem = fp4_platform_refusal(argv[0], argv[3:], merged)
