@@ -17,6 +17,7 @@ from typing import Any
 
 from niah.axes import AXIS_KEYS, comparable_axes
 from niah.errors import BadInput
+from niah.kernels import forms
 from niah.redact import redact_argv, redact_env
 from niah.serving.launch import HOST
 from niah.serving.matrix.backends import print_jobs
@@ -50,7 +51,7 @@ def sglang_command(cfg: MatrixConfig, port: int | str) -> tuple[list[str], dict[
     s = cfg.settings
     launch = SGLangLaunch(
         model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
-        host=HOST, index_dtype=s.get("index_dtype", "fp8"), kernels=s.get("kernels"),
+        host=HOST, index_dtype=s.get("index_dtype", forms.DEFAULT), kernels=s.get("kernels"),
         index_topk=s.get("index_topk"),
         extra_args=list(s.get("args", [])), env=cfg.env,
     )
@@ -113,7 +114,7 @@ def arm_of(cfg: MatrixConfig) -> dict[str, str] | None:
     if cfg.engine != "sglang":
         return None
 
-    dtype = cfg.settings.get("index_dtype", "fp8")
+    dtype = cfg.settings.get("index_dtype", forms.DEFAULT)
     kernels = cfg.settings.get("kernels") or default_kernels(dtype)
     return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
 
