@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import torch
 
+from niah.kernels import forms
+
 FP8_MAX = 448.0
 AMAX_FLOOR = 1e-4
-INDEX_DTYPES = ("fp8", "bf16", "fp32")  # the embedded server's; store_roundtrip also takes "fp4"
 FP4_GROUP = 32
 E2M1_MAX = 6.0
 FP4_SF_FLOOR = 1e-4
@@ -132,18 +133,29 @@ def _fp4_groups(k: torch.Tensor) -> torch.Tensor:
     return k.float().reshape(*k.shape[:-1], k.shape[-1] // FP4_GROUP, FP4_GROUP)
 
 
-def store_roundtrip(k: torch.Tensor, index_dtype: str) -> torch.Tensor:
-    """The key as the indexer reads it back from its cache, in fp32.
+def roundtrip_fp8(k: torch.Tensor) -> torch.Tensor:
+    return dequantize_fp8(*quantize_fp8(k))
 
-    index_dtype: "fp8" (SGLang's format), "fp4" (SGLang's MXFP4 format, its C4 tie rule),
-    "bf16" (this project's), or "fp32" (exact).
-    """
-    if index_dtype == "fp8":
-        return dequantize_fp8(*quantize_fp8(k))
-    if index_dtype == "fp4":
-        return dequantize_fp4(*quantize_fp4(k))
-    if index_dtype == "bf16":
-        return k.to(torch.bfloat16).float()
-    if index_dtype == "fp32":
-        return k.float()
-    raise ValueError(f"unknown index dtype {index_dtype!r}; expected one of {(*INDEX_DTYPES, 'fp4')}")
+
+def roundtrip_fp4(k: torch.Tensor) -> torch.Tensor:
+    return dequantize_fp4(*quantize_fp4(k))
+
+
+def roundtrip_fp4_rne(k: torch.Tensor) -> torch.Tensor:
+    """MXFP4 with ties to the even code (SGLang's fp4 index query)."""
+    return dequantize_fp4(*quantize_fp4(k, rne=True))
+
+
+def roundtrip_bf16(k: torch.Tensor) -> torch.Tensor:
+    return k.to(torch.bfloat16).float()
+
+
+def roundtrip_fp32(k: torch.Tensor) -> torch.Tensor:
+    return k.float()
+
+
+def store_roundtrip(k: torch.Tensor, index_dtype: str) -> torch.Tensor:
+    """The key as the indexer reads it back from its cache, in fp32: the round trip of its
+    form in the table (niah.kernels.forms: "fp8" SGLang's format, "fp4" SGLang's MXFP4 format
+    with its C4 tie rule, "bf16" this project's, "fp32" exact; ValueError for another)."""
+    return forms.store_roundtrip(k, index_dtype)

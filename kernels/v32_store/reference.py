@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import torch
 
+from niah.kernels import forms
 from niah.kernels.v4_store.reference import _rn
 
 HEAD_DIM, ROPE_DIM = 128, 64
 FP8_MAX = 448.0
-ROW_BYTES = {"fp8": HEAD_DIM + 4, "bf16": HEAD_DIM * 2}
+ROW_BYTES = {f: forms.get(f).key_bytes(HEAD_DIM) for f in ("fp8", "bf16")}  # the row layouts this store writes
 
 
 def warp_sum(v: torch.Tensor) -> torch.Tensor:

@@ -31,10 +31,12 @@ import math
 
 import torch
 
+from niah.kernels import forms
+
 HEAD_DIM, ROPE_DIM = 128, 64
 HADAMARD_SCALE = float(torch.tensor(1 / math.sqrt(HEAD_DIM), dtype=torch.float32))
 FP8_MAX = 448.0
-ROW_BYTES = {"fp8": HEAD_DIM + 4, "bf16": HEAD_DIM * 2}
+ROW_BYTES = {f: forms.get(f).key_bytes(HEAD_DIM) for f in ("fp8", "bf16")}  # the row layouts this store writes
 
 
 def _rn(op, x: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from niah.kernels import forms
+
 
 def _as_stated(labels: dict) -> dict:
     return labels
@@ -28,8 +30,8 @@ def _as_stated(labels: dict) -> dict:
 
 def _sglang_defaults(labels: dict) -> dict:
     """niah's SGLang launcher: fp8 keys by default; bf16 runs on niah's kernels, others on SGLang's."""
-    labels.setdefault("index_dtype", "fp8")
-    labels.setdefault("kernels", "niah" if labels["index_dtype"] == "bf16" else "stock")
+    labels.setdefault("index_dtype", forms.DEFAULT)
+    labels.setdefault("kernels", forms.default_kernels(labels["index_dtype"]))
     return labels
 
 

@@ -57,6 +57,7 @@ from niah.attestation.calls import (KEY_PATHS, bf16_grown, bf16_paths, fp8_niah_
 from niah.attestation.engines import facts
 from niah.attestation.format import MEASURED_FACTS, add_calls
 from niah.axes import stated_labels
+from niah.kernels import forms
 
 VALID, INVALID, UNATTESTED = "valid", "INVALID", "unattested"
 
@@ -200,7 +201,7 @@ def _segment(seg: dict, engine: str | None, label: dict, stated: dict,
         if problem:
             return INVALID, problem, None
         if facts(engine).stock_arm and label.get("kernels") == "stock":
-            return (*_stock(S, E, label.get("index_dtype", "fp8")), None)
+            return (*_stock(S, E, label.get("index_dtype", forms.DEFAULT)), None)
         for r, when in ((S, "start"), (E, "end")):
             bad = _coverage(r, when, engine)
             if bad:
@@ -227,12 +228,11 @@ def _absent(r: dict) -> bool:
     return bool(r.get("internal_states")) and not r.get("attested_states")
 
 
-FP4_ARG = "enable_deepseek_v4_fp4_indexer"  # SGLang's own argument: the fp4 index-key cache
-
-
-def _stock(S: dict, E: dict, index_dtype: str = "fp8") -> tuple[str, str]:
+def _stock(S: dict, E: dict, index_dtype: str = forms.DEFAULT) -> tuple[str, str]:
     """SGLang's stock arm: the plugin must not have run; its index dtype as SGLang's own
-    arguments report it (fp4: the fp4 indexer on in every reading; fp8: never on)."""
+    arguments report it: a form SGLang turns on by its own argument (the table's
+    `sglang_field`; fp4: enable_deepseek_v4_fp4_indexer) needs it on in every reading, and
+    no other form's argument may be on (fp8: the fp4 indexer never on)."""
     for r, when in ((S, "start"), (E, "end")):
         if r.get("internal_states") is None:
             return INVALID, (f"/server_info at the {when} has no internal_states: not SGLang's, so it cannot "
@@ -242,20 +242,39 @@ def _stock(S: dict, E: dict, index_dtype: str = "fp8") -> tuple[str, str]:
         if r.get("attested_states"):
             return INVALID, (f"niah's plugin ran in the stock arm ({r['attested_states']} of "
                              f"{r['internal_states']} scheduler(s) report niah_attestation at the {when})")
-    fp4 = {when: (r.get("server_args") or {}).get(FP4_ARG) for r, when in ((S, "start"), (E, "end"))}
-    for when, on in fp4.items():
-        if index_dtype == "fp4" and on is not True:
-            shown = "does not report it" if on is None else f"reports {FP4_ARG}={on!r}"
-            return INVALID, (f"labelled index_dtype fp4 but its SGLang {shown} in its own arguments at the {when} "
-                             f"(/server_info; fp4 keys need {FP4_ARG} true)")
-        if index_dtype != "fp4" and on is True:
-            return INVALID, (f"labelled index_dtype {index_dtype} but its SGLang reports {FP4_ARG}=true in its own "
-                             f"arguments at the {when} (fp4 index keys)")
-    args = (f"; {FP4_ARG}={str(fp4['end']).lower()} in SGLang's own arguments at start and end"
-            if fp4["start"] is not None and fp4["end"] is not None else "")
-    keys = "its fp4 index keys and kernels" if index_dtype == "fp4" else "its kernels"
+    own = forms.get(index_dtype)
+    field = own.sglang_field if own is not None else None
+    for form in forms.forms():
+        if form.sglang_field is None or form.sglang_field == field:
+            continue
+        for r, when in ((S, "start"), (E, "end")):
+            if (r.get("server_args") or {}).get(form.sglang_field) is True:
+                return INVALID, (f"labelled index_dtype {index_dtype} but its SGLang reports {form.sglang_field}=true "
+                                 f"in its own arguments at the {when} ({form.name} index keys)")
+    if field is None:
+        return VALID, (f"SGLang's own paths: niah's plugin absent in all {E['internal_states']} scheduler(s) at "
+                       f"start and end{_shown_args(S, E)} (its kernels are SGLang's, unattested beyond that)")
+    for r, when in ((S, "start"), (E, "end")):
+        on = (r.get("server_args") or {}).get(field)
+        if on is not True:
+            shown = "does not report it" if on is None else f"reports {field}={on!r}"
+            return INVALID, (f"labelled index_dtype {index_dtype} but its SGLang {shown} in its own arguments at the "
+                             f"{when} (/server_info; {index_dtype} keys need {field} true)")
     return VALID, (f"SGLang's own paths: niah's plugin absent in all {E['internal_states']} scheduler(s) at "
-                   f"start and end{args} ({keys} are SGLang's, unattested beyond that)")
+                   f"start and end{_shown_args(S, E, field)} (its {index_dtype} index keys and kernels are "
+                   "SGLang's, unattested beyond that)")
+
+
+def _shown_args(S: dict, E: dict, field: str | None = None) -> str:
+    """"; <field>=<end value> in SGLang's own arguments at start and end" when both readings
+    report the form's argument (a form without one: the first argument of the table's
+    forms that both report, as SGLang 0.5.23 reports the fp4 indexer's off in an fp8 arm)."""
+    fields = [field] if field else [f.sglang_field for f in forms.forms() if f.sglang_field]
+    for name in fields:
+        start, end = ((r.get("server_args") or {}).get(name) for r in (S, E))
+        if start is not None and end is not None:
+            return f"; {name}={str(end).lower()} in SGLang's own arguments at start and end"
+    return ""
 
 
 def _coverage(r: dict, when: str, engine: str | None) -> str | None:
@@ -343,15 +362,28 @@ def _attested(A0: dict, A1: dict, label: dict, bridged: bool = False) -> tuple[s
         return INVALID, "its counters went down during the sweep (the server restarted?)", None, set()
     dtype, kernels = arm1
     growth = None
-    if dtype == "bf16" or (dtype == "fp8" and kernels == "niah"):
+    proof = _proof(dtype, kernels)
+    if proof is not None:
         for a in (A0, A1):  # what ran up to each reading
-            bad = bf16_paths(a) if dtype == "bf16" else fp8_niah_paths(a)
+            bad = bf16_paths(a) if proof == "niah-keys" else fp8_niah_paths(a)
             if bad:
                 return INVALID, bad, None, set()
         if not bridged:
             idle = not any(int(n.get("eager", 0)) + int(n.get("replayed", 0))
                            for _, _, _, n in kernel_calls(grown, (*KEY_PATHS, "topk")))
-            why = bf16_grown(A1, grown) if dtype == "bf16" else fp8_niah_grown(grown)
+            why = bf16_grown(A1, grown) if proof == "niah-keys" else fp8_niah_grown(grown)
             growth = ("proved", None) if why is None else ("idle" if idle else "failed", why)
     reason = ran_summary(A1, grown) + (" (closed by the resumed sweep's start reading)" if bridged else "")
     return VALID, reason, growth, unreported
+
+
+def _proof(dtype: str | None, kernels: str | None) -> str | None:
+    """What the arm's form asks of its counters (niah.kernels.forms: `proof`): "niah-keys"
+    (bf16: niah's kernels on its keys, stored and read during the sweep), "niah-reads" with
+    kernels niah (fp8: niah's logits read them during the sweep), or None."""
+    form = forms.get(dtype) if isinstance(dtype, str) else None
+    if form is None or form.proof is None:
+        return None
+    if form.proof == "niah-reads" and kernels != forms.NIAH:
+        return None
+    return form.proof

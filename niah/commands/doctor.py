@@ -24,10 +24,12 @@ def doctor(
 
     Exits 2 when the plugin contract is broken (each break names SGLang's file and line)."""
     from niah.errors import BadInput
+    from niah.kernels import forms
     from niah.serving.sglang.environment import gather
 
-    if index_dtype not in (None, "fp8", "bf16"):
-        raise BadInput(f"--index-dtype must be fp8 or bf16, got {index_dtype!r}")
+    plugin = forms.sglang_plugin_names()
+    if index_dtype is not None and index_dtype not in plugin:
+        raise BadInput(f"--index-dtype must be {' or '.join(plugin)}, got {index_dtype!r}")
     facts = gather(sglang_source, index_dtype)
     width = max(len(k) for k, _ in facts.rows)
     for k, v in facts.rows:

@@ -13,6 +13,7 @@ import importlib
 import typer
 
 from niah.cli import app
+from niah.kernels.forms import DEFAULT as DEFAULT_INDEX_DTYPE
 
 # What the server imports (lazily, deep inside): tried first, so a missing or broken one is
 # one line here, never a traceback from the middle of the model's loading.
@@ -55,7 +56,7 @@ def check_port(host: str, port: int) -> None:
 @app.command()
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
-    index_dtype: str = typer.Option("fp8", "--index-dtype",
+    index_dtype: str = typer.Option(DEFAULT_INDEX_DTYPE, "--index-dtype",
                                     help="Index keys as stored: fp8 (SGLang's e4m3 + scale), bf16 or fp32; on the "
                                          "CPU also fp4 (SGLang's MXFP4) and two-stage fp8+bf16 / fp4+bf16: both "
                                          "forms stored, the first scores every key, its c*k best are re-scored from "
@@ -95,21 +96,22 @@ def serve(
 ) -> None:
     """Serve SmolLM2-135M-Instruct, OpenAI-compatible, with dense or DSA attention (CPU or CUDA)."""
     from niah.errors import BadInput
+    from niah.kernels import forms
     from niah.kernels.rotation import ROTATIONS
 
     if attention not in ("dense", "dsa"):
         raise BadInput(f"--attention must be dense or dsa, not {attention!r}")
     from niah.serving.embedded import precision
 
-    if index_dtype not in precision.EMBEDDED_INDEX_DTYPES:
-        raise BadInput(f"--index-dtype must be one of {', '.join(precision.EMBEDDED_INDEX_DTYPES)}, "
+    if index_dtype not in precision.index_dtypes():
+        raise BadInput(f"--index-dtype must be one of {', '.join(precision.index_dtypes())}, "
                        f"not {index_dtype!r}")
-    if index_query_dtype is not None and index_query_dtype not in precision.QUERY_DTYPES:
-        raise BadInput(f"--index-query-dtype must be one of {', '.join(precision.QUERY_DTYPES)}, "
+    if index_query_dtype is not None and index_query_dtype not in precision.query_dtypes():
+        raise BadInput(f"--index-query-dtype must be one of {', '.join(precision.query_dtypes())}, "
                        f"not {index_query_dtype!r}")
-    two_stage = index_dtype in precision.TWO_STAGE_DTYPES
+    two_stage = index_dtype in precision.two_stage_dtypes()
     if rescore_factor is not None and not two_stage:
-        raise BadInput(f"--rescore-factor needs a two-stage --index-dtype ({', '.join(precision.TWO_STAGE_DTYPES)}), "
+        raise BadInput(f"--rescore-factor needs a two-stage --index-dtype ({', '.join(precision.two_stage_dtypes())}), "
                        f"not {index_dtype}")
     if rescore_factor is not None and rescore_factor < 1:
         raise BadInput("--rescore-factor must be >= 1")
@@ -134,7 +136,7 @@ def serve(
     if topk_impl not in ("niah", "torch"):
         raise BadInput(f"--topk must be niah or torch, not {topk_impl!r}")
     if device != "cpu":
-        if index_dtype not in ("fp8", "bf16", "fp32"):
+        if index_dtype not in forms.names(forms.CUDA):
             raise BadInput(f"--index-dtype {index_dtype} is served on the CPU only (--device cpu)")
         if index_query_dtype is not None:
             raise BadInput("--index-query-dtype is served on the CPU only (--device cpu)")

@@ -74,8 +74,8 @@ class DSA:
         self.coarse, self.fine = precision.stages(index_dtype)      # ValueError for an unknown dtype
         if rotation not in ROTATIONS:
             raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
-        if query_dtype not in precision.QUERY_DTYPES:
-            raise ValueError(f"index query dtype must be one of {precision.QUERY_DTYPES}, not {query_dtype!r}")
+        if query_dtype not in precision.query_dtypes():
+            raise ValueError(f"index query dtype must be one of {precision.query_dtypes()}, not {query_dtype!r}")
         if topk < 1 or window < 0 or chunk < 1 or rescore_factor < 1:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1, rescore_factor >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk

@@ -30,42 +30,63 @@ products with the keys (after the rotation, when there is one):
 - "fp4": MXFP4 as the keys (niah.kernels.quant.quantize_fp4), ties to the even code (the
   rule SGLang's fp4 query path uses).
 The emulation computes in fp32 on the values as quantised (dequantised on read), exactly
-as it treats the keys (selection.py). Pure data and arithmetic: the CLI and the matrix
-loader read it without torch.
+as it treats the keys (selection.py). The forms, their bytes and quantisers are the
+table's (niah.kernels.forms): a form served on "cpu" is an index dtype here, a "coarse" one
+also makes "<form>+bf16", a query form an index query dtype; the lists below are read from
+the table when called. Pure data and arithmetic: the CLI and the matrix loader read it
+without torch.
 """
 
 from __future__ import annotations
 
-SINGLE_DTYPES = ("fp8", "fp4", "bf16", "fp32")
-TWO_STAGE_DTYPES = ("fp8+bf16", "fp4+bf16")
-EMBEDDED_INDEX_DTYPES = SINGLE_DTYPES + TWO_STAGE_DTYPES
-QUERY_DTYPES = ("fp32", "bf16", "fp8", "fp4")
+from niah.kernels import forms
+
 DEFAULT_QUERY_DTYPE = "fp32"
 DEFAULT_RESCORE_FACTOR = 4
 
-# Bytes one stored key takes per kv head of head dim d, by stored form.
-_FORM_BYTES = {"fp8": lambda d: d + 4, "fp4": lambda d: d // 2 + d // 32, "bf16": lambda d: 2 * d,
-               "fp32": lambda d: 4 * d}
+
+def single_dtypes() -> tuple[str, ...]:
+    """The stored forms the CPU emulation serves ("fp8", "fp4", "bf16", "fp32")."""
+    return forms.names(forms.CPU)
+
+
+def two_stage_dtypes() -> tuple[str, ...]:
+    """The two-stage dtypes ("fp8+bf16", "fp4+bf16")."""
+    return forms.two_stage_names()
+
+
+def index_dtypes() -> tuple[str, ...]:
+    """Every index dtype the embedded server takes: the single forms, then the two-stage ones."""
+    return single_dtypes() + two_stage_dtypes()
+
+
+def query_dtypes() -> tuple[str, ...]:
+    """The index query's precisions ("fp32", "bf16", "fp8", "fp4")."""
+    return forms.query_names()
 
 
 def stages(index_dtype: str) -> tuple[str, str | None]:
     """(coarse form, re-score form or None): "fp8+bf16" -> ("fp8", "bf16"), "fp8" -> ("fp8", None)."""
-    if index_dtype not in EMBEDDED_INDEX_DTYPES:
-        raise ValueError(f"index dtype must be one of {', '.join(EMBEDDED_INDEX_DTYPES)}, not {index_dtype!r}")
-    coarse, _, fine = index_dtype.partition("+")
+    if index_dtype not in index_dtypes():
+        raise ValueError(f"index dtype must be one of {', '.join(index_dtypes())}, not {index_dtype!r}")
+    coarse, _, fine = index_dtype.partition(forms.TWO_STAGE_SEP)
     return coarse, fine or None
+
+
+def _form_bytes(form: str, dim: int) -> int:
+    return forms.get(form).key_bytes(dim)
 
 
 def key_bytes(index_dtype: str, n_kv: int, dim: int) -> int:
     """Bytes a token and layer of the stored index keys (both forms for a two-stage dtype)."""
-    return n_kv * sum(_FORM_BYTES[f](dim) for f in stages(index_dtype) if f is not None)
+    return n_kv * sum(_form_bytes(f, dim) for f in stages(index_dtype) if f is not None)
 
 
 def read_bytes(index_dtype: str, n_kv: int, dim: int, context: int, topk: int, factor: int) -> int:
     """Index-key bytes one decode step of one layer reads over `context` tokens: every key's
     coarse form, plus (two-stage) the bf16 rows of its min(c*k, context) candidates."""
     coarse, fine = stages(index_dtype)
-    out = context * n_kv * _FORM_BYTES[coarse](dim)
+    out = context * n_kv * _form_bytes(coarse, dim)
     if fine is not None:
-        out += min(factor * topk, context) * n_kv * _FORM_BYTES[fine](dim)
+        out += min(factor * topk, context) * n_kv * _form_bytes(fine, dim)
     return out

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels.quant import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8, store_roundtrip
-from niah.serving.embedded.precision import QUERY_DTYPES
+from niah.kernels import forms
+from niah.kernels.quant import store_roundtrip
+from niah.serving.embedded.precision import query_dtypes
 
 def store_form(k: torch.Tensor, form: str) -> torch.Tensor:
     """One stored form of keys k [..., D] as the indexer reads it back, in fp32."""
@@ -15,16 +16,11 @@ def store_form(k: torch.Tensor, form: str) -> torch.Tensor:
 
 
 def quantize_query(q: torch.Tensor, query_dtype: str) -> torch.Tensor:
-    """The index query as quantised ([..., D], per token and head for fp8), in fp32."""
-    if query_dtype == "fp32":
-        return q
-    if query_dtype == "bf16":
-        return q.to(torch.bfloat16).float()
-    if query_dtype == "fp8":
-        return dequantize_fp8(*quantize_fp8(q))
-    if query_dtype == "fp4":
-        return dequantize_fp4(*quantize_fp4(q, rne=True))
-    raise ValueError(f"index query dtype must be one of {', '.join(QUERY_DTYPES)}, not {query_dtype!r}")
+    """The index query as quantised ([..., D], per token and head for fp8), in fp32: its
+    form's query quantiser (niah.kernels.forms)."""
+    if query_dtype not in query_dtypes():
+        raise ValueError(f"index query dtype must be one of {', '.join(query_dtypes())}, not {query_dtype!r}")
+    return forms.get(query_dtype).quantize_query(q)
 
 
 ROWS = 64   # query rows re-scored at once (bounds the gathered [Hkv, ROWS, M, D] candidates)

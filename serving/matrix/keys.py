@@ -25,6 +25,12 @@ def choice(*allowed: str) -> Callable[[Any], str | None]:
     return check
 
 
+def choice_of(allowed: Callable[[], tuple[str, ...]]) -> Callable[[Any], str | None]:
+    """A choice among what `allowed()` returns when the value is checked (the index-key
+    forms' table, niah.kernels.forms: a form registered later is accepted too)."""
+    return lambda v: choice(*allowed())(v)
+
+
 def int_range(lo: int, hi: int | None = None) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):

@@ -26,16 +26,16 @@ import sys
 from niah.errors import BadInput, NiahError
 from niah.serving.sglang import refusals
 from niah.serving.sglang.arms import (  # noqa: F401  (split_niah_args: re-exported)
-    ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS_FLAG, NIAH_FLAG, SGLANG_INDEX_DTYPES, SGLANG_MODULE, check_arm,
-    default_kernels, split_niah_args)
+    ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS_FLAG, NIAH_FLAG, SGLANG_MODULE, check_arm, default_kernels,
+    plugin_dtypes, split_niah_args)
 from niah.serving.sglang.plugin import entry_point_registered, install
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
         dtype, kernels, rest = split_niah_args(list(sys.argv[1:] if argv is None else argv))
-        if dtype not in SGLANG_INDEX_DTYPES:
-            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(SGLANG_INDEX_DTYPES)}")
+        if dtype not in plugin_dtypes():
+            raise BadInput(f"{NIAH_FLAG}: {dtype!r} is not one of {', '.join(plugin_dtypes())}")
         kernels = kernels or default_kernels(dtype)
         check_arm(dtype, kernels)
         override = refusals.niah_override(rest)

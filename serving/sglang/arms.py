@@ -1,10 +1,13 @@
 """The arms niah serves on SGLang, as constants: the one module the patcher, the refusals,
 the launch entry and the command builder all read (it imports nothing of theirs).
 
-- arms: index-key dtype ("fp8", "bf16") / kernels ("stock", "niah"); bf16 keys run on
+- arms: index-key dtype / kernels ("stock", "niah"), both read from the table of index-key
+  forms (niah.kernels.forms: a form's `sglang_kernels`): the plugin's dtypes
+  (`plugin_dtypes`: fp8, bf16) are the forms with an arm on niah's kernels; bf16 keys run on
   niah's kernels only (`check_arm`, `default_kernels`, `arm_name`); the command builder's
-  arms add "fp4", which runs stock only (SGLang's own `--enable-deepseek-v4-fp4-indexer`,
-  `FP4_FLAG`; the plugin serves no fp4 pool);
+  arms (`arm_dtypes`) add "fp4", which runs stock only (SGLang's own
+  `--enable-deepseek-v4-fp4-indexer`, the form's `sglang_flag`: `FP4_FLAG`; the plugin
+  serves no fp4 pool);
 - entry names: the launch entry `python -m niah.serving.sglang`, SGLang's own
   `sglang.launch_server`, the `sglang.srt.plugins` entry point `niah`;
 - niah's switches: `--niah-index-dtype`, `--niah-kernels` (`split_niah_args`) and the
@@ -17,15 +20,23 @@ from __future__ import annotations
 import os
 
 from niah.errors import BadInput
+from niah.kernels import forms
 
-# Index-key dtypes the plugin serves (niah.kernels.quant.INDEX_DTYPES: what the key store holds).
-SGLANG_INDEX_DTYPES = ("fp8", "bf16")
-KERNELS = ("stock", "niah")
-# The arms the command builder and the matrix make: the plugin's, and SGLang's own fp4 arm
-# (stock only: plain launch_server with FP4_FLAG, DeepSeek-V4's MXFP4 index keys).
-ARM_INDEX_DTYPES = ("fp8", "fp4", "bf16")
-FP4_FLAG = "--enable-deepseek-v4-fp4-indexer"
-FP4_FIELD = "enable_deepseek_v4_fp4_indexer"  # its ServerArgs field
+KERNELS = (forms.STOCK, forms.NIAH)
+# SGLang's own switch of the fp4 arm (stock only: plain launch_server with FP4_FLAG,
+# DeepSeek-V4's MXFP4 index keys) and its ServerArgs field.
+FP4_FLAG = forms.get("fp4").sglang_flag
+FP4_FIELD = forms.get("fp4").sglang_field
+
+
+def plugin_dtypes() -> tuple[str, ...]:
+    """Index-key dtypes the plugin serves (a pool niah's kernels read)."""
+    return forms.sglang_plugin_names()
+
+
+def arm_dtypes() -> tuple[str, ...]:
+    """The arms' index dtypes the command builder and the matrix make: the plugin's and SGLang's own."""
+    return forms.sglang_arm_names()
 
 # Entries and the plugin's registration (pyproject.toml: [project.entry-points."sglang.srt.plugins"]).
 LAUNCH_MODULE = "niah.serving.sglang"
@@ -58,23 +69,24 @@ def env_on(env, name: str) -> bool:
 
 
 def check_arm(index_dtype: str, kernels: str) -> None:
-    if index_dtype not in SGLANG_INDEX_DTYPES:
-        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(SGLANG_INDEX_DTYPES)}")
+    if index_dtype not in plugin_dtypes():
+        raise BadInput(f"unknown index dtype {index_dtype!r}; expected one of {', '.join(plugin_dtypes())}")
     if kernels not in KERNELS:
         raise BadInput(f"unknown kernels {kernels!r}; expected one of {', '.join(KERNELS)}")
-    if index_dtype == "bf16" and kernels != "niah":
-        raise BadInput("bf16 index keys run on niah's kernels only (kernels = \"niah\")")
+    if kernels not in forms.get(index_dtype).sglang_kernels:
+        raise BadInput(f"{index_dtype} index keys run on niah's kernels only (kernels = \"niah\")")
 
 
 def check_stock_only(index_dtype: str, kernels: str | None) -> None:
-    """fp4 index keys are SGLang's own arm: stock kernels only."""
-    if index_dtype == "fp4" and kernels not in (None, "stock"):
-        raise BadInput("fp4 index keys run on SGLang's own kernels only (kernels = \"stock\"): niah's plugin "
-                       "serves fp8 and bf16 pools")
+    """SGLang's own arms (fp4 index keys): stock kernels only."""
+    form = forms.get(index_dtype)
+    if form is not None and form.sglang_kernels == (forms.STOCK,) and kernels not in (None, forms.STOCK):
+        raise BadInput(f"{index_dtype} index keys run on SGLang's own kernels only (kernels = \"stock\"): niah's "
+                       f"plugin serves {' and '.join(plugin_dtypes())} pools")
 
 
 def default_kernels(index_dtype: str) -> str:
-    return "niah" if index_dtype == "bf16" else "stock"
+    return forms.default_kernels(index_dtype)
 
 
 def arm_name(index_dtype: str, kernels: str) -> str:
@@ -85,7 +97,7 @@ def split_niah_args(argv: list[str], env=None) -> tuple[str, str | None, list[st
     """(index dtype, kernels or None, argv without niah's flags). Defaults from `env`
     (os.environ): $NIAH_INDEX_DTYPE or fp8; $NIAH_KERNELS or None (the dtype's default)."""
     env = os.environ if env is None else env
-    found = {NIAH_FLAG: env.get(ENV_INDEX_DTYPE) or "fp8",
+    found = {NIAH_FLAG: env.get(ENV_INDEX_DTYPE) or forms.DEFAULT,
              KERNELS_FLAG: env.get(ENV_KERNELS) or None}
     rest: list[str] = []
     it = iter(range(len(argv)))

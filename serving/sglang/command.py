@@ -34,9 +34,10 @@ import sys
 from dataclasses import dataclass, field
 
 from niah.errors import BadInput
+from niah.kernels import forms
 from niah.serving.sglang.arms import (  # noqa: F401  (arm_name, SGLANG_MODULE: re-exported)
-    ARM_INDEX_DTYPES, ENV_INDEX_DTYPE, ENV_KERNELS, FP4_FLAG, KERNELS, KERNELS_FLAG, LAUNCH_MODULE,
-    NIAH_ENV_PREFIX, NIAH_FLAG, OVERRIDE_FLAG, SGLANG_MODULE, arm_name, check_stock_only, default_kernels)
+    ENV_INDEX_DTYPE, ENV_KERNELS, FP4_FLAG, KERNELS, KERNELS_FLAG, LAUNCH_MODULE,
+    NIAH_ENV_PREFIX, NIAH_FLAG, OVERRIDE_FLAG, SGLANG_MODULE, arm_dtypes, arm_name, check_stock_only, default_kernels)
 
 MAX_INDEX_TOPK = 2048  # SGLang's v2 top-k: 0 < k <= 2048
 
@@ -49,7 +50,7 @@ class SGLangLaunch:
     tp: int = 1
     port: int = 30000
     host: str = "127.0.0.1"
-    index_dtype: str = "fp8"
+    index_dtype: str = forms.DEFAULT
     kernels: str | None = None  # None: "niah" for bf16, "stock" for fp8 and fp4
     index_topk: int | None = None  # None: the model's own (V3.2: 2048)
     extra_args: list[str] = field(default_factory=list)
@@ -59,12 +60,13 @@ class SGLangLaunch:
     def validate(self) -> None:
         if not self.model_path:
             raise BadInput("sglang: model_path is required")
-        if self.index_dtype not in ARM_INDEX_DTYPES:
-            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(ARM_INDEX_DTYPES)}")
+        if self.index_dtype not in arm_dtypes():
+            raise BadInput(f"sglang: index_dtype {self.index_dtype!r} is not one of {', '.join(arm_dtypes())}")
         if self.kernels not in (None, *KERNELS):
             raise BadInput(f"sglang: kernels {self.kernels!r} is not one of {', '.join(KERNELS)}")
-        if self.index_dtype == "bf16" and self.kernels == "stock":
-            raise BadInput("sglang: bf16 index keys run on niah's kernels (kernels = \"niah\"), not stock")
+        if self.kernels == forms.STOCK and forms.get(self.index_dtype).sglang_kernels == (forms.NIAH,):
+            raise BadInput(f"sglang: {self.index_dtype} index keys run on niah's kernels (kernels = \"niah\"), "
+                           "not stock")
         try:
             check_stock_only(self.index_dtype, self.kernels)
         except BadInput as e:
@@ -134,8 +136,8 @@ def _sglang_args(cfg: SGLangLaunch) -> list[str]:
     args = ["--model-path", cfg.model_path, "--tp-size", str(cfg.tp), "--host", cfg.host, "--port", str(cfg.port)]
     if cfg.index_topk is not None:
         args += [OVERRIDE_FLAG, json.dumps({"index_topk": cfg.index_topk})]
-    fp4 = [FP4_FLAG] if cfg.index_dtype == "fp4" else []
-    return args + fp4 + list(cfg.extra_args)
+    flag = forms.get(cfg.index_dtype).sglang_flag  # SGLang's own switch of the form (fp4)
+    return args + ([flag] if flag else []) + list(cfg.extra_args)
 
 
 def build_sglang_command(cfg: SGLangLaunch, environ: dict[str, str] | None = None

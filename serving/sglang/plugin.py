@@ -32,8 +32,8 @@ from importlib.metadata import entry_points
 from niah.errors import BadInput
 from niah.serving.sglang import attest
 from niah.serving.sglang.arms import (  # noqa: F401  (re-exported: the plugin's arms)
-    ENTRY_POINT_GROUP, ENTRY_POINT_NAME, ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS, SGLANG_INDEX_DTYPES, check_arm,
-    default_kernels)
+    ENTRY_POINT_GROUP, ENTRY_POINT_NAME, ENV_INDEX_DTYPE, ENV_KERNELS, KERNELS, check_arm, default_kernels,
+    plugin_dtypes)
 from niah.serving.sglang.contract import ContractReport, InstalledSource, check_contract, points_for
 from niah.serving.sglang.patches import Patch, all_patches, patch_targets, patches_for  # noqa: F401
 from niah.serving.sglang.patching import PluginRefused, apply_at, installed_arm, set_installed  # noqa: F401

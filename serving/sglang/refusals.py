@@ -44,9 +44,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from niah.errors import BadInput
+from niah.kernels.forms import DEFAULT as DEFAULT_INDEX_DTYPE
 from niah.serving.sglang.arms import (
     ENTRY_POINT_NAME as PLUGIN_NAME, LAUNCH_MODULE, OVERRIDE_FLAG, SGL_PLUGINS, SGLANG_MODULE, SGLANG_PLUGINS,
-    TILELANG_INDEXER as TILELANG, V4_INDEXER_SWITCHES, default_kernels, env_on, split_niah_args)
+    FP4_FIELD, TILELANG_INDEXER as TILELANG, V4_INDEXER_SWITCHES, default_kernels, env_on, plugin_dtypes,
+    split_niah_args)
 from niah.serving.sglang.fp4 import stock_fp4_refusal
 from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
 
@@ -54,12 +56,12 @@ from niah.serving.sglang.releases import SUPPORTED_VERSIONS, release_of
 @dataclass(frozen=True)
 class Rule:
     """Refuse when `ServerArgs.<field>` makes `refused(value)` true, for niah's kernels
-    with these index dtypes."""
+    with these index dtypes (None: every dtype the plugin serves, arms.plugin_dtypes)."""
 
     field: str
     refused: Callable[[Any], bool]
     what: str
-    dtypes: tuple[str, ...] = ("fp8", "bf16")
+    dtypes: tuple[str, ...] | None = None
     releases: tuple[str, ...] | None = None  # the SGLang releases that have the field (None: all)
 
 
@@ -82,7 +84,7 @@ RULES: tuple[Rule, ...] = (
          "PD disaggregation: key pages move between servers as 132-byte fp8 rows"),
     Rule("enable_dsa_cache_layer_split", _on, "layer-split DSA key cache pools"),
     Rule("enable_kv_cache_sharding", _on, "page-interleave (sharded) key cache pools", releases=("0.5.23",)),
-    Rule("enable_deepseek_v4_fp4_indexer", _on, "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
+    Rule(FP4_FIELD, _on, "DeepSeek-V4 fp4 index keys (niah reads 132-byte fp8 or bf16 rows)"),
     Rule("dsa_paged_mqa_logits_backend", lambda v: v not in ("auto", "deepgemm"),
          "only auto/deepgemm decode through resolve_fp8_paged_mqa_logits_fn, which niah patches; "
          "cutedsl and aiter call their own kernels"),
@@ -177,7 +179,7 @@ def refusal(index_dtype: str, kernels: str, args) -> str | None:
             return (f"SGLang's ServerArgs has no field {rule.field!r}; niah's refusals are written for SGLang "
                     f"{', '.join(SUPPORTED_VERSIONS)}")
         value = getattr(args, rule.field)
-        if index_dtype in rule.dtypes and rule.refused(value):
+        if index_dtype in (rule.dtypes or plugin_dtypes()) and rule.refused(value):
             shown = "" if isinstance(value, bool) else f" {value}"
             return f"{_flag(rule.field)}{shown} is not supported with {index_dtype}/{kernels} index keys ({rule.what})"
     override = getattr(args, "json_model_override_args", None) or "{}"
@@ -369,7 +371,7 @@ def check_command(argv: list[str], env: Mapping[str, str], override: dict | None
         dtype, kernels, rest = split_niah_args(argv[3:], env)
         kernels = kernels or default_kernels(dtype)
     elif argv[1:3] == ["-m", SGLANG_MODULE]:
-        dtype, kernels, rest = index_dtype or "fp8", "stock", argv[3:]
+        dtype, kernels, rest = index_dtype or DEFAULT_INDEX_DTYPE, "stock", argv[3:]
         env = {k: v for k, v in env.items() if k not in (SGLANG_PLUGINS, SGL_PLUGINS)}  # no plugin to keep out
     else:
         return True

@@ -194,7 +194,7 @@ def test_one_definition_of_each_name_and_serving_needs_no_sweep_internals():
                 t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
             for n in names:
                 defs.setdefault(n, []).append(str(f.relative_to(ROOT)))
-    for name in ("run_matrix", "trials_frame", "check_spec", "INDEX_DTYPES", "ROTATIONS", "error_record",
+    for name in ("run_matrix", "trials_frame", "check_spec", "register_form", "ROTATIONS", "error_record",
                  "length_tolerance", "comparable_axes"):
         assert len(defs.get(name, [])) == 1, (name, defs.get(name))
     # The matrix runs its configurations through the sweep's one orchestrator: it neither

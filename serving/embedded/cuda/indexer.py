@@ -43,7 +43,8 @@ import torch
 
 from niah.kernels import (bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits, fp8_paged_mqa_logits,
                           store_index_keys, topk_indices)
-from niah.kernels.quant import INDEX_DTYPES, quantize_fp8
+from niah.kernels import forms
+from niah.kernels.quant import quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
 from niah.serving.embedded.cuda.graphs import row_stats_at
@@ -54,7 +55,6 @@ from niah.serving.sglang import attest
 
 BF16_READS = ("fused", "gather")
 TOPK_IMPLS = ("niah", "torch")
-QUERY = {"fp8": "fp8", "bf16": "bf16", "fp32": "fp32"}
 KERNELS = "niah-cuda"      # the arm's kernels: niah's Triton kernels in the embedded server
 SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (rows = SCORE_BYTES / 4S)
 
@@ -67,8 +67,8 @@ class CudaDSA:
                  topk: int = 512, chunk: int = 4096, rotation: str = "none", bf16_read: str = "fused",
                  topk_impl: str = "niah", device: str | torch.device = "cuda", dense_when_short: bool = True,
                  score_bytes: int = SCORE_BYTES):
-        if index_dtype not in INDEX_DTYPES:
-            raise ValueError(f"index dtype must be one of {INDEX_DTYPES}, not {index_dtype!r}")
+        if index_dtype not in forms.names(forms.CUDA):
+            raise ValueError(f"index dtype must be one of {forms.names(forms.CUDA)}, not {index_dtype!r}")
         if rotation not in ROTATIONS:
             raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
         if bf16_read not in BF16_READS or (bf16_read == "gather" and index_dtype != "bf16"):
@@ -93,7 +93,7 @@ class CudaDSA:
             self.bytes_per_token = self.pool.bytes_per_token
         attest.configure(index_dtype, KERNELS, self.bytes_per_token)
         attest.set_facts(attention="dsa", index_topk=topk, window=0, rotation=rotation, device=str(self.device),
-                         query=QUERY[index_dtype], bf16_read=bf16_read if index_dtype == "bf16" else None,
+                         query=index_dtype, bf16_read=bf16_read if index_dtype == "bf16" else None,
                          topk=self._topk_name(), score_bytes=self.score_bytes)
 
     def _topk_name(self) -> str:

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import torch
 
+from niah.kernels import forms
+
 PAGE = 64
-ROW_BYTES = {"fp8": lambda d: d + 4, "bf16": lambda d: 2 * d}
+LAYOUTS = ("fp8", "bf16")  # the page layouts this pool implements; a row's bytes are its form's (forms.key_bytes)
 
 
 class IndexKeyPool:
     def __init__(self, n_layer: int, n_kv: int, dim: int, capacity: int, index_dtype: str,
                  device: str | torch.device = "cpu", spare_pages: int = 3, seed: int = 0):
-        if index_dtype not in ROW_BYTES:
+        if index_dtype not in LAYOUTS:
             raise ValueError(f"the paged index-key pool holds fp8 or bf16 keys, not {index_dtype!r}")
         self.n_layer, self.n_kv, self.dim, self.index_dtype = n_layer, n_kv, dim, index_dtype
         self.max_pages = -(-capacity // PAGE)
@@ -54,7 +56,7 @@ class IndexKeyPool:
     @property
     def bytes_per_token(self) -> int:
         """Index-key bytes per token and layer (all kv heads)."""
-        return self.n_kv * ROW_BYTES[self.index_dtype](self.dim)
+        return self.n_kv * forms.get(self.index_dtype).key_bytes(self.dim)
 
     def reset(self) -> None:
         """A new sequence: every page back on the free list."""

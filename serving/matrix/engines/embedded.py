@@ -10,16 +10,16 @@ from __future__ import annotations
 import sys
 
 from niah.kernels.rotation import ROTATIONS
-from niah.serving.embedded.precision import EMBEDDED_INDEX_DTYPES, QUERY_DTYPES
+from niah.serving.embedded import precision
 from niah.serving.launch import HOST
 from niah.serving.matrix.engines.base import Engine
-from niah.serving.matrix.keys import COMMON, choice, int_range, string
+from niah.serving.matrix.keys import COMMON, choice, choice_of, int_range, string
 
 KEYS = {
     **COMMON,
     "attention": choice("dense", "dsa"),
-    "index_dtype": choice(*EMBEDDED_INDEX_DTYPES),
-    "index_query_dtype": choice(*QUERY_DTYPES),
+    "index_dtype": choice_of(precision.index_dtypes),  # the forms table (niah.kernels.forms), read when checked
+    "index_query_dtype": choice_of(precision.query_dtypes),
     "rescore_factor": int_range(1),
     "index_rotation": choice(*ROTATIONS),
     "index_topk": int_range(1),

@@ -8,16 +8,17 @@ configuration's axes, unattested unless the server reports them. `plan` is its d
 
 from __future__ import annotations
 
+from niah.kernels import forms
 from niah.kernels.rotation import ROTATIONS
 from niah.serving.matrix.engines.base import Engine
-from niah.serving.matrix.keys import choice, int_range, string, url
+from niah.serving.matrix.keys import choice, choice_of, int_range, string, url
 
 KEYS = {
     "endpoint": url,
     "model": string,
     "api_key_env": string,
     "attention": choice("dense", "dsa"),
-    "index_dtype": choice("fp8", "bf16", "fp32"),
+    "index_dtype": choice_of(lambda: forms.names(forms.EXTERNAL)),  # a label: any form the table knows
     "index_rotation": choice(*ROTATIONS),
     "index_topk": int_range(1),
 }

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 
 from niah.errors import BadInput
+from niah.kernels import forms
 from niah.serving.launch import HOST
 from niah.serving.matrix.engines.base import Engine
-from niah.serving.matrix.keys import COMMON, PORT_PLACEHOLDER, choice, int_range, string
+from niah.serving.matrix.keys import COMMON, PORT_PLACEHOLDER, choice, choice_of, int_range, string
 from niah.serving.sglang import refusals
 from niah.serving.sglang.arms import default_kernels
 from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
@@ -25,7 +26,7 @@ KEYS = {
     **COMMON,
     "model_path": string,
     "tp": int_range(1),
-    "index_dtype": choice("fp8", "fp4", "bf16"),  # fp4: SGLang's own arm (stock only)
+    "index_dtype": choice_of(forms.sglang_arm_names),  # the forms SGLang serves (fp4: its own arm, stock only)
     "kernels": choice("stock", "niah"),
     "index_topk": int_range(1, 2048),
     "python": string,
@@ -43,7 +44,7 @@ def sglang_command(cfg, port: int | str) -> tuple[list[str], dict[str, str]]:
     s = cfg.settings
     launch = SGLangLaunch(
         model_path=s["model_path"], tp=s.get("tp", 1), port=_PORT_SENTINEL if port == PORT_PLACEHOLDER else port,
-        host=HOST, index_dtype=s.get("index_dtype", "fp8"), kernels=s.get("kernels"),
+        host=HOST, index_dtype=s.get("index_dtype", forms.DEFAULT), kernels=s.get("kernels"),
         index_topk=s.get("index_topk"),
         extra_args=list(s.get("args", [])), env=cfg.env,
     )
@@ -72,16 +73,17 @@ def _with_placeholder(argv: list[str], port: int | str) -> list[str]:
 def impossible(settings: dict) -> str | None:
     """Why an SGLang arm cannot exist (bf16 keys on stock kernels, fp4 keys on niah's), or None."""
     dtype, kernels = settings.get("index_dtype"), settings.get("kernels")
-    if dtype == "bf16" and kernels == "stock":
-        return "sglang: bf16 index keys run on kernels = \"niah\", not stock"
-    if dtype == "fp4" and kernels == "niah":
-        return "sglang: fp4 index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
-    return None
+    form = forms.get(dtype) if isinstance(dtype, str) else None
+    if form is None or kernels is None or kernels in form.sglang_kernels:
+        return None
+    if kernels == forms.STOCK:
+        return f"sglang: {dtype} index keys run on kernels = \"niah\", not stock"
+    return f"sglang: {dtype} index keys run on SGLang's own kernels (kernels = \"stock\"), not niah's"
 
 
 def arm_of(cfg) -> dict[str, str]:
     """What the configuration's arm runs, in words (command.ARMS)."""
-    dtype = cfg.settings.get("index_dtype", "fp8")
+    dtype = cfg.settings.get("index_dtype", forms.DEFAULT)
     kernels = cfg.settings.get("kernels") or default_kernels(dtype)
     return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
 
@@ -95,7 +97,8 @@ def parser_note() -> str:
 
 def fp4_preflight(cfg) -> str | None:
     """SGLang's refusal of an fp4 arm on this machine (asked of its server's Python), or None."""
-    if cfg.settings.get("index_dtype") != "fp4":
+    form = forms.get(cfg.settings.get("index_dtype") or forms.DEFAULT)
+    if form is None or not form.sglang_flag:  # only a form SGLang turns on by its own flag (fp4)
         return None
     argv, env = sglang_command(cfg, 30000)  # a port SGLang's parser takes; nothing listens
     merged = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
