@@ -57,6 +57,7 @@ class SetEntry:
     control: bool = False  # a no-needle control: the asked facts are not in the prompt
     base_seed: int | None = None  # the --seed the trial's seed came from (None: a schema-1 set)
     schema_version: int = field(default=SET_SCHEMA)
+    residues: str | None = None  # a --residues set: its plan ("4:0,1,2,3"); written only when set
 
     @property
     def content(self) -> str:
@@ -73,7 +74,14 @@ class SetEntry:
         return {"messages": self.messages} if self.mode == "chat" else {"prompt": self.prompt}
 
     def to_line(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        d = asdict(self)
+        if d["residues"] is None:  # a set without residues keeps the bytes it always had
+            del d["residues"]
+        return json.dumps(d, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def modulus(self) -> int | None:
+        return int(self.residues.split(":", 1)[0]) if self.residues else None
 
 
 def entry_from_prompt(p, trial: int, control: bool = False, base_seed: int | None = None) -> SetEntry:
@@ -94,14 +102,22 @@ def entry_from_prompt(p, trial: int, control: bool = False, base_seed: int | Non
 
 
 def build_set(tok, spec) -> list[SetEntry]:
-    """Every trial of `spec` (a niah.sweep.SweepSpec), built with the counter `tok`."""
+    """Every trial of `spec` (a niah.sweep.SweepSpec), built with the counter `tok`. With
+    `spec.residues` each length of a residue block is built from the block's seed and
+    counts, as the sweep builds it (niah.sweep.residues), and every entry names the plan."""
     out = []
+    m = int(spec.residues.split(":", 1)[0]) if spec.residues else None
+    counts: dict[tuple, dict] = {}
     for n in spec.lengths:
+        base = n if m is None else n // m * m
         for d in spec.depths:
             for t in range(spec.trials):
-                p = build_prompt(tok, n, d, trial_seed(spec.seed, n, d, t), spec.mode, spec.needles,
-                                 spec.kind, spec.haystack)
-                out.append(entry_from_prompt(p, t, base_seed=spec.seed))
+                seed = trial_seed(spec.seed, base, d, t)
+                shared = None if m is None else counts.setdefault((seed, d), {})
+                p = build_prompt(tok, n, d, seed, spec.mode, spec.needles, spec.kind, spec.haystack, False, shared)
+                e = entry_from_prompt(p, t, base_seed=spec.seed)
+                e.residues = spec.residues
+                out.append(e)
     return out
 
 
@@ -203,6 +219,10 @@ class SetIndex:
         self.kinds = sorted({json.dumps(e.needle_kind, sort_keys=True) for e in entries})
         self.haystacks = sorted({e.haystack for e in entries})
         self.size = len(entries)
+        plans = {e.residues for e in entries}
+        if len(plans) != 1:
+            raise BadInput(f"{path}: the set mixes residue plans {sorted(map(str, plans))}")
+        self.residues = plans.pop()  # the plan of a --residues set, else None
 
     def provenance(self) -> dict[str, Any]:
         """What a run records about the set (the manifest's args.prompt_set)."""

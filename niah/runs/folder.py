@@ -152,6 +152,8 @@ def _check_same_set(out: Path, old: dict, args: dict, prompt_set) -> None:
 
 def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
     args = asdict(spec)
+    if prompt_set is not None and getattr(prompt_set, "residues", None):  # a --residues set: its plan
+        args["residues"] = prompt_set.residues
     for k in ("residues", "decode_first", "multi_turn"):  # an option unused: the manifest a sweep always wrote
         if args.get(k) is None:
             args.pop(k, None)

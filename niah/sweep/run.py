@@ -69,7 +69,8 @@ class _TargetRun:
         self.gone: list[str] = []  # the external server stopped answering (no dead() given)
         self.drift: list[str] = []  # a trial's length was not what was asked
         self.known: set[str] = set()  # every needle value of the sweep (for --control)
-        self.residues = parse_residues(spec.residues)
+        # the sweep's --residues, or the plan a frozen --residues set was built with
+        self.residues = parse_residues(spec.residues or getattr(prepared.prompts, "residues", None))
         self.counts: dict[tuple, dict] = {}  # (seed, depth) -> the builder's counts, shared by a residue block
         self.decode = None  # --decode-first: its DecodePlan (niah.sweep.decode), set before the first trial
         self.turn_facts: dict[str, TurnFacts] = {}  # --multi-turn: prompt hash -> what it asks

@@ -112,3 +112,26 @@ def test_prompt_set_with_the_preset_runs_warm_and_gates_the_residue_fault(oracle
     _sweep(digit, tmp_path / "cand", "--prompts", tmp_path / "set.jsonl", "--cache-state", "warm")
     code, cases = _gate(tmp_path / "base", tmp_path / "cand")
     assert code == 1
+    rows_by_len = {}
+    for r in rows:
+        assert r["residues"] == "4:0,1,2,3"
+        rows_by_len.setdefault((r["length"] // 4 * 4, r["depth"]), set()).add(r["seed"])
+    assert all(len(s) == 1 for s in rows_by_len.values())  # a residue block shares its seed, as a sweep's does
+    recs = [json.loads(x) for x in (tmp_path / "cand" / "trials.jsonl").read_text().splitlines()]
+    assert all(r["residue"] == r["prompt_tokens_local"] % 4 and r["base_length"] % 4 == 0 for r in recs)
+    residue_cases = {c["residue"]: c["status"] for c in cases if "residue" in c}
+    assert residue_cases["3 mod 4"] == "regression"
+    assert {residue_cases[f"{r} mod 4"] for r in (0, 1, 2)} == {"pass"}
+    # the same verdict against the baseline file a CI job keeps
+    assert niah("baseline", "export", tmp_path / "base", "-o", tmp_path / "base.json").returncode == 0
+    code, cases = _gate(tmp_path / "base.json", tmp_path / "cand")
+    assert code == 1 and {c["residue"]: c["status"] for c in cases if "residue" in c} == residue_cases
+
+
+def test_a_set_without_residues_keeps_its_bytes(oracle, tmp_path):
+    """A set built without --residues writes no residue field: a set's bytes (and sha256) do not
+    change because the format can carry residues."""
+    b = niah("prompts", "build", "--endpoint", oracle.url, "--lengths", "600", "--depths", "50", "--trials", "1",
+             "--out", tmp_path / "set.jsonl", capture_output=True, text=True)
+    assert b.returncode == 0, b.stderr
+    assert "residues" not in json.loads((tmp_path / "set.jsonl").read_text().splitlines()[0])
