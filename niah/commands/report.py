@@ -158,12 +158,9 @@ def compare_cmd(
     notes = check_configs(ma, [ca], str(run_a), accept_unattested)
     notes += check_configs(mb, [cb], str(run_b or run_a), accept_unattested)
     da, db = fa[fa["config"] == ca], fb[fb["config"] == cb]
-    from niah.report.decode_report import check_same_decode
+    from niah.report.compare import check_pairable
 
-    check_same_decode(da, db, f"A ({ca})", f"B ({cb})")
-    from niah.report.turns_report import check_same_turns
-
-    check_same_turns(da, db, f"A ({ca})", f"B ({cb})")
+    check_pairable(da, db, f"A ({ca})", f"B ({cb})")
     from niah.report.cache_report import controlled
 
     by_cache = ["cache_state"] if controlled(da) or controlled(db) else []  # a cell is length x depth x state

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from niah.report.data import pair_trials
+from niah.report.decode_report import check_same_decode
 from niah.report.stats import mcnemar_exact, two_proportion
+from niah.report.turns_report import check_same_turns
 
 ALL = "all"
 
@@ -142,3 +144,10 @@ def rows_markdown(rows: list[Row], name_a: str = "A", name_b: str = "B", group_n
             f"| {_pct(r.recall_b)} ({r.k_b}/{r.n_b}{err_b}) "
             f"| {diff} | {dis} | {_p(r.p)} | {r.verdict} |")
     return head + "\n".join(lines) + "\n"
+
+
+def check_pairable(a, b, what_a: str, what_b: str) -> None:
+    """BadInput when two sides' prompts differ by an option that is part of the prompt and its
+    scoring (--decode-first N, --multi-turn N): such sides never pair."""
+    check_same_decode(a, b, what_a, what_b)
+    check_same_turns(a, b, what_a, what_b)

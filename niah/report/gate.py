@@ -61,11 +61,9 @@ from niah.attestation import check_configs, shown_state
 from niah.report import caveats as cv
 from niah.errors import BadInput
 from niah.report.baseline import read_side
-from niah.report.decode_report import check_same_decode
-from niah.report.turns_report import check_same_turns
 from niah.report.cache_report import by_state
 from niah.report.data import trials_frame
-from niah.report.compare import ALL, Row, compare
+from niah.report.compare import ALL, Row, check_pairable, compare
 from niah.report.ranks import rank_compare, rank_is_regression
 from niah.regime import as_regime
 from niah.report.residues import has_residues, modulus_of
@@ -290,8 +288,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     res = GateResult(bwhat, cwhat, tolerance, alpha, max_error_rate, metric=metric, rank_tolerance=rank_tolerance)
     res.notes += [f"{side.what}: {n}" for side in (bside, cside) for n in side.notes]
     res.config_map = _match_configs(base, cand, config, list(cman.get("configs") or {}))
-    check_same_decode(base, cand, bwhat, cwhat)  # --decode-first is part of the prompt: never paired across
-    check_same_turns(base, cand, bwhat, cwhat)  # so is --multi-turn
+    check_pairable(base, cand, bwhat, cwhat)  # --decode-first, --multi-turn: part of the prompt, never paired across
     # attestation missing / contradicting its label, or unattested labels: exit 2
     res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
     res.notes += check_configs(cman, res.config_map.keys(), cwhat, accept_unattested)

@@ -211,7 +211,7 @@ def check_same_tokenizers(manifest: dict, prepared: list, force: bool = False) -
                 f"--resume: configuration {p.target.name!r} was measured with tokenizer {was}, "
                 f"now {now_}; prompts would differ: pass --tokenizer {was}"
             )
-        if force or p.target.engine != "external":
+        if force or p.target.lifecycle is not None:
             continue  # a launched server gets a new port each time; its settings are checked instead
         for key, new in (("endpoint", p.endpoint), ("model", p.model)):
             if before.get(key) and before[key] != new:
