@@ -230,7 +230,8 @@ def embedded_server():
 # order of modules changes.
 SHARED_FIXTURES = {"ci_healthy_job": "ci-job", "indexer_run": "indexer-run", "slurm": "slurm"}
 LONGEST_FIRST = ["ci-job", "e2e/test_ci_workflow.py", "indexer-run", "sglang/test_sglang_v4.py",
-                 "embedded/test_embedded_dsa.py", "embedded/test_embedded_server.py", "slurm",
+                 "embedded/test_embedded_dsa.py", "embedded/test_embedded_server.py", "e2e/test_axes_embedded.py",
+                 "slurm",
                  "e2e/test_lifecycle_embedded.py", "embedded/test_rotation.py", "sglang/test_sglang_v32.py",
                  "report/test_report.py", "matrix/test_lifecycle.py", "sglang/test_sglang_gpu_evidence.py",
                  "sglang/test_sglang_fp4.py", "sglang/test_sglang_kernels.py", "report/test_report_sweep.py",
