@@ -16,10 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from niah.errors import BadInput
 from niah.report.data import pair_trials
-from niah.report.decode_report import check_same_decode
 from niah.report.stats import mcnemar_exact, two_proportion
-from niah.report.turns_report import check_same_turns
 
 ALL = "all"
 
@@ -146,8 +145,26 @@ def rows_markdown(rows: list[Row], name_a: str = "A", name_b: str = "B", group_n
     return head + "\n".join(lines) + "\n"
 
 
+# Options that are part of the prompt and its scoring: sides swept with different values never pair.
+UNPAIRABLE = (("decode_first", "--decode-first"), ("multi_turn", "--multi-turn"))
+
+
+def option_values(df, column: str) -> set[int | None]:
+    """The values of an option's column over a trial frame's rows (None: swept without it)."""
+    if df is None or not len(df):
+        return set()
+    if column not in df.columns:
+        return {None}
+    return {None if v is None or v != v else int(v) for v in df[column]}  # NaN (missing) is None
+
+
 def check_pairable(a, b, what_a: str, what_b: str) -> None:
-    """BadInput when two sides' prompts differ by an option that is part of the prompt and its
-    scoring (--decode-first N, --multi-turn N): such sides never pair."""
-    check_same_decode(a, b, what_a, what_b)
-    check_same_turns(a, b, what_a, what_b)
+    """BadInput when two sides were swept with different values of an UNPAIRABLE option."""
+    def say(values: set[int | None]) -> str:
+        return ", ".join("none" if v is None else str(v) for v in sorted(values, key=lambda v: (v is not None, v or 0)))
+
+    for column, flag in UNPAIRABLE:
+        va, vb = option_values(a, column), option_values(b, column)
+        if va and vb and va != vb:
+            raise BadInput(f"{what_a} was swept with {flag} {say(va)} and {what_b} with {say(vb)}: "
+                           f"their trials do not pair; compare runs swept with the same {flag}")

@@ -1,46 +1,18 @@
-"""`--multi-turn` in reports: a section of the summary, and one rule for compare and gate.
+"""`--multi-turn` in reports: a section of the summary.
 
 - `turns_section(records, infos, lengths)`: per configuration and length, the trials swept
   with `--multi-turn N` found (prefix hit and similarity at least the threshold of
   niah.sweep.multiturn) out of those answered, with their mean similarity and prefix
   hits; then found by asked index i. None when no trial was swept with it (a default
   run's summary is unchanged).
-- `check_same_turns(a, b, what_a, what_b)`: the option changes the prompt and the scorer,
-  so trials of different N (or one side without it) never pair: BadInput, one line, when
-  the two trial frames differ in it (a baseline file carries it per trial).
+Trials of different N never pair: niah.report.compare.check_pairable.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from niah.errors import BadInput
 from niah.prompts.turns import FOUND_SIMILARITY as THRESHOLD
-
-
-def _value(v: Any) -> int | None:
-    return None if v is None or v != v else int(v)  # NaN (a frame's missing value) is None
-
-
-def turns_values(df) -> set[int | None]:
-    """The --multi-turn values of a trial frame's rows (None: swept without it)."""
-    if df is None or not len(df):
-        return set()
-    if "multi_turn" not in df.columns:
-        return {None}
-    return {_value(v) for v in df["multi_turn"]}
-
-
-def _say(values: set[int | None]) -> str:
-    return ", ".join("none" if v is None else str(v) for v in sorted(values, key=lambda v: (v is not None, v or 0)))
-
-
-def check_same_turns(a, b, what_a: str, what_b: str) -> None:
-    """BadInput when the two sides were swept with different --multi-turn (module doc)."""
-    va, vb = turns_values(a), turns_values(b)
-    if va and vb and va != vb:
-        raise BadInput(f"{what_a} was swept with --multi-turn {_say(va)} and {what_b} with {_say(vb)}: "
-                       "their trials do not pair; compare runs swept with the same --multi-turn")
 
 
 def _cell(trials: list[dict[str, Any]]) -> str:

@@ -38,7 +38,7 @@ import difflib
 
 from niah.errors import BadInput, ServerError
 from niah.prompts.turns import FOUND_SIMILARITY, TurnFacts, build_turns
-from niah.sweep.scoring import _REFUSAL, scored_text
+from niah.sweep.scoring import miss, scored_text
 
 MULTI_TURN_HELP = ("MRCR-style recall: the prompt (its length still exact) is a chat whose earlier turns hold N "
                    "alike poems among haystack turns; the last message asks for the i-th, prefixed by a random "
@@ -107,13 +107,7 @@ def outcome(hit: bool, similarity: float, text: str, finish_reason: str | None, 
         return "error"
     if hit and similarity >= THRESHOLD:
         return "correct"
-    if finish_reason == "length":
-        return "truncated"
-    if not text.strip():
-        return "empty"
-    if _REFUSAL.search(text):
-        return "refused"
-    return "wrong"
+    return miss(text, finish_reason)
 
 
 def _score(prefix: str, expected: str, answer, reasoning, finish_reason, error) -> dict:

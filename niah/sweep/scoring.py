@@ -69,6 +69,12 @@ def score(
     text = scored_text(answer, reasoning)
     if holds(text, value):
         return "wrong" if any(holds(text, d) for d in distractors) else "correct"
+    return miss(text, finish_reason)
+
+
+def miss(text: str, finish_reason: str | None) -> str:
+    """The outcome of an answer that does not hold what was asked: truncated (cut by
+    max_tokens), empty, refused, else wrong."""
     if finish_reason == "length":
         return "truncated"
     if not text.strip():
