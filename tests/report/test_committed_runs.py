@@ -109,3 +109,24 @@ def test_the_h200_seed_sweep_holds_what_the_docs_report():
     for r in alone:
         m = mine[(r["config"], r["depth"], r["trial"])]
         assert (r["prompt_sha256"], r["answer"]) == (m["prompt_sha256"], m["answer"])
+
+
+def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
+    """results/baselines/field-prompts.jsonl (built with --coverage field against the embedded
+    server) names its residue plan on every line; field-embedded.json is its sweep (cache state
+    warm) exported: every trial is one of the set's prompts, carries its residue, and the
+    baseline gates against itself with one case per residue."""
+    base = ROOT / "results" / "baselines"
+    rows = [json.loads(x) for x in (base / "field-prompts.jsonl").read_text().splitlines()]
+    assert len(rows) == 60 and {r["residues"] for r in rows} == {"4:0,1,2,3"}
+    assert {r["length"] // 4 * 4 for r in rows} == {256, 516, 1032, 2064, 4128}
+    data = json.loads((base / "field-embedded.json").read_text())
+    trials = data["configs"]["default"]["trials"]
+    assert data["source"]["args"]["residues"] == "4:0,1,2,3"
+    assert {t["prompt_sha256"] for t in trials} <= {r["prompt_sha256"] for r in rows} and len(trials) == 60
+    assert all(t["cache_state"] == "warm" and t["residue"] in (0, 1, 2, 3) for t in trials)
+    r = niah("gate", "--baseline", str(base / "field-embedded.json"), "--candidate", str(base / "field-embedded.json"),
+             "--json")
+    assert r.returncode == 0, r.stderr
+    residues = {c["residue"] for c in json.loads(r.stdout)["cases"] if "residue" in c}
+    assert residues == {"0 mod 4", "1 mod 4", "2 mod 4", "3 mod 4"}
