@@ -41,10 +41,13 @@ def test_every_axis_runs_against_the_embedded_server(embedded_server, tmp_path):
     server = embedded_server(*FLAGS)
 
     recs = _sweep(server, tmp_path / "res", "--lengths", "400", "--residues", "4:0,3", "--cache-state", "cold,warm")
-    assert sorted((r["cache_state"], r["residue"]) for r in recs) == [("cold", 0), ("cold", 3), ("warm", 0),
-                                                                     ("warm", 3)]
+    assert sorted(r["cache_state"] for r in recs) == ["cold", "cold", "warm", "warm"]
+    # a cold prompt opens with a nonce drawn for it: where no haystack cut reaches the asked
+    # residue it is recorded at the residue it was counted at; the warm prompts are the set's own
+    assert sorted(r["residue"] for r in recs if r["cache_state"] == "warm") == [0, 3]
     assert all(r["base_length"] == 400 and r["prompt_tokens"] % 4 == r["residue"] for r in recs)
-    assert all("near" in r or r["outcome"] in ("empty", "refused") for r in recs)  # the closest value, kept
+    for r in recs:  # a residue run keeps the answer's closest value (absent when it holds no candidate)
+        assert "near" not in r or set(r["near"]) == {"got", "distance", "at"}
     cases = _self_gate(tmp_path / "res")
     assert {c.get("residue") for c in cases} >= {"0 mod 4", "3 mod 4"}
     assert any("[cache warm]" in c["config"] for c in cases) and any("[cache cold]" in c["config"] for c in cases)
