@@ -46,7 +46,8 @@ def test_top_k_512_stopped_in_sglang_0_5_16_own_assertion_and_every_trial_says_s
 
 
 def test_the_live_run_names_no_machine_path_and_its_report_regenerates(tmp_path):
-    for f in [LIVE / "manifest.json", LIVE / "trials.jsonl", *sorted((LIVE / "logs").glob("*.log"))]:
+    logs = sorted((LIVE / "logs").glob("*.log"))
+    for f in [LIVE / "manifest.json", LIVE / "trials.jsonl", LIVE / "sweep.log", *logs]:
         text = f.read_text()
         assert "/tmp/" not in text and "/root/" not in text, f.name
     run = tmp_path / "live"
