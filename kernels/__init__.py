@@ -10,6 +10,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     store_v4_index_keys                                          (DeepSeek-V4 C4 indexer key store)
     store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
+    indexer_topk                       (prefill: fused index logits + top-k from the paged pool, no logits)
     bf16_paged_rescore, fp8_bf16_two_stage_topk                  (two-stage selection: bf16 re-score)
     fp4_bf16_two_stage_topk                                      (two-stage selection from fp4 keys)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
@@ -33,6 +34,7 @@ _EXPORTS = {
     "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
     "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",
+    "indexer_topk": "niah.kernels.indexer_topk.wrapper",
     "bf16_paged_rescore": "niah.kernels.rescore.wrapper",
     "fp8_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
     "fp4_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
