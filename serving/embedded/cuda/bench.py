@@ -6,7 +6,8 @@ time a shape twice before quoting it.
 
     python -m niah.serving.embedded.cuda.bench --lengths 4096,22600 --arms dense,fp8-k512,bf16-gather-k512
 
-Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read).
+Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read), or
+"<fp8|bf16>-fused-k<K>" (prefill through the fused indexer + top-k, `--topk fused`).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -28,7 +29,8 @@ def arm_config(arm: str, device: str):
     parts = arm.split("-")
     gather = "gather" in parts
     return ServeConfig(attention="dsa", index_dtype=parts[0], index_topk=int(parts[-1].lstrip("k")),
-                       bf16_read="gather" if gather else "fused", **base)
+                       bf16_read="gather" if gather else "fused", topk_impl="fused" if "fused" in parts else "niah",
+                       **base)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
                               "trial_s_estimate": round(t3 - t1, 3), "peak_gpu_bytes": int(peak),
                               "base_gpu_bytes": int(base), "work_gpu_bytes": int(peak - base),
                               "peak_over_base_gib": round((peak - base) / 2**30, 3),
-                              "ready_s": round(ready, 2)}), flush=True)
+                              "ready_s": round(ready, 2),
+                              "fused_calls": dict(getattr(model.layers[0].attention.attend, "fused_calls", {}))}),
+                  flush=True)
         del model
         torch.cuda.empty_cache()
 

@@ -27,6 +27,16 @@ only), computed the way a DSA server computes it:
 - top-k: `niah.kernels.topk_indices` by default ("niah"): graph-safe, ties at the cut keep
   the lowest positions (deterministic), rows with fewer candidates padded with -1 exactly
   as the attention kernel wants them; `topk="torch"` uses torch.topk (ties arbitrary).
+- `topk="fused"` (fp8 and bf16 keys, fused read): prefill rows go through
+  `niah.kernels.indexer_topk`, which scores the pages in place, sums the heads and kv heads
+  inside one kernel and keeps only each row's candidates (no [rows, S] scores, so no
+  `score_rows` split); the same selection rule as "niah" (ties at the cut keep the lowest
+  positions), with scores summed in another order, so a near tie at the cut may fall the
+  other way (benchmark arms only, not served by `niah serve` yet: docs/kernels.md says why).
+  A chunk where a row's sampled bracket missed or its candidate buffer
+  overflowed is scored again the unfused way (whose kernels attest their own calls;
+  `fused_calls` counts them). Decode steps
+  and the probe's reference row stay on the unfused kernels.
 - attention: `attend.sparse_attention`, each query over its own kept keys, fp32.
 - decode from a CUDA graph (graphs.py): `store_at` / `decode_at` are the same store and
   selection with the position on the device and every shape fixed by a width W.
@@ -42,7 +52,7 @@ from __future__ import annotations
 import torch
 
 from niah.kernels import (bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits, fp8_paged_mqa_logits,
-                          store_index_keys, topk_indices)
+                          indexer_topk, store_index_keys, topk_indices)
 from niah.kernels import forms
 from niah.kernels.quant import quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
@@ -54,7 +64,7 @@ from niah.serving.embedded.probe import row_stats_tensor
 from niah.serving.sglang import attest
 
 BF16_READS = ("fused", "gather")
-TOPK_IMPLS = ("niah", "torch")
+TOPK_IMPLS = ("niah", "torch", "fused")
 KERNELS = "niah-cuda"      # the arm's kernels: niah's Triton kernels in the embedded server
 SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (rows = SCORE_BYTES / 4S)
 
@@ -75,9 +85,12 @@ class CudaDSA:
             raise ValueError(f"bf16_read must be one of {BF16_READS} ('gather' needs bf16 keys), not {bf16_read!r}")
         if topk_impl not in TOPK_IMPLS:
             raise ValueError(f"topk must be one of {TOPK_IMPLS}, not {topk_impl!r}")
+        if topk_impl == "fused" and (index_dtype not in ("fp8", "bf16") or bf16_read != "fused"):
+            raise ValueError("topk 'fused' scores fp8 or bf16 pages in place (not fp32 keys, not the gather read)")
         if topk < 1 or chunk < 1 or score_bytes < 1:
             raise ValueError("topk, chunk and score_bytes must be >= 1")
         self.score_bytes = score_bytes
+        self.fused_calls = {"calls": 0, "fallbacks": 0, "fallback_rows": 0}   # topk="fused": chunks scored again
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
         self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
         self.window = 0
@@ -97,7 +110,7 @@ class CudaDSA:
                          topk=self._topk_name(), score_bytes=self.score_bytes)
 
     def _topk_name(self) -> str:
-        return "niah.topk_indices" if self.topk_impl == "niah" else "torch.topk"
+        return {"niah": "niah.topk_indices", "torch": "torch.topk", "fused": "niah.indexer_topk"}[self.topk_impl]
 
     # -- the index-key store --------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
@@ -266,8 +279,11 @@ class CudaDSA:
     def select(self, scores: torch.Tensor) -> torch.Tensor:
         """scores [C, S] (-inf = not a candidate) -> kept positions int32 [C, min(K, S)], -1 pads."""
         k = min(self.topk, scores.shape[1])
-        attest.record("topk", "fp32", self._topk_name())
-        if self.topk_impl == "niah":
+        if self.topk_impl == "torch":
+            attest.record("topk", "fp32", "torch.topk")
+        else:
+            attest.record("topk", "fp32", "niah.topk_indices")
+        if self.topk_impl != "torch":
             return topk_indices(scores, k)
         top = scores.topk(k, dim=-1, sorted=False)
         return torch.where(torch.isneginf(top.values), -1, top.indices).to(torch.int32)
@@ -285,6 +301,10 @@ class CudaDSA:
         """Kept positions of the C queries of iq ([1, H, C, D] at p0..p0+C-1): int32 [C, min(K, p0+C)]
         (-1 pads), scored `score_rows` rows at a time; and the last row's scores [p0 + C]."""
         C = iq.shape[2]
+        if self.topk_impl == "fused":
+            idx = self._fused_select(layer, iq, p0)
+            if idx is not None:
+                return idx, None
         rows = self.score_rows(p0 + C)
         if rows >= C:
             scores = self.prefill_scores(layer, iq, p0)
@@ -296,6 +316,28 @@ class CudaDSA:
             part = self.select(scores)
             idx[r0:r1, :part.shape[1]] = part
         return idx, scores[-1]
+
+    def _fused_select(self, layer: int, iq: torch.Tensor, p0: int) -> torch.Tensor | None:
+        """Kept positions of iq's C rows from the fused indexer + top-k, or None when a row's
+        bracket missed or its buffer overflowed (the caller then scores the chunk unfused)."""
+        _, H, C, D = iq.shape
+        G = H // self.n_kv
+        q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D]
+        w = self._memoized(("wf", C, G), lambda: torch.full((C, self.n_kv, G), (H * D) ** -0.5, device=self.device))
+        if self.index_dtype == "fp8":
+            q, qs = quantize_fp8(q.contiguous())                           # [C, Hkv, G, D], [C, Hkv, G]
+            w = w * qs
+        else:
+            q = q.to(torch.bfloat16).contiguous()
+        idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype)
+        attest.record("prefill_logits", self.index_dtype, "niah.indexer_topk")
+        attest.record("topk", "fp32", "niah.indexer_topk")
+        self.fused_calls["calls"] += 1
+        if bool(ok.all()):
+            return idx
+        self.fused_calls["fallbacks"] += 1          # the unfused kernels then attest their own calls
+        self.fused_calls["fallback_rows"] += int((~ok).sum())
+        return None
 
     def __call__(self, q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
         _, H, T, D = q.shape
@@ -326,6 +368,8 @@ class CudaDSA:
                         kept[a:b].float().mean().item() if b > a else 1.0)
                 if probe is not None:
                     Sr = kept.shape[0]
+                    if last is None:       # the fused select wrote no scores: the last row's, unfused
+                        last = self.prefill_scores(cache.layer_id, iq[:, :, c1 - 1:c1], p0 + c1 - c0 - 1)[-1]
                     probe.record(cache.layer_id, Sr - 1, Sr, row_stats_tensor(
                         last[:Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
             out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)

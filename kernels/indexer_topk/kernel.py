@@ -1,0 +1,114 @@
+"""Triton kernel: the candidates of a fused indexer + top-k, read from the paged pool in place.
+
+For query row i (position p0 + i) and every key position s <= p0 + i:
+
+    I[i, s] = sum_g sf_g[s] * sum_h w[i, g, h] * relu(q[i, g, h, :] . k_g[s, :])    (sf_g = 1 for bf16)
+
+(g: kv head, each with its own block-table row; h: the index heads of kv head g, padded to GP
+with zero weights). The kernel never writes I: a key whose score is >= lo[i] (the row's lower
+bracket, from a sample of its keys) is appended, with its position, to the row's candidate
+buffer in position order; cnt[i] counts every such key (also those past CAP, which are dropped).
+The caller then checks cnt[i] <= CAP and cnt[i] >= min(k, p0 + i + 1), in which case the k
+largest of the buffer are the row's top-k (every key >= the k-th largest is in it, ties in
+position order), and otherwise scores the row the unfused way.
+
+One program = BLOCK_M query rows; it walks the key positions of its last row in BLOCK_N-wide
+tiles (BLOCK_N / 64 pages, each looked up in the block table), and for each kv head computes
+[BLOCK_M * GP, BLOCK_N] = Q_g @ K_g^T on the tensor cores, ReLU, the weighted head sum and the
+fp8 key scale; the kv heads are summed in order (g = 0, 1, ...), as the unfused path sums its
+per-head logits.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_scores(q_ptr, w_ptr, kv_ptr, sf_ptr, bt_ptr, rows, row_ok, pos, stride_qc, stride_wc, stride_bt,
+                 page_stride, sf_page_stride,
+                 HKV: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, PAGE: tl.constexpr, IS_FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] fp32 scores of the rows against the keys at positions pos."""
+    offs_r = tl.arange(0, BLOCK_M * GP)
+    h = offs_r % GP
+    offs_d = tl.arange(0, D)
+    r_ok = tl.reshape(tl.broadcast_to(row_ok[:, None], (BLOCK_M, GP)), (BLOCK_M * GP,))
+    r_row = tl.reshape(tl.broadcast_to(rows[:, None], (BLOCK_M, GP)), (BLOCK_M * GP,)).to(tl.int64)
+    page_i = pos // PAGE
+    slot = pos % PAGE
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for g in tl.static_range(HKV):
+        q = tl.load(q_ptr + r_row[:, None] * stride_qc + (g * GP + h)[:, None] * D + offs_d[None, :],
+                    mask=r_ok[:, None], other=0.0)                                    # [BLOCK_M*GP, D]
+        w = tl.load(w_ptr + r_row * stride_wc + g * GP + h, mask=r_ok, other=0.0)     # [BLOCK_M*GP]
+        page = tl.load(bt_ptr + g * stride_bt + page_i).to(tl.int64)                  # [BLOCK_N]
+        k = tl.load(kv_ptr + page[:, None] * page_stride + slot[:, None] * D + offs_d[None, :])   # [BLOCK_N, D]
+        if UPCAST:
+            q = q.to(tl.float32)
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k))                                                    # [BLOCK_M*GP, BLOCK_N]
+        s = tl.maximum(s, 0.0) * w[:, None]
+        part = tl.sum(tl.reshape(s, (BLOCK_M, GP, BLOCK_N)), axis=1)                  # [BLOCK_M, BLOCK_N]
+        if IS_FP8:
+            sf = tl.load(sf_ptr + page * sf_page_stride + (PAGE * D) // 4 + slot)     # [BLOCK_N]
+            part = part * sf[None, :]
+        acc += part
+    return acc
+
+
+@triton.jit
+def indexer_candidates_kernel(
+    q_ptr,  # [C, HKV * GP, D] bf16 | e4m3 (padded heads: zeros)
+    w_ptr,  # [C, HKV * GP] fp32 (padded heads: 0)
+    kv_ptr,  # bf16: [pages, PAGE * D] | fp8: the page bytes viewed as e4m3
+    sf_ptr,  # fp8: the same bytes viewed as fp32; unused for bf16
+    bt_ptr,  # [HKV, max_pages] int32
+    lo_ptr,  # [C] fp32: the rows' lower brackets (-inf: every key)
+    cval_ptr,  # [C, CAP] fp32 out: candidate scores, position order
+    cpos_ptr,  # [C, CAP] int32 out: candidate positions
+    cnt_ptr,  # [C] int32 out: keys >= lo (may exceed CAP)
+    C,
+    p0,
+    stride_qc,
+    stride_wc,
+    stride_bt,
+    page_stride,
+    sf_page_stride,
+    HKV: tl.constexpr,
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    CAP: tl.constexpr,
+    IS_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < C
+    row_pos = p0 + rows                                             # the rows' positions
+    lo = tl.load(lo_ptr + rows, mask=row_ok, other=float("inf"))
+    last = tl.minimum(p0 + pid * BLOCK_M + BLOCK_M, p0 + C)         # keys the program's last row sees
+    offs_n = tl.arange(0, BLOCK_N)
+    cnt = tl.zeros([BLOCK_M], tl.int32)
+    out_row = rows.to(tl.int64) * CAP
+    n0 = 0
+    while n0 < last:  # while, not range: the interpreter takes no run-time range bounds
+        pos = n0 + offs_n
+        live_pos = tl.minimum(pos, last - 1)                         # reads stay inside the block table
+        acc = _tile_scores(q_ptr, w_ptr, kv_ptr, sf_ptr, bt_ptr, rows, row_ok, live_pos, stride_qc, stride_wc,
+                           stride_bt, page_stride, sf_page_stride, HKV, GP, D, BLOCK_M, BLOCK_N, PAGE, IS_FP8,
+                           UPCAST)
+        valid = (pos[None, :] <= row_pos[:, None]) & row_ok[:, None] & (pos[None, :] < last)
+        cand = valid & (acc >= lo[:, None])
+        c = tl.cumsum(cand.to(tl.int32), axis=1)
+        slot = cnt[:, None] + c - 1
+        keep = cand & (slot < CAP)
+        tl.store(cval_ptr + out_row[:, None] + slot, acc, mask=keep)
+        tl.store(cpos_ptr + out_row[:, None] + slot, tl.broadcast_to(pos[None, :], (BLOCK_M, BLOCK_N)), mask=keep)
+        cnt += tl.sum(cand.to(tl.int32), axis=1)
+        n0 += BLOCK_N
+    tl.store(cnt_ptr + rows, cnt, mask=row_ok)

@@ -1,0 +1,157 @@
+"""indexer_topk: the top-k key positions of prefill rows, read from the paged pool, no logits tensor.
+
+    indexer_topk(q [C, Hkv, G, D] bf16|e4m3, weights [C, Hkv, G] f32, pages, block_table [Hkv, P] i32,
+                 p0, k, index_dtype) -> (idx int32 [C, min(k, p0 + C)], ok bool [C])
+
+Row i is the query at position p0 + i; its candidates are the keys at positions 0..p0 + i of
+every kv head g (pages: one layer's buffer of the paged pool, `[pages, 64 * row]`, uint8 for
+fp8 pages (64 x D e4m3, then 64 fp32 scales), bf16 for bf16 pages; block_table[g] lists kv
+head g's pages in position order). Scores as kernels/indexer_topk/reference.py; weights carry
+the head weight (and, for fp8 queries, the query's scale). idx lists a row's kept positions in
+position order when it has at most k candidates (then -1), else in unspecified order; ties at
+the k-th score keep the lowest positions. No [C, S] tensor is written:
+
+1. a sample of every STRIDE-th key, scored in torch ([C, S / STRIDE]), gives each row a lower
+   bracket lo: the R-th largest sampled score (R = sample_brackets(k, STRIDE)[1]), -inf when
+   the row has fewer samples;
+2. the kernel (kernel.py) appends every key scoring >= lo, in position order, to a [C, CAP]
+   candidate buffer and counts them;
+3. `topk_indices` over the buffer (its tie rule keeps the lowest buffer slots, i.e. positions).
+
+ok[i] is False where the bracket missed (fewer than min(k, p0 + i + 1) keys >= lo) or the
+buffer overflowed (more than CAP); such a row's idx is not its top-k, and the caller must score
+it another way (the GPU server re-runs the call unfused and attests that it did).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels.topk.wrapper import SAMPLE_STRIDE, sample_brackets, topk_indices
+
+PAGE = 64
+DTYPES = ("fp8", "bf16")
+
+
+def capacity(k: int, stride: int = SAMPLE_STRIDE) -> int:
+    """Candidate slots a row gets: twice the keys expected at or above the bracket, a power of two."""
+    return max(256, next_pow2(2 * sample_brackets(k, stride)[1] * stride), 2 * next_pow2(k))
+
+
+def sampled_keys(pages: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor, dim: int,
+                 index_dtype: str) -> torch.Tensor:
+    """The keys at `positions` of every kv head as the indexer reads them: fp32 [Hkv, n, D]."""
+    n_pages = pages.shape[0]
+    page = block_table[:, positions // PAGE].long()                       # [Hkv, n]
+    slot = (positions % PAGE).long()[None, :].expand_as(page)
+    if index_dtype == "bf16":
+        return pages.view(n_pages, PAGE, dim)[page, slot].float()
+    vals = pages[:, :PAGE * dim].reshape(n_pages, PAGE, dim)[page, slot]  # uint8 [Hkv, n, D]
+    scales = pages[:, PAGE * dim:].reshape(n_pages, PAGE, 4)[page, slot]  # uint8 [Hkv, n, 4]
+    return vals.view(torch.float8_e4m3fn).float() * scales.contiguous().view(torch.float32)
+
+
+def brackets(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
+             k: int, index_dtype: str, stride: int = SAMPLE_STRIDE) -> torch.Tensor:
+    """Step 1: fp32 [C] lower brackets from the sampled keys (-inf: keep every key)."""
+    C, Hkv, G, D = q.shape
+    S = p0 + C
+    pos = torch.arange(0, S, stride, device=q.device)
+    keys = sampled_keys(pages, block_table, pos, D, index_dtype)        # [Hkv, n, D]
+    scores = None
+    for g in range(Hkv):
+        raw = torch.matmul(q[:, g].float(), keys[g].t()).clamp_min_(0)   # [C, G, n]
+        part = (raw * weights[:, g, :, None]).sum(1)
+        scores = part if scores is None else scores.add_(part)
+    rows = p0 + torch.arange(C, device=q.device)
+    scores.masked_fill_(pos[None, :] > rows[:, None], float("-inf"))
+    r = sample_brackets(k, stride)[1]
+    if r > scores.shape[1]:
+        return torch.full((C,), float("-inf"), device=q.device)
+    return scores.topk(r, dim=1).values[:, -1].contiguous()
+
+
+@functools.cache
+def _kernel():
+    from niah.kernels.indexer_topk.kernel import indexer_candidates_kernel  # noqa: PLC0415 (imports triton lazily)
+
+    return indexer_candidates_kernel
+
+
+def _check(q, weights, pages, block_table, p0, k, index_dtype):
+    if index_dtype not in DTYPES:
+        raise ValueError(f"indexer_topk: index_dtype must be one of {DTYPES}, got {index_dtype!r}")
+    if q.dim() != 4:
+        raise ValueError(f"indexer_topk: q must be [C, Hkv, G, D], got {tuple(q.shape)}")
+    C, Hkv, G, D = q.shape
+    want = torch.float8_e4m3fn if index_dtype == "fp8" else torch.bfloat16
+    if q.dtype != want:
+        raise ValueError(f"indexer_topk: q must be {want} for {index_dtype} keys, got {q.dtype}")
+    if D < 16 or D & (D - 1):
+        raise ValueError(f"indexer_topk: head dim must be a power of two >= 16, got {D}")
+    if weights.shape != (C, Hkv, G) or weights.dtype != torch.float32:
+        raise ValueError(f"indexer_topk: weights must be float32 [{C}, {Hkv}, {G}], "
+                         f"got {weights.dtype} {tuple(weights.shape)}")
+    row = PAGE * (D + 4) if index_dtype == "fp8" else PAGE * D
+    pdt = torch.uint8 if index_dtype == "fp8" else torch.bfloat16
+    if pages.dim() != 2 or pages.shape[1] != row or pages.dtype != pdt:
+        raise ValueError(f"indexer_topk: pages must be {pdt} [pages, {row}], got {pages.dtype} {tuple(pages.shape)}")
+    if block_table.dim() != 2 or block_table.shape[0] != Hkv or block_table.dtype != torch.int32:
+        raise ValueError(f"indexer_topk: block_table must be int32 [{Hkv}, pages], got "
+                         f"{block_table.dtype} {tuple(block_table.shape)}")
+    if p0 < 0 or (p0 + C + PAGE - 1) // PAGE > block_table.shape[1]:
+        raise ValueError(f"indexer_topk: positions 0..{p0 + C - 1} exceed the block table's "
+                         f"{block_table.shape[1]} pages")
+    if int(k) < 1:
+        raise ValueError(f"indexer_topk: k must be >= 1, got {k}")
+    check_device(q, weights, pages, block_table)
+
+
+def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
+                 k: int, index_dtype: str, cap: int | None = None, block_m: int | None = None,
+                 block_n: int | None = None, num_warps: int | None = None,
+                 lo: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """See the module docstring. cap / block_m / block_n / num_warps: tuning; lo: brackets to use
+    instead of step 1's (tests)."""
+    _check(q, weights, pages, block_table, p0, k, index_dtype)
+    C, Hkv, G, D = q.shape
+    k = int(k)
+    kk = min(k, p0 + C)
+    if C == 0:
+        return torch.empty((0, kk), dtype=torch.int32, device=q.device), torch.ones(0, dtype=torch.bool,
+                                                                                    device=q.device)
+    cap = cap or capacity(k)
+    GP = max(2, next_pow2(G))
+    qp = torch.zeros((C, Hkv, GP, D), dtype=q.dtype, device=q.device)
+    qp[:, :, :G] = q
+    wp = torch.zeros((C, Hkv, GP), dtype=torch.float32, device=q.device)
+    wp[:, :, :G] = weights
+    if lo is None:
+        lo = brackets(q, weights, pages, block_table, p0, k, index_dtype)
+    cval = torch.empty((C, cap), dtype=torch.float32, device=q.device)
+    cpos = torch.empty((C, cap), dtype=torch.int32, device=q.device)
+    cnt = torch.empty(C, dtype=torch.int32, device=q.device)
+    fp8 = index_dtype == "fp8"
+    kv = pages.view(torch.float8_e4m3fn) if fp8 else pages
+    sf = pages.view(torch.float32) if fp8 else pages
+    interp = interpreting()
+    block_m = block_m or 16
+    block_n = block_n or (64 if interp else 128)   # H200 sweep at 22.6K (docs/kernels.md): 16 x 128, 4 warps
+    _kernel()[(triton_cdiv(C, block_m),)](
+        qp, wp, kv, sf, block_table, lo, cval, cpos, cnt,
+        C, p0, qp.stride(0), wp.stride(0), block_table.stride(0), kv.shape[1], sf.shape[1] if fp8 else 0,
+        HKV=Hkv, GP=GP, D=D, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE, CAP=cap, IS_FP8=fp8, UPCAST=interp,
+        num_warps=num_warps or 4,
+    )
+    sel = topk_indices(cval, kk, lengths=cnt.clamp(max=cap))
+    idx = torch.where(sel >= 0, cpos.gather(1, sel.clamp_min(0).long()), -1)
+    need = torch.clamp(p0 + 1 + torch.arange(C, device=q.device), max=k)
+    ok = (cnt <= cap) & (cnt >= need)
+    return idx, ok
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)

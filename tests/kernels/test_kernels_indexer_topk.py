@@ -1,0 +1,158 @@
+"""Fused indexer + top-k (niah.kernels.indexer_topk) against the float64 reference.
+
+Without a GPU the kernel runs under TRITON_INTERPRET=1 on CPU tensors (tests/kernels/conftest.py);
+with one, the same tests run on CUDA. Integer-valued keys and queries with power-of-two weights and
+scales make every score exact in fp32, so the selection must equal the float64 reference's exactly,
+ties included (the lowest positions win at the k-th score).
+"""
+
+import pytest
+import torch
+
+from niah.kernels import indexer_topk, topk_indices
+from niah.kernels.indexer_topk.reference import reference_scores, reference_topk
+from niah.kernels.indexer_topk.wrapper import brackets, capacity
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+PAGE = 64
+
+
+def make_pool(kind, hkv, dim, n_tokens, gen, integer=True):
+    """A paged pool of one layer in the server's layout, pages scattered: (pages, block_table, keys fp32)."""
+    n_pages_seq = -(-n_tokens // PAGE)
+    n_pages = hkv * n_pages_seq + 3
+    table = torch.randperm(n_pages, generator=gen)[: hkv * n_pages_seq].reshape(hkv, n_pages_seq).int()
+    if integer:
+        vals = torch.randint(-3, 4, (n_pages, PAGE, dim), generator=gen).float()
+        scale = 2.0 ** torch.randint(-2, 2, (n_pages, PAGE), generator=gen).float()
+    else:
+        vals = torch.randn(n_pages, PAGE, dim, generator=gen).clamp(-8, 8)
+        scale = torch.rand(n_pages, PAGE, generator=gen) + 0.5
+    if kind == "fp8":
+        v8 = vals.to(torch.float8_e4m3fn)
+        pages = torch.cat([v8.view(torch.uint8).reshape(n_pages, -1),
+                           scale.contiguous().view(torch.uint8).reshape(n_pages, -1)], 1)
+        deq = v8.float() * scale[..., None]
+    else:
+        vb = (vals * scale[..., None]).to(torch.bfloat16)
+        pages = vb.reshape(n_pages, PAGE * dim)
+        deq = vb.float()
+    keys = deq[table.long()].reshape(hkv, n_pages_seq * PAGE, dim)[:, :n_tokens]
+    return pages, table, keys
+
+
+def make_query(kind, C, hkv, G, dim, gen, integer=True):
+    if integer:
+        q = torch.randint(-2, 3, (C, hkv, G, dim), generator=gen).float()
+        w = 2.0 ** torch.randint(-3, 0, (C, hkv, G), generator=gen).float()
+    else:
+        q = torch.randn(C, hkv, G, dim, generator=gen)
+        w = torch.rand(C, hkv, G, generator=gen) * 0.1
+    q = q.to(torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16)
+    return q, w
+
+
+CASES = [
+    # id, Hkv, G, D, p0, C, k
+    ("smollm2-shape-first-chunk", 3, 3, 64, 0, 96, 32),
+    ("smollm2-shape-later-chunk", 3, 3, 64, 300, 40, 64),
+    ("one-kv-head-many-heads", 1, 8, 32, 130, 40, 16),
+    ("k-above-every-row", 2, 3, 32, 0, 50, 64),
+]
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_selection_equals_float64_reference_with_ties(kind, case):
+    _, hkv, G, D, p0, C, k = case
+    gen = torch.Generator().manual_seed(hash(case[0]) % 1000)
+    pages, table, keys = make_pool(kind, hkv, D, p0 + C, gen)
+    q, w = make_query(kind, C, hkv, G, D, gen)
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, kind)
+    assert ok.all(), "the sampled bracket or the buffer failed on an ordinary row"
+    want = reference_topk(reference_scores(q.float(), w, keys, p0), k)
+    idx = idx.cpu()
+    assert idx.shape == (C, min(k, p0 + C))
+    for i, row in enumerate(idx.tolist()):
+        kept = [s for s in row if s >= 0]
+        assert len(kept) == len(set(kept)) == len(want[i]), f"row {i}: {len(kept)} kept, want {len(want[i])}"
+        assert set(kept) == want[i], f"row {i}: {sorted(set(kept) ^ want[i])[:8]} differ"
+        if p0 + i + 1 <= k:      # every key kept: in position order, then -1
+            assert row == list(range(p0 + i + 1)) + [-1] * (len(row) - p0 - i - 1)
+
+
+def test_ties_keep_the_lowest_positions():
+    """All keys equal: every score ties, so each row keeps positions 0..k-1."""
+    gen = torch.Generator().manual_seed(3)
+    pages, table, keys = make_pool("bf16", 1, 32, 400, gen)
+    pages = torch.ones_like(pages)
+    q = torch.ones(30, 1, 4, 32, dtype=torch.bfloat16)
+    w = torch.full((30, 1, 4), 0.5)
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), 370, 20, "bf16")
+    assert ok.all()
+    assert all(sorted(r) == list(range(20)) for r in idx.cpu().tolist())
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_real_valued_scores_keep_a_valid_top_k(kind):
+    """Random real values: the kept scores (float64) are never below a dropped one by more than fp32 rounding."""
+    gen = torch.Generator().manual_seed(11)
+    p0, C, k = 600, 48, 100
+    pages, table, keys = make_pool(kind, 3, 64, p0 + C, gen, integer=False)
+    q, w = make_query(kind, C, 3, 3, 64, gen, integer=False)
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, kind)
+    assert ok.all()
+    ref = reference_scores(q.float(), w, keys, p0)
+    for i, row in enumerate(idx.cpu().tolist()):
+        kept = torch.tensor(row)
+        assert (kept >= 0).sum() == k and kept.unique().numel() == k
+        mask = torch.zeros(ref.shape[1], dtype=torch.bool)
+        mask[kept] = True
+        cand = ~torch.isneginf(ref[i])
+        low = ref[i][mask].min()
+        high = ref[i][cand & ~mask].max()
+        assert low >= high - 1e-5 * abs(float(high)), f"row {i}: kept {float(low)} < dropped {float(high)}"
+
+
+def test_a_missed_bracket_or_a_full_buffer_is_reported_not_hidden():
+    gen = torch.Generator().manual_seed(5)
+    p0, C, k = 0, 300, 8
+    pages, table, keys = make_pool("bf16", 2, 32, p0 + C, gen)
+    q, w = make_query("bf16", C, 2, 3, 32, gen)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, "bf16")
+    too_high = torch.full((C,), 1e30, device=DEV)
+    _, ok = indexer_topk(*args, lo=too_high)
+    assert not ok.any(), "a bracket above every score must mark every row"
+    every = torch.full((C,), float("-inf"), device=DEV)
+    _, ok = indexer_topk(*args, lo=every, cap=256)
+    assert ok.cpu().tolist() == [p0 + i + 1 <= 256 for i in range(C)], "rows past the buffer must be marked"
+    idx, ok = indexer_topk(*args, lo=every, cap=512)
+    assert ok.all()
+    want = reference_topk(reference_scores(q.float(), w, keys, p0), k)
+    assert [set(s for s in r if s >= 0) for r in idx.cpu().tolist()] == want
+
+
+def test_brackets_lie_below_the_kth_score():
+    gen = torch.Generator().manual_seed(9)
+    p0, C, k = 1500, 20, 64
+    pages, table, keys = make_pool("fp8", 3, 64, p0 + C, gen)
+    q, w = make_query("fp8", C, 3, 3, 64, gen)
+    lo = brackets(q, w, pages, table, p0, k, "fp8")
+    ref = reference_scores(q.float(), w, keys, p0)
+    kth = ref.topk(k, dim=1).values[:, -1]
+    assert (lo.double() <= kth).all()
+    assert capacity(k) >= 2 * k and topk_indices is not None
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(kind="fp4"), "index_dtype"),
+    (dict(k=0), "k must be"),
+    (dict(p0=10_000), "exceed the block table"),
+])
+def test_bad_arguments_are_one_clear_error(bad, match):
+    gen = torch.Generator().manual_seed(1)
+    pages, table, _ = make_pool("bf16", 1, 32, 64, gen)
+    q, w = make_query("bf16", 4, 1, 2, 32, gen)
+    args = dict(kind="bf16", k=4, p0=0) | bad
+    with pytest.raises(ValueError, match=match):
+        indexer_topk(q, w, pages, table, args["p0"], args["k"], args["kind"])
