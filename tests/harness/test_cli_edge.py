@@ -111,7 +111,7 @@ def test_resume_of_a_missing_folder_refuses_and_creates_nothing(oracle, tmp_path
     (tmp_path / "empty").mkdir()
     assert "is not a niah run folder" in one_line_2(cli(*args, "--out", tmp_path / "empty", "--resume"))
     assert "--resume needs --out" in one_line_2(cli(*args, "--resume"))
-    # the library refuses too (a matrix sweep goes through the same start_run)
+    # the library refuses too (a matrix sweep opens the same niah.runs.run.Run)
     from niah.errors import BadInput
     from niah.sweep import SweepSpec, Target, run_sweep
 
