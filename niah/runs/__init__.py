@@ -11,6 +11,6 @@ niah.runs.run.Run is the one way a sweep opens its folder (the plain sweep, the 
 spread coordinator and its jobs): refusals first, then the lock, the manifest's args and the
 trials (niah.runs.folder's checks), released however the sweep ends. niah.runs.export
 writes the trials as one table. docs/run-format.md has the layout.
-Nothing outside niah.runs opens a run folder's files for writing (tests/harness checks
+Nothing outside niah.runs opens a run folder's files for writing (tests/runs checks
 the source tree); a report's pages are the report's own (niah.report).
 """
