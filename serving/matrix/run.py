@@ -10,7 +10,10 @@ turn: start its server (serving/launch.py), probe it, sweep it with `dead()` wat
 process, stop it. A configuration that fails to start, or whose server dies, gets its
 remaining trials written as `error` with the cause from the server's log, and the next
 configuration runs. Ctrl-C / SIGTERM stop the running server; finished trials stay.
-The matrix itself (file, commands, differences, arms) is recorded in the manifest.
+The run folder is one niah.runs.run.Run (`open_matrix_run`, shared with the spread
+coordinator: the spec checked, the matrix's secrets remembered, a changed configuration
+refused on --resume, then the folder's lock, manifest and trials); the matrix itself (file,
+commands, differences, arms) is recorded in its manifest.
 Before anything starts, each launched configuration's engine is asked whether this machine
 can serve it (`preflight`; e.g. SGLang's fp4 arm, where SGLang refuses
 `--enable-deepseek-v4-fp4-indexer` on SM90): the run stops there with the engine's reason.
@@ -22,6 +25,7 @@ import json
 import os
 from functools import partial
 from pathlib import Path
+from typing import Iterable
 
 from niah.attestation import open_segment
 from niah.errors import BadInput, LengthDrift, ServerError
@@ -121,7 +125,7 @@ def sweep_matrix(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool = Fals
 
 
 def open_matrix_run(matrix: Matrix, spec: SweepSpec, out: Path, resume: bool, force_config: bool,
-                    checks: list[Check] = ()) -> Run:
+                    checks: Iterable[Check] = ()) -> Run:
     """The matrix's Run (niah.runs.run), for a local or a spread matrix: the spec checked and
     its set loaded, every secret the matrix names remembered before anything is compared with
     or written to the folder, a resumed configuration refused when it changed (unless
