@@ -2,13 +2,16 @@
 make_decode_inputs is also the input of host.py and ncu_call.py.
 
 Floors count the bytes actually moved: the pages each row reads (whole 64-token pages up
-to its length) plus the logits written (every position with clean_logits=True).
+to its length, a key's bytes as the forms table niah.kernels.forms sizes its form) plus the
+logits written (every position with clean_logits=True).
 """
 
 from __future__ import annotations
 
 import torch
 from measure import GiB, chunked_paged, fp8_pages, host_overhead, peak_extra, record, sweep, timeit, timeit_graph
+
+SMS = 132  # the schedule's SM count (an H100's / H200's), as SGLang passes DeepGEMM's metadata
 
 
 def make_decode_inputs(dev, kind, batch, ctx_len, heads, dim, next_n, ragged, seed=0):
@@ -55,7 +58,7 @@ def decode_configs(ragged, tiny):
 
 def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, next_n=1, tiny=False,
                  ragged=False, alternatives=True):
-    from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+    from niah.kernels import bf16_paged_mqa_logits, forms, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
     from niah.kernels._common import compare_logits
     from niah.kernels.paged_logits.reference import naive_paged_mqa_logits, ref_paged_mqa_logits
 
@@ -63,8 +66,8 @@ def bench_decode(results, ceil, dev, kind, batch, ctx_len, heads=64, dim=128, ne
     print(f"\n== {case}", flush=True)
     q, kv, w, ctx, block_table = make_decode_inputs(dev, kind, batch, ctx_len, heads, dim, next_n, ragged)
     fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
-    key_bytes = 132 if kind == "fp8" else 256
-    meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
+    key_bytes = forms.get(kind).key_bytes(dim)  # a key's bytes in its form, scale included (the forms table)
+    meta = get_paged_mqa_logits_metadata(ctx, 64, SMS)
     bytes_moved = decode_bytes(ctx, ctx_len, next_n, key_bytes, clean=True)
     gbps_floor = ceil["copy_GBps"]
     floor = bytes_moved / (gbps_floor * 1e9) * 1e3 if gbps_floor else None

@@ -9,8 +9,9 @@ Decode logits (clean_logits=False, H=64, D=128, next_n=1) at B=64 with lengths u
 fp4 queries), niah's fp8 and bf16 (`fp8_paged_mqa_logits`, `bf16_paged_mqa_logits`), and
 DeepGEMM's fp8 (`deep_gemm.fp8_paged_mqa_logits`) when `import deep_gemm` works. Each case
 records the median ms (triton.testing.do_bench), the bytes each one reads (whole pages up to
-the lengths: fp4 68, fp8 132, bf16 256 bytes a token) and the ratio fp4 / DeepGEMM fp8 (goal
-<= 0.6). Also the fp4 key store (4,096 tokens) and the fp4 prefill logits (4,096 x 22,016).
+the lengths, a key's bytes as the forms table niah.kernels.forms sizes it: fp4 68, fp8 132,
+bf16 256 bytes a token) and the ratio fp4 / DeepGEMM fp8 (goal <= 0.6). Also the fp4 key store
+(4,096 tokens) and the fp4 prefill logits (4,096 x 22,016).
 Every case is checked against the float64 / fp32 reference (calc_diff) at B=1 first.
 """
 
@@ -41,7 +42,7 @@ def pages_of(keys: torch.Tensor):
 
 
 def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
-    from niah.kernels import bf16_paged_mqa_logits, fp4_paged_mqa_logits, fp8_paged_mqa_logits
+    from niah.kernels import bf16_paged_mqa_logits, forms, fp4_paged_mqa_logits, fp8_paged_mqa_logits
     from niah.kernels._common import compare_logits
     from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
     from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
@@ -54,6 +55,7 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
     keys = torch.randn(batch * per * 64, 128, device=dev, generator=g)
     fp4, fp8, bf16 = pages_of(keys)
     del keys
+    b4, b8, b16 = (forms.get(n).key_bytes(128) for n in ("fp4", "fp8", "bf16"))  # a key's bytes, scales included
     q = torch.randn(batch, 1, heads, 128, device=dev, generator=g)
     w = torch.rand(batch, heads, device=dev, generator=g) * heads**-0.5
     ctx = (torch.randint(1, ctx_len + 1, (batch,), device=dev, generator=g, dtype=torch.int32) if ragged
@@ -63,20 +65,20 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
     case = f"decode B={batch} {'ragged<=' if ragged else 'x'}{ctx_len}"
     calls = {
         "niah fp4 (unpack, bf16 query)": (lambda: fp4_paged_mqa_logits(q16, fp4, w, ctx, table, None, ctx_len,
-                                                                        mma="unpack"), 68),
+                                                                        mma="unpack"), b4),
         "niah fp4 (unpack, fp4 query)": (lambda: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
-                                                                       mma="unpack"), 68),
-        "niah fp8": (lambda: fp8_paged_mqa_logits(q8, fp8, w, ctx, table, None, ctx_len), 132),
-        "niah bf16": (lambda: bf16_paged_mqa_logits(q16, bf16, w, ctx, table, None, ctx_len), 256),
+                                                                       mma="unpack"), b4),
+        "niah fp8": (lambda: fp8_paged_mqa_logits(q8, fp8, w, ctx, table, None, ctx_len), b8),
+        "niah bf16": (lambda: bf16_paged_mqa_logits(q16, bf16, w, ctx, table, None, ctx_len), b16),
     }
     if has_fp4_mma(fp4):
         calls["niah fp4 (scaled, fp4 query)"] = (lambda: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
-                                                                              mma="scaled"), 68)
+                                                                              mma="scaled"), b4)
     if dg is not None:
         ctx2 = ctx.view(-1, 1)
         meta = dg.get_paged_mqa_logits_metadata(ctx2, 64, dg.get_num_sms())
         calls["DeepGEMM fp8"] = (lambda: dg.fp8_paged_mqa_logits(q8, fp8, w, ctx2, table, meta, ctx_len,
-                                                                  clean_logits=False), 132)
+                                                                  clean_logits=False), b8)
     if batch == 1 or tiny:  # the fp4 kernel against its reference on these inputs
         ref = ref_fp4_paged_mqa_logits(q4, fp4, w, ctx, table, ctx_len)
         diff = compare_logits(fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len, clean_logits=True), ref)[0]

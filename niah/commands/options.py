@@ -1,7 +1,7 @@
 """Option declarations shared by the commands that build or send prompts (sweep, prompt,
-prompts build): help texts, the environment variables behind --endpoint / --model /
---api-key, `@needle_options` (the needle and haystack options) and `given` (which
-options the command line set). Declarations only: what the values mean is the library's
+prompts build): help texts, `@server_options` (--endpoint / --model / --api-key and the
+environment variables behind them), `@needle_options` (the needle and haystack options) and
+`given` (which options the command line set). Declarations only: what the values mean is the library's
 (niah.sweep.plan, niah.sweep.regime_probe, niah.sweep.coverage).
 """
 
@@ -28,6 +28,37 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:30000/v1"
 ENDPOINT_ENV = ["NIAH_ENDPOINT", "OPENAI_BASE_URL"]  # flag > these, in order > DEFAULT_ENDPOINT
 MODEL_ENV = ["NIAH_MODEL"]
 API_KEY_ENV = ["NIAH_API_KEY", "OPENAI_API_KEY"]
+COUNTED_HELP = f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."
+
+
+def server_options(endpoint_help: str = COUNTED_HELP):
+    """--endpoint, --model and --api-key (each read from its environment variables when not
+    given) on a command that declares `endpoint`, `model` and `api_key` (default None): their
+    declarations, in the command's own order; `endpoint_help` says what the server is for."""
+    import functools
+    import inspect
+
+    options = {
+        "endpoint": typer.Option(None, envvar=ENDPOINT_ENV, help=endpoint_help),
+        "model": typer.Option(None, envvar=MODEL_ENV, help="Served model name (default: the first in /v1/models)."),
+        "api_key": typer.Option(None, "--api-key", envvar=API_KEY_ENV, help="Bearer token, if the server wants one."),
+    }
+
+    def decorate(f):
+        sig = inspect.signature(f)
+        missing = [n for n in options if n not in sig.parameters]
+        if missing:
+            raise TypeError(f"{f.__name__} declares no parameter {missing[0]!r} for @server_options")
+        params = [p.replace(default=options[p.name]) if p.name in options else p for p in sig.parameters.values()]
+
+        @functools.wraps(f)
+        def wrapper(*args, **kw):
+            return f(*args, **kw)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        return wrapper
+
+    return decorate
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from niah.cli import app, prompts_app
-from niah.commands.options import (API_KEY_ENV, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV, LENGTHS_HELP, MODEL_ENV,
-                                   RESIDUES_HELP, TOKENIZER_HELP, given, needle_options)
+from niah.commands.options import (DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, RESIDUES_HELP, TOKENIZER_HELP, given,
+                                   needle_options, server_options)
 from niah.commands.request_options import request_options
 from niah.sweep.coverage import COVERAGE_HELP
 
@@ -19,6 +19,7 @@ from niah.sweep.coverage import COVERAGE_HELP
 @app.command()
 @request_options
 @needle_options
+@server_options()
 def prompt(
     length: str = typer.Option("1k", help="Whole-prompt length in tokens (1k, 943, 128ki)."),
     depth: float = typer.Option(50.0, help="Needle depth, percent."),
@@ -26,12 +27,9 @@ def prompt(
     seed: int = typer.Option(0, help="Base seed."),
     mode: str = typer.Option("chat", help="chat or completion."),
     tokenizer: Optional[str] = typer.Option(None, help=TOKENIZER_HELP),
-    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
-                                           help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
-                                        help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
-                                          help="Bearer token, if the server wants one."),
+    endpoint: Optional[str] = None,
+    model: Optional[str] = None,
+    api_key: Optional[str] = None,
     approximate_lengths: bool = typer.Option(False, "--approximate-lengths", help="Allow a counter that is not exact."),
     json_out: bool = typer.Option(False, "--json", help="Print the prompt and its facts as JSON."),
     **kinds,
@@ -47,15 +45,13 @@ def prompt(
 @prompts_app.command("build")
 @request_options
 @needle_options
+@server_options()
 def build_cmd(
     ctx: typer.Context,
     out: Path = typer.Option(..., "--out", "-o", help="The set file to write (JSONL, one line per trial)."),
-    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
-                                           help=f"The server whose tokens are counted (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
-                                        help="Served model name (default: the first in /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
-                                          help="Bearer token, if the server wants one."),
+    endpoint: Optional[str] = None,
+    model: Optional[str] = None,
+    api_key: Optional[str] = None,
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),

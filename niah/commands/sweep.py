@@ -19,9 +19,8 @@ from typing import Optional
 import typer
 
 from niah.cli import app
-from niah.commands.options import (API_KEY_ENV, COMPRESSION_HELP, DEFAULT_ENDPOINT, DEPTHS_HELP, ENDPOINT_ENV,
-                                   LENGTHS_HELP, MODEL_ENV, RESIDUES_HELP, TOKENIZER_HELP, WINDOW_HELP, given,
-                                   needle_options)
+from niah.commands.options import (COMPRESSION_HELP, DEFAULT_ENDPOINT, DEPTHS_HELP, LENGTHS_HELP, RESIDUES_HELP,
+                                   TOKENIZER_HELP, WINDOW_HELP, given, needle_options, server_options)
 from niah.commands.request_options import request_options
 from niah.sweep.cache_state import CACHE_HELP, PREFIX_HELP
 from niah.sweep.coverage import COVERAGE_HELP
@@ -35,12 +34,11 @@ ASKED = ("endpoint", "model", "api_key", "lengths", "depths", "trials", "seed", 
 @app.command()
 @request_options
 @needle_options
+@server_options(f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT}).")
 def sweep(
     ctx: typer.Context,
-    endpoint: Optional[str] = typer.Option(None, envvar=ENDPOINT_ENV,
-                                           help=f"OpenAI-compatible base URL (…/v1) (default: {DEFAULT_ENDPOINT})."),
-    model: Optional[str] = typer.Option(None, envvar=MODEL_ENV,
-                                        help="Served model name (default: the first in /v1/models)."),
+    endpoint: Optional[str] = None,
+    model: Optional[str] = None,
     lengths: str = typer.Option("300,1k,4k", help=LENGTHS_HELP),
     depths: str = typer.Option("0,25,50,75,100", help=DEPTHS_HELP),
     trials: int = typer.Option(3, help="Trials per (length, depth) cell."),
@@ -68,8 +66,7 @@ def sweep(
     matrix: Optional[Path] = typer.Option(None,
                                           help="A matrix file: launch one server per configuration "
                                                "(niah.serving.matrix)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
-                                          help="Bearer token, if the server wants one."),
+    api_key: Optional[str] = None,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     control: bool = typer.Option(False, "--control",
                                  help="Add one no-needle control trial per (length, depth) cell (outcomes clean / leak "

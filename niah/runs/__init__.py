@@ -7,8 +7,10 @@
     RUN/indexer/, logs/ side files (the indexer probe's detail, servers' logs): niah.runs.side
     RUN/parts/<config>/ a spread matrix's job folders, merged into RUN: niah.runs.parts
 
-niah.runs.folder starts a sweep's folder (lock, manifest args, resume checks) and
-niah.runs.export writes the trials as one table. docs/run-format.md has the layout.
-Nothing outside niah.runs opens a run folder's files for writing (tests/harness checks
+niah.runs.run.Run is the one way a sweep opens its folder (the plain sweep, the matrix, the
+spread coordinator and its jobs): refusals first, then the lock, the manifest's args and the
+trials (niah.runs.folder's checks), released however the sweep ends. niah.runs.export
+writes the trials as one table. docs/run-format.md has the layout.
+Nothing outside niah.runs opens a run folder's files for writing (tests/runs checks
 the source tree); a report's pages are the report's own (niah.report).
 """

@@ -1,12 +1,12 @@
-"""The run folder as the sweep writes it: lock it, start its manifest, check a resume.
+"""The run folder as the sweep starts it: refuse what is not ours, write the manifest's args, check a resume.
 
-`start_run` refuses a folder that is not a niah run's but holds a file a sweep writes
-(`check_ours`: another tool's manifest.json, a prompts.jsonl without a manifest) before it
-writes anything there, takes the folder's lock (niah.runs.lock), checks that a resume keeps the
-arguments that change prompts or answers, writes the manifest's args (through
-niah.runs.manifest, the only manifest writer) and opens the RunStore (niah.runs.trials);
-configurations are added with niah.runs.manifest.record_config. `check_same_tokenizers`
-refuses a resume that would mix two servers or two counters under one configuration name.
+`check_ours` refuses a folder that is not a niah run's but holds a file a sweep writes
+(another tool's manifest.json, a prompts.jsonl without a manifest), `check_resumable` a
+`--resume` with no run to resume; `open_store`, called by niah.runs.run.Run.open under the
+folder's lock, checks that a resume keeps the arguments that change prompts or answers,
+writes the manifest's args (through niah.runs.manifest, the only manifest writer) and opens
+the RunStore (niah.runs.trials). `check_same_tokenizers` refuses a resume that would mix
+two servers or two counters under one configuration name.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from niah.prompts.haystacks import haystack_info
 from niah.prompts.needles import NEEDLE, QUESTION
 from niah.redact import redact_argv
 from niah.runs.integrity import prompt_set as sent_prompts
-from niah.runs.lock import RunLock
 from niah.runs.manifest import MANIFEST, change_manifest, read_manifest
 from niah.runs.prompts import RUN_PROMPTS, RunPrompts
 from niah.runs.record import now
@@ -88,25 +87,6 @@ def check_resumable(out: Path | str) -> None:
     check_ours(out)
 
 
-def start_run(out: Path | str, spec, resume: bool, prompt_set=None) -> RunStore:
-    """Lock and open the run folder (BadInput if in use, unwritable, not ours, if resume
-    finds no run there, or if resume changes fixed args or the prompt set) and write the
-    manifest's args; `spec` is a niah.sweep.SweepSpec, `prompt_set` the
-    niah.prompts.sets.SetIndex of spec.prompts (its provenance is recorded)."""
-    out = Path(out)
-    if resume:
-        check_resumable(out)
-    check_ours(out)  # before the lock file: a folder that is not ours gets nothing
-    lock = RunLock(out).acquire()
-    try:
-        store = _open_run(out, spec, resume, prompt_set)
-    except BaseException:
-        lock.release()
-        raise
-    store.lock = lock
-    return store
-
-
 def _check_resume(out: Path, spec, args: dict, prompt_set=None) -> None:
     """A resume keeps every argument that changes prompts or answers (BadInput)."""
     defaults = {f.name: f.default for f in fields(spec)}
@@ -150,7 +130,10 @@ def _check_same_set(out: Path, old: dict, args: dict, prompt_set) -> None:
                            f"{now_} does not hold; use another --out")
 
 
-def _open_run(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
+def open_store(out: Path, spec, resume: bool, prompt_set=None) -> RunStore:
+    """Write the manifest's args (a resume checked first: BadInput, nothing changed) and
+    open the trials; the caller holds the folder's lock. `spec` is a niah.sweep.SweepSpec,
+    `prompt_set` the niah.prompts.sets.SetIndex of spec.prompts (its provenance is recorded)."""
     args = asdict(spec)
     if prompt_set is not None and getattr(prompt_set, "residues", None):  # a --residues set: its plan
         args["residues"] = prompt_set.residues

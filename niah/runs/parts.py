@@ -14,7 +14,8 @@ each part into RUN with `merge_part`: trials appended through RUN's RunStore (a 
 there is never written twice), prompts added to RUN/prompts.jsonl (one line per distinct
 prompt), the indexer side file copied, and the part's manifest entry for its configuration
 copied into RUN's manifest beside the job record (`job`, `jobs`) the coordinator keeps.
-Merging is idempotent: merging a part again adds only what is new. The job's files are
+Merging is idempotent: merging a part again adds only what is new. A new run into a folder
+that holds an earlier run's parts is refused (`check_no_parts`). The job's files are
 written here too: its spec (`write_job_spec`), status (`write_status`), Slurm script
 (`write_job_script`) and the output stream a local job writes to (`open_job_output`).
 """
@@ -27,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from niah.errors import BadInput
 from niah.runs.manifest import MANIFEST, read_manifest, update_config
 from niah.runs.prompts import merge_prompts
 from niah.runs.side import copy_details, open_log
@@ -56,6 +58,15 @@ def write_job_spec(out: Path, name: str, matrix_path: Path, spec, force_config: 
 def job_spec(out: Path, name: str, matrix_path: Path, spec) -> dict[str, Any]:
     return {"matrix": str(Path(matrix_path).resolve()), "config": name, "out": str(part_dir(out, name).resolve()),
             "cwd": os.getcwd(), "spec": asdict(spec)}
+
+
+def check_no_parts(out: Path) -> None:
+    """A new run (no --resume) into a folder that holds an earlier spread run's job folders:
+    BadInput (its parts would be merged into the new run)."""
+    parts = Path(out) / PARTS
+    if parts.is_dir() and any(parts.iterdir()):
+        raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
+                       "or choose another --out")
 
 
 def read_status(out: Path, name: str) -> dict[str, Any]:

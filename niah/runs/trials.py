@@ -126,7 +126,6 @@ class RunStore:
         self.done: set[str] = set()
         self.skipped_lines: list[int] = []
         self.retried = 0  # error records moved aside on resume, to run again
-        self.lock = None  # niah.runs.lock.RunLock held while a sweep writes here
         self.prompts = None  # niah.runs.prompts.RunPrompts: the prompts this sweep built
 
     # -- opening -----------------------------------------------------------------------
@@ -195,9 +194,6 @@ class RunStore:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
 
     def __enter__(self) -> "RunStore":
         return self

@@ -32,21 +32,18 @@ import time
 from pathlib import Path
 
 from niah.attestation import open_segment
-from niah.errors import BadInput
 from niah.redact import redact_settings
-from niah.runs.folder import start_run
-from niah.runs.manifest import change_manifest, read_manifest, update_config
 from niah.runs.record import now
+from niah.runs.run import Run
 from niah.serving.launch import cause_from_log, log_tail
 from niah.serving.matrix.backends import JOB_OUTPUT, JobInfo, job_gpus
 from niah.serving.matrix.executor import Executor
 from niah.serving.matrix.parse import Matrix, MatrixConfig, load_matrix
-from niah.runs.parts import PARTS, merge_part, part_dir, read_status, write_job_spec
-from niah.serving.matrix.run import (_check_unchanged, _MatrixRun, check_platform, manifest_matrix, record_errors,
-                                     remember_secrets, sweep_matrix)
-from niah.sweep import SweepSpec, check_spec
+from niah.runs.parts import check_no_parts, part_dir, read_status, write_job_spec
+from niah.serving.matrix.run import _MatrixRun, check_platform, open_matrix_run, record_errors, sweep_matrix
+from niah.sweep import SweepSpec
 from niah.sweep.interrupt import terminate_as_interrupt
-from niah.sweep.orchestrate import load_prompt_set, say
+from niah.sweep.orchestrate import say
 from niah.sweep.run import pending_trials
 
 STATUS = {"CANCELLED": "cancelled", "TIMEOUT": "timed out", "DEADLINE": "timed out", "PREEMPTED": "preempted"}
@@ -68,34 +65,22 @@ def run_matrix(matrix_path: Path | str, spec: SweepSpec, out: Path | str, resume
 def spread_matrix(matrix: Matrix, spec: SweepSpec, out: Path, executor: Executor, resume: bool = False,
                   progress=None, force_config: bool = False) -> Path:
     """Run every configuration of `matrix` as a job of `executor` into the run folder `out`."""
-    check_spec(spec)
     if executor.kind_of.runs_here:    # elsewhere each job asks on its own node (job.py -> sweep_matrix)
         check_platform(matrix)
     out = Path(out)
-    prompt_set = load_prompt_set(spec)
-    remember_secrets(matrix)
-    if resume and not force_config:
-        _check_unchanged(out, matrix)
-    if not resume and (out / PARTS).is_dir() and any((out / PARTS).iterdir()):
-        raise BadInput(f"{out} holds the job folders ({PARTS}/) of an earlier run; pass --resume to finish it, "
-                       "or choose another --out")
     backend = executor.kind_of.backend(executor.settings, out, job_gpus(matrix))  # bad settings fail before
-    backend.check()
-    store = start_run(out, spec, resume, prompt_set)
-    try:
-        manifest_matrix(out, matrix)
-        change_manifest(out, lambda m: m.update(executor=executor.as_dict()))
+    checks = [] if resume else [check_no_parts]  # a new run: an earlier run's parts would merge into it
+    checks.append(lambda _folder: backend.check())  # e.g. Slurm's commands on PATH, before the folder changes
+    with open_matrix_run(matrix, spec, out, resume, force_config, checks) as run:
+        run.change_manifest(lambda m: m.update(executor=executor.as_dict()))
         with terminate_as_interrupt():
-            _Coordinator(matrix, spec, out, store, backend, _MatrixRun(spec, out, store, progress, prompt_set,
-                                                                       force_config)).run()
-    finally:
-        store.close()
+            _Coordinator(matrix, spec, run, backend, _MatrixRun(spec, run, progress, force_config)).run()
     return out
 
 
 class _Coordinator:
-    def __init__(self, matrix: Matrix, spec: SweepSpec, out: Path, store, backend, local: _MatrixRun):
-        self.matrix, self.spec, self.out, self.store = matrix, spec, out, store
+    def __init__(self, matrix: Matrix, spec: SweepSpec, run: Run, backend, local: _MatrixRun):
+        self.matrix, self.spec, self.out, self.folder = matrix, spec, run.dir, run
         self.backend, self.local = backend, local
         self.active: dict[str, MatrixConfig] = {}  # job id -> configuration, jobs not ended
         self.poll_s = backend.poll_s
@@ -104,7 +89,7 @@ class _Coordinator:
         launched = [c for c in self.matrix.configs if c.launched]
         externals = [c for c in self.matrix.configs if not c.launched]
         for cfg in launched:  # what the parts already hold (a resume): never run twice
-            merge_part(self.out, self.store, cfg.name, errors=False)
+            self.folder.merge_part(cfg.name, errors=False)
         try:
             for cfg in launched:
                 self.start(cfg)
@@ -117,7 +102,7 @@ class _Coordinator:
 
     # -- submitting -----------------------------------------------------------------------
     def start(self, cfg: MatrixConfig) -> None:
-        entry = (read_manifest(self.out).get("configs") or {}).get(cfg.name) or {}
+        entry = self.folder.configs().get(cfg.name) or {}
         old = entry.get("job") or {}
         if self.backend.reattaches and old.get("executor") == self.backend.tool and old.get("id") \
                 and "ended" not in old:
@@ -131,14 +116,14 @@ class _Coordinator:
             if info is not None:  # it ended meanwhile: its part was merged above
                 self.record_job(cfg.name, {"state": info.state, "reason": info.reason, "nodes": info.nodes,
                                            "exit_code": info.exit_code, "ended": now()})
-        if not pending_trials(cfg.name, self.spec, self.store.done) and not open_segment(entry):
+        if not pending_trials(cfg.name, self.spec, self.folder.done) and not open_segment(entry):
             say(f"{cfg.name}: every trial is already in the run folder; not submitted")
             return
         part = part_dir(self.out, cfg.name)
         write_job_spec(self.out, cfg.name, self.matrix.path, self.spec, self.local.force)
         base = {"engine": cfg.engine, "axes": dict(cfg.axes), "settings": redact_settings(cfg.settings),
                 "log": str(part.resolve() / "logs" / f"{cfg.name}.log")}
-        update_config(self.out, cfg.name, lambda e: {**base, "status": "submitted", "cause": None})
+        self.folder.update_config(cfg.name, lambda e: {**base, "status": "submitted", "cause": None})
         job_id = self.backend.submit(cfg.name)
         record = {"executor": self.backend.tool, "id": job_id, "state": "PENDING", "submitted": now(),
                   "output": str(part.resolve() / JOB_OUTPUT), **self.backend.record(cfg.name)}
@@ -152,7 +137,7 @@ class _Coordinator:
             jobs = [j for j in entry.get("jobs") or [] if j.get("id") != job.get("id")] + [job]
             return {"job": job, "jobs": jobs}
 
-        return update_config(self.out, name, change)["job"]
+        return self.folder.update_config(name, change)["job"]
 
     # -- waiting ----------------------------------------------------------------------------
     def wait(self) -> None:
@@ -181,7 +166,7 @@ class _Coordinator:
 
     def finish(self, cfg: MatrixConfig, job_id: str, info: JobInfo, cause: str | None = None) -> None:
         """Merge the part; a job that did not complete gets its remaining trials as errors."""
-        merge_part(self.out, self.store, cfg.name)
+        self.folder.merge_part(cfg.name)
         status = read_status(self.out, cfg.name)
         changes = {"ended": now(), "host": status.get("host"), "gpus": status.get("gpus") or self.gpus(job_id)}
         ok = info.state == "COMPLETED" and status.get("exit") == 0
@@ -191,13 +176,13 @@ class _Coordinator:
             changes["cause"] = cause
         self.record_job(cfg.name, changes)
         if ok:
-            left = record_errors(self.store, cfg, self.spec, f"{self.backend.tool} job {job_id} ended with this "
+            left = record_errors(self.folder, cfg, self.spec, f"{self.backend.tool} job {job_id} ended with this "
                                                                "trial not run")
             if left:
                 say(f"{cfg.name}: job {job_id} completed with {left} trial(s) not run; recorded as errors")
             return
-        n = record_errors(self.store, cfg, self.spec, cause)
-        update_config(self.out, cfg.name, lambda e: {"status": STATUS.get(info.state, "failed"), "cause": cause})
+        n = record_errors(self.folder, cfg, self.spec, cause)
+        self.folder.update_config(cfg.name, lambda e: {"status": STATUS.get(info.state, "failed"), "cause": cause})
         say(f"{cfg.name}: {cause}; {n} trial(s) recorded as errors (--resume runs them again)")
 
     def cancel_all(self, cause: str) -> None:
@@ -209,11 +194,11 @@ class _Coordinator:
         self.backend.cancel(ids)  # returns once the jobs stopped their servers (or it gave up waiting)
         for job_id in ids:
             cfg = self.active.pop(job_id)
-            merge_part(self.out, self.store, cfg.name)
+            self.folder.merge_part(cfg.name)
             status = read_status(self.out, cfg.name)
             self.record_job(cfg.name, {"state": "CANCELLED", "cause": cause, "ended": now(),
                                        "host": status.get("host"), "gpus": status.get("gpus") or self.gpus(job_id)})
-            update_config(self.out, cfg.name, lambda e: {"status": "cancelled", "cause": cause})
+            self.folder.update_config(cfg.name, lambda e: {"status": "cancelled", "cause": cause})
 
 
 def describe(tool: str, job_id: str, info: JobInfo, status: dict, output: Path | None = None) -> str:

@@ -19,7 +19,8 @@ niah's own switches: the launch entry `python -m niah.serving.sglang`, `--niah-i
 `--niah-kernels` (read and stripped by the entry) and NIAH_INDEX_DTYPE / NIAH_KERNELS.
 niah forces no SGLang flag or SGLANG_* variable in any arm: fusion, prefill CUDA graphs,
 SGLang's top-k and DeepGEMM's selection stay as the user's SGLang has them.
-`ARMS` says in words what each arm runs (the manifest records it).
+`ARMS` says in words what each built-in arm runs (the manifest records it); `arm_facts` says
+it for every arm the forms table makes, a registered form's from its row.
 What the plugin cannot serve is decided on SGLang's own parse of the command
 (refusals.py): by the launch entry before weights load, and by the matrix wherever
 SGLang is importable.
@@ -129,6 +130,30 @@ ARMS: dict[str, dict[str, str]] = {
                  "non-paged prefill); DeepGEMM's logits replaced by niah's on SGLang's own calls; prefill key "
                  "gather in torch (SGLang: a Triton kernel)"},
 }
+
+
+INDEX_HEAD_DIM = 128  # DeepSeek's indexer key: what an arm's bytes a token are counted at
+
+
+def arm_facts(index_dtype: str, kernels: str) -> dict[str, str]:
+    """What the arm runs, in words: its `ARMS` row, or for a form registered without one, the
+    words its row of the forms table gives (niah.kernels.forms: layout, bytes, SGLang's flag).
+    BadInput when the table has no such arm (an unknown form, or kernels it does not run on)."""
+    name = arm_name(index_dtype, kernels)
+    if name in ARMS:
+        return ARMS[name]
+    form = forms.get(index_dtype)
+    if form is None or kernels not in form.sglang_kernels:
+        raise BadInput(f"sglang: no arm {name}: the forms table has no {index_dtype} index keys on {kernels} kernels")
+    keys = f"{form.layout}, {form.key_bytes(INDEX_HEAD_DIM)} B/token"
+    if kernels == forms.STOCK:
+        flag = f" plus {form.sglang_flag}" if form.sglang_flag else ""
+        return {"launcher": SGLANG_MODULE, "plugin": "not loaded (NIAH_* variables removed)",
+                "index_keys": f"{keys}, written by SGLang", "query": "SGLang's", "logits": "SGLang's",
+                "top_k": "SGLang's", "paths": f"SGLang's defaults{flag}"}
+    return {"launcher": LAUNCH_MODULE, "plugin": "loaded", "index_keys": f"{keys}, stored by niah",
+            "query": "SGLang's", "logits": f"niah's {index_dtype} Triton kernels", "top_k": "SGLang's",
+            "paths": "SGLang's defaults; DeepGEMM's logits replaced by niah's on SGLang's own calls"}
 
 
 def _sglang_args(cfg: SGLangLaunch) -> list[str]:

@@ -111,7 +111,7 @@ def test_resume_of_a_missing_folder_refuses_and_creates_nothing(oracle, tmp_path
     (tmp_path / "empty").mkdir()
     assert "is not a niah run folder" in one_line_2(cli(*args, "--out", tmp_path / "empty", "--resume"))
     assert "--resume needs --out" in one_line_2(cli(*args, "--resume"))
-    # the library refuses too (a matrix sweep goes through the same start_run)
+    # the library refuses too (a matrix sweep opens the same niah.runs.run.Run)
     from niah.errors import BadInput
     from niah.sweep import SweepSpec, Target, run_sweep
 
@@ -260,6 +260,25 @@ def test_endpoint_model_and_key_fall_back_to_the_environment_and_flags_win(oracl
     for run in ("a", "b", "c"):
         assert key not in json.dumps(load_run(tmp_path / run)[0])
         assert [p for p in (tmp_path / run).rglob("*") if p.is_file() and key.encode() in p.read_bytes()] == []
+
+
+def test_prompt_and_prompts_build_take_the_same_server_options(oracle_factory, tmp_path):
+    """The one declaration of --endpoint / --model / --api-key (niah.commands.options
+    server_options) on `niah prompt` and `niah prompts build`: the variables are read, the
+    flags win, and the key is never written."""
+    key = "sk-env-prompts-7c41a9"
+    srv = oracle_factory("--api-key", key)
+    env = {"NIAH_ENDPOINT": srv.url, "NIAH_MODEL": "oracle-1", "OPENAI_API_KEY": key}
+    wrong = {"NIAH_ENDPOINT": "http://127.0.0.1:9/v1", "NIAH_MODEL": "nope", "NIAH_API_KEY": "wrong-key-123456"}
+    flags = ["--endpoint", srv.url, "--model", "oracle-1", "--api-key", key]
+    for cmd in (["prompt", "--length", "300", "--json"],
+                ["prompts", "build", "--lengths", "300", "--depths", "50", "--trials", "1", "--out", tmp_path / "s"]):
+        r = _inproc(*cmd, env=env)
+        assert r.returncode == 0, (cmd, r.stderr)
+        assert _inproc(*cmd, *flags, env=wrong).returncode == 0, cmd
+        r = _inproc(*cmd, env={**env, "NIAH_MODEL": "nope"})
+        assert r.returncode == 2 and "model 'nope' is not served" in r.stderr, (cmd, r.stderr)
+    assert key.encode() not in (tmp_path / "s").read_bytes()
 
 
 @pytest.mark.parametrize("args, words", [

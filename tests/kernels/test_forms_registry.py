@@ -1,8 +1,9 @@
 """The index-key forms' table (niah.kernels.forms) is the one list: a form registered at run
 time ("int8-test", its own reference quantiser) is accepted by `niah serve`'s option checks,
-by the matrix file's keys, judged by the attestation rules and labelled by the report, with
-no other module edited; removed again, it is refused as before. The built-in rows keep the
-values every caller had (names in order, bytes a token, the SGLang arms)."""
+by the matrix file's keys (its SGLang arm described from its row in a live run's manifest),
+judged by the attestation rules and labelled by the report, with no other module edited;
+removed again, it is refused as before. The built-in rows keep the values every caller had
+(names in order, bytes a token, the SGLang arms)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,45 @@ def test_the_matrix_takes_a_registered_form(tmp_path):
         (tmp_path / "n.toml").write_text(MATRIX + 'kernels = "niah"\n')  # the stock-only form on niah's
         with pytest.raises(BadInput, match="int8-test index keys run on SGLang's own kernels"):
             load_matrix(tmp_path / "n.toml")
+
+
+def test_a_live_matrix_records_a_registered_forms_arm(tmp_path):
+    """The arm a registered form makes is described from its row when a live run records the
+    matrix (what a dry run never reads): its layout and bytes a token, SGLang's flag on a stock
+    arm, niah's kernels on a plugin arm; a built-in arm keeps its own words."""
+    from niah.runs.manifest import read_manifest
+    from niah.runs.run import Run
+    from niah.serving.matrix import load_matrix
+    from niah.serving.matrix.run import manifest_matrix
+    from niah.serving.sglang.command import ARMS
+    from niah.sweep import SweepSpec
+
+    plugin = forms.Form("int8-niah-test", lambda d: d + 4, "int8 values, one fp32 scale a token", _int8_roundtrip,
+                        sglang_kernels=(forms.NIAH,))
+    (tmp_path / "m.toml").write_text(MATRIX + '\n[[config]]\nname = "plugin"\nengine = "sglang"\nmodel_path = "m"\n'
+                                     'index_dtype = "int8-niah-test"\n\n[[config]]\nname = "fp8"\n'
+                                     'engine = "sglang"\nmodel_path = "m"\n')
+    with forms.register_form(INT8), forms.register_form(plugin):
+        with Run.open(tmp_path / "run", SweepSpec(lengths=[300], depths=[50]), resume=False) as run:
+            manifest_matrix(run, load_matrix(tmp_path / "m.toml"))
+    arms = read_manifest(tmp_path / "run")["matrix"]["arms"]
+    assert arms["stock"]["arm"] == f"{NAME}/stock" and arms["stock"]["launcher"] == "sglang.launch_server"
+    assert arms["stock"]["index_keys"] == "int8 values, one fp32 scale a token, 132 B/token, written by SGLang"
+    assert arms["stock"]["paths"] == "SGLang's defaults plus --enable-int8-test-indexer"
+    assert arms["plugin"]["arm"] == "int8-niah-test/niah" and arms["plugin"]["plugin"] == "loaded"
+    assert arms["plugin"]["logits"] == "niah's int8-niah-test Triton kernels"
+    assert arms["fp8"] == {"arm": "fp8/stock", **ARMS["fp8/stock"]}
+
+
+def test_an_arm_the_table_does_not_make_is_refused_in_one_line():
+    from niah.errors import BadInput
+    from niah.serving.sglang.command import arm_facts
+
+    with pytest.raises(BadInput, match="^sglang: no arm int4/stock: the forms table has no int4 index keys on stock "
+                                       "kernels$"):
+        arm_facts("int4", "stock")
+    with forms.register_form(INT8), pytest.raises(BadInput, match=f"no arm {NAME}/niah"):
+        arm_facts(NAME, "niah")
 
 
 def _reading(**server_args) -> dict:

@@ -300,13 +300,15 @@ def test_cli_bad_matrix_is_one_line_exit_2(tmp_path):
 def test_the_manifest_records_each_arm_and_the_counted_differences(tmp_path, monkeypatch):
     from niah.serving.matrix import axis_differences
     from niah.serving.matrix.run import manifest_matrix
-    from niah.runs.manifest import read_manifest, write_manifest
+    from niah.runs.manifest import read_manifest
+    from niah.runs.run import Run
+    from niah.sweep import SweepSpec
 
     for k in [k for k in os.environ if k.startswith("NIAH_")]:
         monkeypatch.delenv(k)
     matrix = load_matrix(EXAMPLES / "sglang.toml")
-    write_manifest(tmp_path, {})
-    manifest_matrix(tmp_path, matrix)
+    with Run.open(tmp_path, SweepSpec(lengths=[300], depths=[50]), resume=False) as run:
+        manifest_matrix(run, matrix)
     m = read_manifest(tmp_path)["matrix"]
     assert m["differences"] == axis_differences(matrix)
     assert {d["count"] for d in m["differences"] if d["axis"] == "index_dtype"} == {5}

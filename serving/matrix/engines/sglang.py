@@ -19,7 +19,7 @@ from niah.serving.matrix.engines.base import Engine
 from niah.serving.matrix.keys import COMMON, PORT_PLACEHOLDER, choice, choice_of, int_range, string
 from niah.serving.sglang import refusals
 from niah.serving.sglang.arms import default_kernels
-from niah.serving.sglang.command import ARMS, SGLangLaunch, arm_name, build_sglang_command
+from niah.serving.sglang.command import SGLangLaunch, arm_facts, arm_name, build_sglang_command
 from niah.serving.sglang.fp4 import fp4_platform_refusal
 
 KEYS = {
@@ -82,10 +82,10 @@ def impossible(settings: dict) -> str | None:
 
 
 def arm_of(cfg) -> dict[str, str]:
-    """What the configuration's arm runs, in words (command.ARMS)."""
+    """What the configuration's arm runs, in words (command.arm_facts: a registered form's too)."""
     dtype = cfg.settings.get("index_dtype", forms.DEFAULT)
     kernels = cfg.settings.get("kernels") or default_kernels(dtype)
-    return {"arm": arm_name(dtype, kernels), **ARMS[arm_name(dtype, kernels)]}
+    return {"arm": arm_name(dtype, kernels), **arm_facts(dtype, kernels)}
 
 
 def parser_note() -> str:
