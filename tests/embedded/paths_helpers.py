@@ -3,7 +3,8 @@ greedy generation through generate.generate, and every selection the indexer mad
 
 `Run.selections` maps (layer, position) -> the positions that query row kept (a tuple),
 read from the masks the DSA hands its attention: the same rows whatever the chunking,
-so a chunked, paged or prefix-hit run compares with the plain one row by row.
+so a chunked, paged or prefix-hit run compares with the plain one row by row. Their fixtures
+`path_weights` (the real weights) and `path_tok` are in this folder's conftest.py.
 """
 
 from __future__ import annotations

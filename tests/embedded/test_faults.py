@@ -32,54 +32,41 @@ SECRETS = ("4817263", "9035521")
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    from niah.serving.embedded import weights
-
-    torch.set_num_threads(2)
-    return weights.load()
+def plain(path_weights, path_tok):
+    m = build(path_weights)
+    return generate(m, path_tok, prompt(SECRETS[0]))
 
 
-@pytest.fixture(scope="module")
-def tok(loaded):
-    return loaded.tokenizer
-
-
-@pytest.fixture(scope="module")
-def plain(loaded, tok):
-    m = build(loaded)
-    return generate(m, tok, prompt(SECRETS[0]))
-
-
-def test_layout_fault_changes_only_rows_past_its_length(loaded, tok, plain):
-    got = generate(build(loaded, faults=("layout:100",)), tok, prompt(SECRETS[0]))
+def test_layout_fault_changes_only_rows_past_its_length(path_weights, path_tok, plain):
+    got = generate(build(path_weights, faults=("layout:100",)), path_tok, prompt(SECRETS[0]))
     bad = differing(got.selections, plain.selections)
     assert bad and all(pos >= 96 for _, pos in bad)               # query chunks of 32: [96, 128) is the first past 100
     assert all(got.selections[k] == plain.selections[k] for k in plain.selections if k[1] < 96)
 
 
-def test_residue_fault_changes_only_its_residue(loaded, tok):
-    ids = ids_of(tok, prompt(SECRETS[0], before=6))
+def test_residue_fault_changes_only_its_residue(path_weights, path_tok):
+    ids = ids_of(path_tok, prompt(SECRETS[0], before=6))
     ids = ids[:len(ids) - (len(ids) - 3) % 4]                     # length 3 mod 4
     cfg = dict(index_topk=8, index_compress=4, window=8)
-    clean, faulty = build(loaded, **cfg), build(loaded, **cfg, faults=("residue:3",))
+    clean, faulty = build(path_weights, **cfg), build(path_weights, **cfg, faults=("residue:3",))
     assert len(ids) % 4 == 3
-    assert differing(generate(faulty, tok, ids).selections, generate(clean, tok, ids).selections)
+    assert differing(generate(faulty, path_tok, ids).selections, generate(clean, path_tok, ids).selections)
     other = ids[:-1]                                              # 2 mod 4
-    a, b = generate(clean, tok, other), generate(faulty, tok, other)
+    a, b = generate(clean, path_tok, other), generate(faulty, path_tok, other)
     assert a.text == b.text and a.selections == b.selections
 
 
-def test_topk_fault_keeps_fewer_keys_and_only_past_index_topk(loaded, tok, plain):
-    m = build(loaded, faults=("topk:8",))
-    got = generate(m, tok, prompt(SECRETS[0]))
+def test_topk_fault_keeps_fewer_keys_and_only_past_index_topk(path_weights, path_tok, plain):
+    m = build(path_weights, faults=("topk:8",))
+    got = generate(m, path_tok, prompt(SECRETS[0]))
     assert all(len(kept) == 8 for (_, pos), kept in got.selections.items() if pos >= 8)
     assert all(set(got.selections[(0, pos)]) <= set(plain.selections[(0, pos)]) for _, pos in got.selections
                if pos >= 16)                                      # layer 0: the same scores, the 8 best of 16
-    short = ids_of(tok, prompt(SECRETS[0]))[:13]                # 13 + 3 tokens <= index_topk: dense throughout
-    assert generate(m, tok, short).text == generate(build(loaded), tok, short).text
+    short = ids_of(path_tok, prompt(SECRETS[0]))[:13]                # 13 + 3 tokens <= index_topk: dense throughout
+    assert generate(m, path_tok, short).text == generate(build(path_weights), path_tok, short).text
 
 
-def test_rope_base_fault_moves_only_the_index_keys_and_more_with_position(loaded, tok, plain):
+def test_rope_base_fault_moves_only_the_index_keys_and_more_with_position(path_weights, path_tok, plain):
     from niah.serving.embedded.dsa import DSA
     from niah.serving.embedded.faults import Faults
     from niah.serving.embedded.model import LayerCache
@@ -93,34 +80,34 @@ def test_rope_base_fault_moves_only_the_index_keys_and_more_with_position(loaded
     diff = (caches[0].idx_k - caches[1].idx_k).norm(dim=(0, 2))   # [200]
     assert float(diff[0]) == 0 and 3 * float(diff[1:4].mean()) < float(diff[100:].mean())   # grows, 0 at position 0
     assert torch.equal(caches[0].k, caches[1].k)                  # the KV cache is untouched
-    got = generate(build(loaded, faults=("rope-base:10000",)), tok, prompt(SECRETS[0]))
+    got = generate(build(path_weights, faults=("rope-base:10000",)), path_tok, prompt(SECRETS[0]))
     assert differing(got.selections, plain.selections)
 
 
-def test_decode_page_fault_changes_decode_rows_only(loaded, tok, plain):
-    got = generate(build(loaded, page_size=16, faults=("decode-page",)), tok, prompt(SECRETS[0]))
-    n = len(ids_of(tok, prompt(SECRETS[0])))
+def test_decode_page_fault_changes_decode_rows_only(path_weights, path_tok, plain):
+    got = generate(build(path_weights, page_size=16, faults=("decode-page",)), path_tok, prompt(SECRETS[0]))
+    n = len(ids_of(path_tok, prompt(SECRETS[0])))
     bad = differing(got.selections, plain.selections)
     assert bad and all(pos >= n for _, pos in bad)                # decode steps only
     assert all(got.selections[k] == plain.selections[k] for k in plain.selections if k[1] < n)
 
 
 @pytest.fixture(scope="module")
-def cold_second(loaded, tok):
+def cold_second(path_weights, path_tok):
     """The second prompt, cold, and its layer-0 KV and index keys."""
-    m = build(loaded, page_size=16)
-    run = generate(m, tok, prompt(SECRETS[1]))
+    m = build(path_weights, page_size=16)
+    run = generate(m, path_tok, prompt(SECRETS[1]))
     c = m.caches[0]
     return run, c.k.clone(), m.attention_impl.keys.read(c, 0, 128).clone()
 
 
 @pytest.mark.parametrize("fault", ["prefix-stale", "page-move"])
-def test_prefix_faults_change_only_a_hit(loaded, tok, plain, cold_second, fault):
+def test_prefix_faults_change_only_a_hit(path_weights, path_tok, plain, cold_second, fault):
     cold, cold_k, cold_idx = cold_second
-    m = build(loaded, page_size=16, prefix_cache=True, faults=(fault,))
-    first = generate(m, tok, prompt(SECRETS[0]))
+    m = build(path_weights, page_size=16, prefix_cache=True, faults=(fault,))
+    first = generate(m, path_tok, prompt(SECRETS[0]))
     assert first.prefix_hit == 0 and first.selections == plain.selections and first.text == plain.text
-    second = generate(m, tok, prompt(SECRETS[1]))
+    second = generate(m, path_tok, prompt(SECRETS[1]))
     hit = second.prefix_hit
     assert hit >= 64
     c = m.caches[0]
