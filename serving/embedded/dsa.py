@@ -271,7 +271,7 @@ class DSA:
                 probe.record(cache.layer_id, S - 1, S, None)        # no selection happens here
             return dense_attention(q, cache, start)
         Hkv = cache.k.shape[1]
-        decode = T == 1 and start > 0
+        decode = bool(cache.stats.get("decode"))                   # generate.decode_one's step (the decode-page fault)
         out = torch.empty_like(q)
         for c0 in range(0, T, self.chunk):
             c1 = min(T, c0 + self.chunk)
@@ -300,7 +300,8 @@ class DSA:
         top-k of their visible blocks, and the last row's scores as token scores (probe)."""
         nb = compression.visible(S, self._offset)
         scores = self.index_scores(self.index_query(qc), self.read_keys(cache, 0, nb, decode))     # [C, nb]
-        attest.record("decode_logits" if decode else "prefill_logits", self.coarse, "niah.embedded_index_scores")
+        attest.record("decode_logits" if qc.shape[2] == 1 and p0 > 0 else "prefill_logits", self.coarse,
+                      "niah.embedded_index_scores")
         scores.masked_fill_(compression.block_causal(nb, p0, qc.shape[2], self._offset), float("-inf"))
         attest.record("topk", "fp32", "torch.topk")
         top = scores.topk(min(self.select_k, nb), dim=-1, sorted=False).indices

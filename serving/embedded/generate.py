@@ -71,7 +71,7 @@ def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:
         logits = graphs.step(token, pos, probe)
         if logits is not None:
             return logits
-    stats = {"probe": probe} if probe is not None else None
+    stats = {"decode": True, **({"probe": probe} if probe is not None else {})}   # a decode step, not a prefill
     return model(torch.tensor([[token]]), pos, stats=stats)[0, -1]
 
 
