@@ -72,6 +72,7 @@ def build_model(cfg, loaded):
     # (its fused causal kernel: 0.69 s at 22.6K tokens on the H200; chunked under a mask, once, 1.05 s).
     # On the CPU, chunked where --prefill-chunk asks.
     model.prefill_chunk = (cfg.query_chunk if attention is not None else None) if cuda else cfg.prefill_chunk
+    model.faults = flt
     model.prefix_cache = (PrefixCache(cfg.page_size, page_move=flt.page_move, stale_index=flt.prefix_stale)
                           if cfg.prefix_cache and not cuda else None)
     model.decode_graphs = None
@@ -101,14 +102,13 @@ def _index_keys(cfg, args, flt):
 
 
 def serving_facts(cfg, model) -> dict:
-    """The attested facts of the serving paths (module doc): page size, prefill chunk,
-    prefix cache, index compression (sparse arms), planted faults (always, [] for none)."""
+    """The attested facts of the serving paths of `model` (built by build_model from cfg):
+    page size, prefill chunk, prefix cache, index compression (sparse arms), planted faults
+    (always, [] for none)."""
     if cfg.device.startswith("cuda"):
         return {"prefix_cache": False, "faults": [], **({"page_size": 64} if cfg.attention == "dsa" else {})}
     out = {"page_size": cfg.page_size, "prefill_chunk": cfg.prefill_chunk, "prefix_cache": cfg.prefix_cache,
-           "faults": faults.parse(list(cfg.faults), attention=cfg.attention, index_topk=cfg.index_topk,
-                                  compress=cfg.index_compress, prefix_cache=cfg.prefix_cache,
-                                  page_size=cfg.page_size).describe()}
+           "faults": model.faults.describe()}
     if cfg.attention == "dsa":
         out["index_compress"] = cfg.index_compress
     return out
