@@ -32,8 +32,11 @@ AXIS_KEYS = tuple(AXIS_NAMES)
 AXIS_DEFAULTS: dict[str, Any] = {"index_rotation": "none"}
 # The labels a configuration may state that its server's attestation must back.
 # index_query_dtype is attested by the fact `query`, rescore_factor by the fact of its name.
+# The serving paths (PATH_KEYS) by the facts of their names; a server that states one as
+# null ran without it (a one-pass prefill, a flat index cache).
+PATH_KEYS = ("page_size", "prefill_chunk", "prefix_cache", "index_compress")
 LABEL_KEYS = ("attention", "index_dtype", "kernels", "index_rotation", "index_query_dtype", "rescore_factor",
-              "index_topk", "window")
+              "index_topk", "window", *PATH_KEYS)
 
 
 def comparable_axes(a: dict[str, Any], b: dict[str, Any], settings_a: dict[str, Any] | None = None,

@@ -12,10 +12,10 @@ from niah.attestation.format import FIELD, from_server_info
 from niah.attestation.readings import (begin_segment, end_segment, open_segment, read_server, reading_of,
                                       start_contradiction)
 from niah.attestation.rules import INVALID, UNATTESTED, VALID, last_attestation, status
-from niah.attestation.verdict import (ACCEPT_FLAG, NOT_ATTESTED, check_configs, counts, report_section, say_state,
-                                     shown_state)
+from niah.attestation.verdict import (ACCEPT_FLAG, NOT_ATTESTED, check_baseline, check_configs, counts,
+                                     planted_faults, report_section, say_state, shown_state)
 
 __all__ = ["ACCEPT_FLAG", "FIELD", "INVALID", "NOT_ATTESTED", "UNATTESTED", "VALID", "begin_segment",
-           "check_configs", "counts", "end_segment", "from_server_info", "last_attestation", "open_segment",
-           "read_server", "reading_of", "report_section", "say_state", "shown_state", "start_contradiction",
-           "status"]
+           "check_baseline", "check_configs", "counts", "end_segment", "from_server_info", "last_attestation",
+           "open_segment", "planted_faults", "read_server", "reading_of", "report_section", "say_state",
+           "shown_state", "start_contradiction", "status"]

@@ -32,6 +32,9 @@ and end, of every segment.
     one's start proves nothing about growth); a segment with both readings in which no
     indexer call ran at all (a resume with nothing left to ask) needs none, so long as
     another one proves it.
+  - the serving paths (page_size, prefill_chunk, prefix_cache, index_compress): a server
+    that states one (null included: it ran without it) must state what the label says,
+    else INVALID; one that does not state it leaves the label UNATTESTED.
   - a label the server never reports is UNATTESTED, launched or not: SGLang's plugin
     reports index_dtype, kernels and the facts rotation / query / store (attention dsa
     follows from an index dtype), not index_topk or window; the embedded server reports
@@ -56,7 +59,7 @@ from niah.attestation.calls import (KEY_PATHS, bf16_grown, bf16_paths, fp8_niah_
                                     ran_summary)
 from niah.attestation.engines import facts
 from niah.attestation.format import MEASURED_FACTS, add_calls
-from niah.axes import stated_labels
+from niah.axes import PATH_KEYS, stated_labels
 from niah.kernels import forms
 
 VALID, INVALID, UNATTESTED = "valid", "INVALID", "unattested"
@@ -317,9 +320,13 @@ def _check_label(a: dict, label: dict, when: str) -> tuple[str | None, set]:
     at = "" if when == "end" else f" at the {when} of the sweep"
     for key, want in label.items():
         if dense and key in ("index_dtype", "index_rotation", "index_query_dtype", "rescore_factor", "index_topk",
-                             "window", "kernels"):
+                             "window", "kernels", "index_compress"):
             continue
         got = _reports(a, key)
+        if key in PATH_KEYS and key in (a.get("facts") or {}):  # stated, null included: the path ran as it says
+            if got != want:
+                return f"labelled {key} {want} but the server ran {'none' if got is None else got}{at}", unreported
+            continue
         if got is None and (key in ("index_dtype", "kernels", "attention")
                             or (key == "index_rotation" and want != "none")):
             return f"labelled {key} {want} but its server attests none{at}", unreported

@@ -1,10 +1,11 @@
 """Verdicts on a run's configurations, for the commands: refuse, summarise, say.
 
 `check_configs` is what compare and gate call first (BadInput for an INVALID or, without
---accept-unattested, an unattested configuration); `report_section` is the table of
-`niah report`; `counts` and `say_state` are one-line summaries; `shown_state` is the state a
-page shows: "n/a", not "valid", for a server that attested nothing (nothing was proven,
-nothing contradicted). The judging itself is
+--accept-unattested, an unattested configuration); `check_baseline` is the gate's refusal of
+a baseline whose server attests planted faults (the fact `faults`, `niah serve --fault`);
+`report_section` is the table of `niah report`; `counts` and `say_state` are one-line
+summaries; `shown_state` is the state a page shows: "n/a", not "valid", for a server that
+attested nothing (nothing was proven, nothing contradicted). The judging itself is
 niah.attestation.rules.status. Pure functions (say_state prints through the caller's `say`).
 """
 
@@ -51,6 +52,31 @@ def check_configs(manifest: dict, names, where: str, accept_unattested: bool = F
                                f"pass {ACCEPT_FLAG} to compare it on its labels' word")
             notes.append(f"`{name}` ({where}) is unattested, accepted with {ACCEPT_FLAG}: {reason}")
     return notes
+
+
+def planted_faults(entry: dict | None) -> list[str]:
+    """The planted faults (the fact `faults`) any reading of a configuration attests, in order."""
+    rec = (entry or {}).get("attestation")
+    readings = [rec] if isinstance(rec, dict) and "segments" not in rec else [
+        (r or {}).get("attestation") for seg in ((rec or {}).get("segments") or []) if isinstance(seg, dict)
+        for r in (seg.get("start"), seg.get("end"))]
+    out: list[str] = []
+    for a in readings:
+        for f in ((a or {}).get("facts") or {}).get("faults") or []:
+            if f not in out:
+                out.append(f)
+    return out
+
+
+def check_baseline(manifest: dict, names, where: str) -> None:
+    """BadInput (exit 2, one line) when a baseline configuration's server ran planted faults:
+    a baseline is what the gate holds a candidate to, and a faulted one proves nothing."""
+    configs = manifest.get("configs") or {}
+    for name in names:
+        got = planted_faults(configs.get(name))
+        if got:
+            raise BadInput(f"{where}: configuration {name!r} was served with planted faults ({', '.join(got)}): "
+                           "a baseline must come from a fault-free server")
 
 
 def _shown(entry: dict | None) -> bool:

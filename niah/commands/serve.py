@@ -53,6 +53,33 @@ def check_port(host: str, port: int) -> None:
                               f"{e.strerror or e}") from None
 
 
+def check_paths(attention: str, index_dtype: str, device: str, page_size: int | None, prefill_chunk: int | None,
+                prefix_cache: bool, index_compress: int) -> None:
+    """BadInput (one line) for serving-path options the server cannot run as asked."""
+    from niah.errors import BadInput
+
+    cpu_only = [flag for flag, on in (("--page-size", page_size is not None), ("--prefill-chunk", prefill_chunk),
+                                      ("--prefix-cache", prefix_cache), ("--index-compress", index_compress != 1))
+                if on]
+    if device != "cpu" and cpu_only:
+        raise BadInput(f"{', '.join(cpu_only)}: served on the CPU only (the CUDA path pages its index keys by 64 and "
+                       "chunks its prefill at --query-chunk)")
+    if page_size is not None and page_size < 1:
+        raise BadInput("--page-size must be >= 1")
+    if prefill_chunk is not None and prefill_chunk < 1:
+        raise BadInput("--prefill-chunk must be >= 1")
+    if prefix_cache and page_size is None:
+        raise BadInput("--prefix-cache reuses pages: give it a --page-size")
+    if index_compress not in (1, 4):
+        raise BadInput(f"--index-compress must be 1 (off) or 4, not {index_compress}")
+    if index_compress != 1 and (attention != "dsa" or "+" in index_dtype):
+        raise BadInput("--index-compress 4 compresses the indexer's keys: use it with --attention dsa and a "
+                       "single-stage --index-dtype")
+    if index_compress != 1 and page_size is not None and page_size % index_compress:
+        raise BadInput(f"--page-size {page_size} under --index-compress {index_compress} must be a multiple of "
+                       f"{index_compress} (a page holds whole blocks)")
+
+
 @app.command()
 def serve(
     attention: str = typer.Option("dsa", help="dsa (DeepSeek-style indexer + top-k) or dense (the control)."),
@@ -89,6 +116,20 @@ def serve(
                                   help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="CUDA: replay decode steps from CUDA graphs (default) or run them eagerly."),
+    page_size: int = typer.Option(None, "--page-size",
+                                  help="CPU: page the index-key cache, P tokens a page behind one block table "
+                                       "(default: flat, one row a position)."),
+    prefill_chunk: int = typer.Option(None, "--prefill-chunk",
+                                      help="CPU: chunked prefill, N prompt tokens a forward pass (default: one pass)."),
+    prefix_cache: bool = typer.Option(False, "--prefix-cache",
+                                      help="CPU: reuse the KV and index-key pages of an earlier request's shared "
+                                           "prefix (longest page-aligned match; needs --page-size)."),
+    index_compress: int = typer.Option(1, "--index-compress",
+                                       help="CPU, DSA: 4 = V4-style index compression (one index key per 4 tokens, "
+                                            "top-k over blocks, their tokens plus --window); 1 = off."),
+    fault: list[str] = typer.Option(None, "--fault",
+                                    help="CPU: plant a fault, NAME[:PARAM] (repeatable): layout, residue, page-move, "
+                                         "prefix-stale, topk, rope-base, decode-page (docs/embedded-server.md)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     threads: int = typer.Option(2, help="torch CPU threads."),
@@ -147,6 +188,14 @@ def serve(
     elif bf16_read != "fused" or topk_impl != "niah" or not cuda_graphs:
         raise BadInput("--bf16-read, --topk and --no-cuda-graphs choose the CUDA path's kernels: use them with "
                        "--device cuda")
+    check_paths(attention, index_dtype, device, page_size, prefill_chunk, prefix_cache, index_compress)
+    from niah.serving.embedded import faults
+
+    try:
+        faults.parse(list(fault or []), attention=attention, index_topk=index_topk, compress=index_compress,
+                     prefix_cache=prefix_cache, page_size=page_size, device=device)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     from niah.serving.embedded.device import check_device
 
     check_device(device)
@@ -162,5 +211,7 @@ def serve(
                     device=device, rope_scaling=rope_scaling, rope_factor=rope_factor, bf16_read=bf16_read,
                     topk_impl=topk_impl, cuda_graphs=cuda_graphs,
                     index_query_dtype=index_query_dtype or precision.DEFAULT_QUERY_DTYPE,
-                    rescore_factor=rescore_factor or precision.DEFAULT_RESCORE_FACTOR),
+                    rescore_factor=rescore_factor or precision.DEFAULT_RESCORE_FACTOR, page_size=page_size,
+                    prefill_chunk=prefill_chunk, prefix_cache=prefix_cache, index_compress=index_compress,
+                    faults=tuple(fault or ())),
         host=host, port=port, log_level=log_level)

@@ -34,7 +34,8 @@ Per configuration, per length present on both sides, and over all of them:
   kept there, so those lengths do not exercise the indexer.
 - a configuration is gated only when its attestation holds (niah/attestation/): an
   INVALID one is bad input (exit 2), an unattested one too unless `accept_unattested`
-  (then a note says so).
+  (then a note says so); a baseline whose server attests planted faults (`niah serve
+  --fault`) is bad input too.
 - **caveats** (niah.report.caveats) say what weakens the verdict: a side's run incomplete
   (N of M planned trials, the lengths with no trial, the `--resume` command), lengths
   approximate or off by more than the allowance, the model or server changed between
@@ -57,7 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from niah.attestation import check_configs, shown_state
+from niah.attestation import check_baseline, check_configs, shown_state
 from niah.report import caveats as cv
 from niah.errors import BadInput
 from niah.report.baseline import read_side
@@ -291,6 +292,7 @@ def run_gate(baseline: Path | str, candidate: Path | str, config: str | None = N
     check_pairable(base, cand, bwhat, cwhat)  # --decode-first, --multi-turn: part of the prompt, never paired across
     # attestation missing / contradicting its label, or unattested labels: exit 2
     res.notes += check_configs(bman, res.config_map.values(), bwhat, accept_unattested)
+    check_baseline(bman, res.config_map.values(), bwhat)  # a server with planted faults is no baseline
     res.notes += check_configs(cman, res.config_map.keys(), cwhat, accept_unattested)
     cut = _side_caveats(res, bside, cside)  # the candidate's incomplete configurations -> why
     overlap_any = False

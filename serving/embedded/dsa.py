@@ -48,7 +48,11 @@ import torch
 import torch.nn.functional as F
 
 from niah.kernels.rotation import ROTATIONS, rotate
+from niah.serving.embedded import compress as compression
+from niah.serving.embedded import faults as faults_mod
 from niah.serving.embedded import precision, selection
+from niah.serving.embedded.faults import Faults
+from niah.serving.embedded.index_cache import FlatKeys
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats
 from niah.serving.sglang import attest
@@ -70,8 +74,11 @@ class DSA:
     def __init__(self, index_dtype: str = "fp8", topk: int = 512, window: int = 0, chunk: int = 512,
                  dense_when_short: bool = True, sub: int = 128, rotation: str = "none",
                  query_dtype: str = precision.DEFAULT_QUERY_DTYPE,
-                 rescore_factor: int = precision.DEFAULT_RESCORE_FACTOR):
+                 rescore_factor: int = precision.DEFAULT_RESCORE_FACTOR, keys=None, compress: int = 1,
+                 faults: Faults | None = None, rope_base: float = 100000.0):
         self.coarse, self.fine = precision.stages(index_dtype)      # ValueError for an unknown dtype
+        if compress not in (1, compression.RATIO) or (compress > 1 and self.fine is not None):
+            raise ValueError(f"index compression is 1 (off) or {compression.RATIO} with a single-stage index dtype")
         if rotation not in ROTATIONS:
             raise ValueError(f"index rotation must be one of {ROTATIONS}, not {rotation!r}")
         if query_dtype not in precision.query_dtypes():
@@ -80,7 +87,11 @@ class DSA:
             raise ValueError("topk must be >= 1, window >= 0, chunk >= 1, rescore_factor >= 1")
         self.index_dtype, self.topk, self.window, self.chunk = index_dtype, topk, window, chunk
         self.rotation, self.query_dtype, self.rescore_factor = rotation, query_dtype, rescore_factor
-        self._fine_k: dict[int, torch.Tensor] = {}                  # layer -> re-score-form keys [Hkv, S, D]
+        self.keys = keys if keys is not None else FlatKeys()         # index_cache: flat or paged
+        self.owns_index_keys = self.keys.page_size is not None      # paged: no cache.idx_k
+        self.compress, self.faults, self.rope_base = compress, faults or Faults(), rope_base
+        self.select_k = self.faults.topk or topk                    # the `topk` fault's k, else index_topk
+        self._offset = 0                                            # the `residue` fault, this request
         attest.configure(index_dtype, "torch")
         attest.set_facts(attention="dsa", index_topk=topk, window=window, rotation=rotation, query=query_dtype,
                          **({"rescore_factor": rescore_factor} if self.fine else {}))
@@ -92,22 +103,53 @@ class DSA:
 
     # -- the index-key cache ------------------------------------------------------------
     def store(self, cache: LayerCache, k: torch.Tensor, start: int) -> None:
-        """k: [1, Hkv, T, D] post-RoPE keys -> cache.idx_k[:, start:start+T] as read back
-        (rotated first when the rotation is "hadamard")."""
+        """k: [1, Hkv, T, D] post-RoPE keys -> the index cache at start..start+T-1 as read
+        back (rotated first when the rotation is "hadamard"); compressed, the blocks this
+        write completes (compress.py) at their block rows."""
         T = k.shape[2]
         attest.set_pool_bytes(precision.key_bytes(self.index_dtype, k.shape[1], k.shape[3]))
+        row = start
+        if self.compress > 1:
+            blocks = compression.new_blocks(start, T, self._offset)
+            if not len(blocks):
+                return
+            row, a = blocks.start, blocks.start * compression.RATIO + self._offset
+            k = cache.k[:, :, a:a + len(blocks) * compression.RATIO]
+            k = self._rope_fault(k, a).reshape(1, k.shape[1], len(blocks), compression.RATIO, -1).mean(3)
+        else:
+            k = self._rope_fault(k, start)
         kr = rotate(k[0], self.rotation)
         attest.record("store", self.coarse, "niah.store_roundtrip")
-        cache.idx_k[:, start:start + T] = selection.store_form(kr, self.coarse)
+        self.keys.write(cache, 0, row, selection.store_form(kr, self.coarse))
         if self.fine is not None:                                   # two-stage: the re-score form too
             attest.record("store", self.fine, "niah.store_roundtrip")
-            self.fine_keys(cache)[:, start:start + T] = selection.store_form(kr, self.fine)
+            self.keys.write(cache, 1, row, selection.store_form(kr, self.fine))
+
+    def _rope_fault(self, k: torch.Tensor, start: int) -> torch.Tensor:
+        """The `rope-base` fault: keys at positions start.. as another RoPE base rotates them."""
+        return k if self.faults.rope_base is None else faults_mod.rerope(k, start, self.rope_base,
+                                                                          self.faults.rope_base)
 
     def fine_keys(self, cache: LayerCache) -> torch.Tensor:
-        """The layer's re-score-form keys [Hkv, block_size, D] (two-stage), allocated once."""
-        got = self._fine_k.get(cache.layer_id)
-        if got is None or got.shape != cache.idx_k.shape:
-            got = self._fine_k[cache.layer_id] = torch.zeros_like(cache.idx_k)
+        """The layer's re-score-form keys [Hkv, block_size, D] (two-stage, flat keys), allocated once."""
+        return self.keys.rows(cache, 1)
+
+    def begin_request(self, n_prompt: int) -> None:
+        """A new request of n_prompt prompt tokens (generate.prefill): a new sequence of pages;
+        the `residue` fault's block offset for this prompt length."""
+        begin = getattr(self.keys, "begin", None)
+        if begin is not None:
+            begin()
+        r = self.faults.residue
+        self._offset = 1 if r is not None and n_prompt % compression.RATIO == r else 0
+
+    def read_keys(self, cache: LayerCache, form: int, rows: int, decode: bool = False) -> torch.Tensor:
+        """The first `rows` index keys of one form [Hkv, rows, D], as the indexer reads them
+        (the `layout` fault: in the shuffled layout where the context exceeds its N)."""
+        got = self.keys.read(cache, form, rows, decode)
+        n = self.faults.layout
+        if n is not None and rows * self.compress > n:
+            got = got[..., faults_mod.shuffled(got.shape[-1])]
         return got
 
     def index_query(self, q: torch.Tensor) -> torch.Tensor:
@@ -194,9 +236,9 @@ class DSA:
             scores[:, p0:].masked_fill_(future, float("-inf"))      # only the diagonal block holds s > p
             attest.record("topk", "fp32", "torch.topk")
             if fine_k is None:
-                top = scores.topk(min(self.topk, S), dim=-1, sorted=False).indices   # [C, K]; rows p < K: -inf too
+                top = scores.topk(min(self.select_k, S), dim=-1, sorted=False).indices   # [C, K]; rows p < K: -inf too
             else:
-                top, cand, resc = selection.two_stage_top(q, scores, fine_k, self.topk, self.rescore_factor,
+                top, cand, resc = selection.two_stage_top(q, scores, fine_k, self.select_k, self.rescore_factor,
                                                           floor)
                 attest.record("decode_logits" if C == 1 and p0 > 0 else "prefill_logits", self.fine,
                               "niah.embedded_rescore")
@@ -222,42 +264,67 @@ class DSA:
         S = start + T
         needle = cache.stats.get("needle_positions")                # (a, b) token span or None
         probe = cache.stats.get("probe")                            # probe.ProbeLog or None
-        if S <= self.topk and self.dense_when_short:               # everything selected: dense
+        if S // self.compress <= self.topk and self.dense_when_short:   # everything selected: dense
             if needle is not None:
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = 1.0
             if probe is not None:
                 probe.record(cache.layer_id, S - 1, S, None)        # no selection happens here
             return dense_attention(q, cache, start)
         Hkv = cache.k.shape[1]
+        decode = bool(cache.stats.get("decode"))                   # generate.decode_one's step (the decode-page fault)
         out = torch.empty_like(q)
         for c0 in range(0, T, self.chunk):
             c1 = min(T, c0 + self.chunk)
             Sc = start + c1                                         # keys visible to this chunk
             qc = q[:, :, c0:c1]                                     # [1, H, C, D]
             bufs = self._buffers(c1 - c0, Sc, Hkv, H // Hkv)
-            fine = self.fine_keys(cache)[:, :Sc] if self.fine is not None else None
-            mask = self.keep_mask(self.index_query(qc), cache.idx_k[:, :Sc], start + c0, bufs, fine)   # [C, Sc]
+            if self.compress > 1:
+                mask, row = self._compressed_mask(qc, cache, start + c0, Sc, decode)
+            else:
+                fine = self.read_keys(cache, 1, Sc, decode) if self.fine is not None else None
+                mask = self.keep_mask(self.index_query(qc), self.read_keys(cache, 0, Sc, decode), start + c0, bufs,
+                                      fine)                         # [C, Sc]
+                row = bufs[2][-1]
             if needle is not None and c1 == T:                      # the last prompt token's row
                 a, b = needle
                 cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
                     (mask[-1, a:b] == 0).float().mean().item() if b > a else 1.0)
             if probe is not None and c1 == T:
-                self._probe(probe, qc[:, :, -1:], cache, bufs[2][-1].clone(), mask[-1] == 0)
+                self._probe(probe, qc[:, :, -1:], cache, row.clone(), mask[-1] == 0)
             self._attend(qc, cache, mask, out[:, :, c0:c1])
         return out
 
+    def _compressed_mask(self, qc: torch.Tensor, cache: LayerCache, p0: int, S: int,
+                         decode: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """4:1 compression (compress.py): the additive [C, S] mask of C rows at p0.. from the
+        top-k of their visible blocks, and the last row's scores as token scores (probe)."""
+        nb = compression.visible(S, self._offset)
+        scores = self.index_scores(self.index_query(qc), self.read_keys(cache, 0, nb, decode))     # [C, nb]
+        attest.record("decode_logits" if qc.shape[2] == 1 and p0 > 0 else "prefill_logits", self.coarse,
+                      "niah.embedded_index_scores")
+        scores.masked_fill_(compression.block_causal(nb, p0, qc.shape[2], self._offset), float("-inf"))
+        attest.record("topk", "fp32", "torch.topk")
+        top = scores.topk(min(self.select_k, nb), dim=-1, sorted=False).indices
+        return compression.token_mask(top, nb, p0, S, self.window), compression.token_scores(scores[-1], S)
+
     def _probe(self, probe, q_row: torch.Tensor, cache: LayerCache, scores: torch.Tensor, kept: torch.Tensor) -> None:
         """Record where the needle's value ranks for one query row (the chunk's last):
-        scores/kept [S] as the selection saw them; exact-key scores from exact_scores."""
+        scores/kept [S] as the selection saw them; exact-key scores from exact_scores.
+        Compressed, ranks are in tokens: k is the tokens the row keeps."""
         S = scores.shape[0]
-        probe.record(cache.layer_id, S - 1, S, row_stats(scores, kept, self.exact_scores(q_row, cache, S),
-                                                         self.topk, probe.span))
+        k = int(kept.sum()) if self.compress > 1 else self.topk
+        probe.record(cache.layer_id, S - 1, S, row_stats(scores, kept, self.exact_scores(q_row, cache, S), k,
+                                                         probe.span))
 
     def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
         """The fidelity reference of one query row q_row [1, H, 1, D] (post-RoPE, NOT
         rotated) over its S causal keys: index scores against the fp32 keys of the KV
         cache (cache.k, never stored or rotated) -> [S]. The same for every index dtype,
         query dtype and rotation (rotating both sides would change it by fp32 rounding only)."""
+        if self.compress > 1:                                       # the blocks of fp32 keys, as token scores
+            nb = S // compression.RATIO
+            blocks = cache.k[0, :, :nb * compression.RATIO].reshape(cache.k.shape[1], nb, compression.RATIO, -1)
+            return compression.token_scores(self.index_scores(q_row, blocks.mean(2))[0], S)
         return self.index_scores(q_row, cache.k[0, :, :S])[0]
 
     def _attend(self, qc: torch.Tensor, cache: LayerCache, mask: torch.Tensor, out: torch.Tensor) -> None:
@@ -290,6 +357,8 @@ class DSA:
         d = {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
              "index_query_dtype": self.query_dtype, "index_topk": self.topk, "window": self.window,
              "query_chunk": self.chunk}
+        if self.compress > 1:
+            d["index_compress"] = self.compress
         if self.fine is not None:
             d["rescore_factor"] = self.rescore_factor
         return d

@@ -30,11 +30,14 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
             probe=None) -> tuple[torch.Tensor, dict]:
     """Run the prompt; -> (logits of the last position [V], stats).
 
-    A model with `prefill_chunk` (the GPU server's: build_model sets it) takes the prompt
-    that many tokens at a time (chunked prefill, as SGLang's `--chunked-prefill-size`), so
-    its activations do not grow with the prompt; the needle and the probe are recorded by
-    the last chunk (the last prompt token's selection). The same causal attention as in one
-    pass: each chunk attends to the cache the chunks before it wrote."""
+    A model with `prefill_chunk` (build_model sets it: the GPU server's sparse arms, and
+    `--prefill-chunk` on the CPU) takes the prompt that many tokens at a time (chunked
+    prefill, as SGLang's `--chunked-prefill-size`), so its activations do not grow with the
+    prompt; the needle and the probe are recorded by the last chunk (the last prompt token's
+    selection). The same causal attention as in one pass: each chunk attends to the cache
+    the chunks before it wrote. A model with `prefix_cache` (prefix.py) first restores the
+    longest page-aligned prefix an earlier request saved and prefills from there (stats
+    `prefix_hit`: the positions restored); the attention's `begin_request` starts the request."""
     stats: dict = {}
     if needle_positions is not None:
         stats["needle_positions"] = needle_positions
@@ -43,12 +46,20 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
     peaks = PEAKS if model.device.type == "cuda" else None   # peak GPU memory per prompt length
     if peaks is not None:
         peaks.begin()
+    begin = getattr(getattr(model, "attention_impl", None), "begin_request", None)
+    if begin is not None:
+        begin(len(ids))
+    prefix = getattr(model, "prefix_cache", None)
+    m = prefix.restore(model, ids) if prefix is not None else 0
     chunk = getattr(model, "prefill_chunk", None) or len(ids)
-    for c0 in range(0, len(ids), chunk):
+    for c0 in range(m, len(ids), chunk):
         last = c0 + chunk >= len(ids)
         logits = model(torch.tensor([ids[c0:c0 + chunk]]), c0, stats=stats if last else None)   # [1, 1, V]
     if peaks is not None:
         peaks.end(len(ids))
+    if prefix is not None:
+        prefix.save(model, ids)
+    stats["prefix_hit"] = m
     return logits[0, -1], stats
 
 
@@ -60,7 +71,7 @@ def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:
         logits = graphs.step(token, pos, probe)
         if logits is not None:
             return logits
-    stats = {"probe": probe} if probe is not None else None
+    stats = {"decode": True, **({"probe": probe} if probe is not None else {})}   # a decode step, not a prefill
     return model(torch.tensor([[token]]), pos, stats=stats)[0, -1]
 
 

@@ -8,8 +8,10 @@ cancelled request hands the model back within one layer's work, and a request wh
 client left while it was queued never runs.
 
 A cancelled request leaves nothing the next one reads: every request prefills from
-position 0, overwriting the KV and index caches up to its own length, and attention reads
-only positions below that length; per-call stats and the probe are per request.
+position 0 (with a prefix cache, from the end of the pages it restored: prefix.py saves a
+prompt only after its prefill completed), overwriting the KV and index caches up to its own
+length, and attention reads only positions below that length; per-call stats and the probe
+are per request.
 
 Jobs keeps the counts /server_info reports under `requests`: completed, cancelled, waiting
 (for the model), the running job and the last cancelled one.

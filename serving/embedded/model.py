@@ -199,6 +199,7 @@ class Transformer(nn.Module):
         self.caches: list[LayerCache] = []
         self.cos, self.sin = rope_tables(args)
         self.attention_name = "dense"
+        self.attention_impl = None
 
     @property
     def device(self) -> torch.device:
@@ -222,6 +223,7 @@ class Transformer(nn.Module):
             layer.attention.attend = attention or dense_attention
             layer.attention.store_index_key = attention.store if attention is not None else None
         self.attention_name = getattr(attention, "name", "dense")
+        self.attention_impl = attention
         self.setup_caches(index_keys=attention is not None and not getattr(attention, "owns_index_keys", False))
 
     @torch.inference_mode()

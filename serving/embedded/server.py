@@ -29,54 +29,16 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from niah.errors import ServerError
-from niah.serving.embedded import weights
+from niah.serving.embedded import prefix, weights
 from niah.serving.embedded.api import ApiError, Prepared, parse_body, prepare, tokenize_text
-from niah.serving.embedded.device import build_model, warm_up
+from niah.serving.embedded.config import ServeConfig  # noqa: F401 (the server's configuration, imported from here)
+from niah.serving.embedded.device import build_model, serving_facts, warm_up
 from niah.serving.embedded.lifecycle import Job, Jobs
 from niah.serving.sglang import attest
 
 EXTENSIONS = ["needle_span", "indexer_probe"]
-
-
-@dataclass
-class ServeConfig:
-    attention: str = "dense"
-    index_dtype: str = "fp8"
-    index_topk: int = 512
-    window: int = 0
-    query_chunk: int = 512
-    threads: int = 2
-    index_rotation: str = "none"
-    device: str = "cpu"             # "cpu" or "cuda[:N]" (serving/embedded/device.py)
-    rope_scaling: str = "none"      # "none" or "yarn" (context x rope_factor)
-    rope_factor: float = 4.0
-    bf16_read: str = "fused"        # CUDA, bf16 keys: "fused" (kernels) or "gather" (the naive read)
-    topk_impl: str = "niah"         # CUDA: "niah" (bundled top-k) or "torch"
-    cuda_graphs: bool = True        # CUDA: decode steps replayed from CUDA graphs (cuda/graphs.py)
-    index_query_dtype: str = "fp32"  # CPU: the index query's precision (precision.py: fp32, bf16, fp8)
-    rescore_factor: int = 4         # CPU, two-stage index dtypes: c*k candidates re-scored
-
-    def describe(self) -> dict:
-        d = {"attention": self.attention}
-        if self.device != "cpu":
-            d["device"] = self.device
-        if self.rope_scaling != "none":
-            d.update(rope_scaling=self.rope_scaling, rope_factor=self.rope_factor)
-        if self.attention == "dsa":
-            d.update(index_dtype=self.index_dtype, index_rotation=self.index_rotation, index_topk=self.index_topk,
-                     window=self.window, query_chunk=self.query_chunk)
-            if self.device == "cpu":
-                d["index_query_dtype"] = self.index_query_dtype
-                if "+" in self.index_dtype:
-                    d["rescore_factor"] = self.rescore_factor
-            if self.device != "cpu":
-                d["topk"] = self.topk_impl
-                if self.index_dtype == "bf16":
-                    d["bf16_read"] = self.bf16_read
-        return d
 
 
 class Engine:
@@ -91,6 +53,7 @@ class Engine:
         self.model = build_model(cfg, loaded)
         if cfg.attention != "dsa":  # attested too: /server_info says no indexer ran
             attest.set_facts(attention=cfg.attention, **({"device": cfg.device} if cfg.device != "cpu" else {}))
+        attest.set_facts(**serving_facts(cfg, self.model))
         if cfg.device != "cpu":
             warm_up(self.model, cfg.index_topk)
         self.load_s = time.perf_counter() - t0
@@ -181,7 +144,7 @@ def create_app(engine: Engine):
                 "niah_extensions": EXTENSIONS, "threads": engine.cfg.threads,
                 "load_s": round(engine.load_s, 3), "weights_from_cache": engine.from_cache,
                 "n_layers": engine.model.args.n_layer, "niah_attestation": dsa_attestation(),
-                "requests": jobs.describe()}
+                "requests": jobs.describe(), **prefix.info(engine.model)}
 
     @app.get("/health")
     async def health():

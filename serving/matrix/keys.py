@@ -82,6 +82,7 @@ RESERVED_FLAGS = {
     "--attention": "use attention", "--index-dtype": "use index_dtype",
     "--index-topk": "use index_topk", "--window": "use window", "--niah-kernels": "use kernels",
     "--index-rotation": "use index_rotation", "--index-query-dtype": "use index_query_dtype",
-    "--rescore-factor": "use rescore_factor",
+    "--rescore-factor": "use rescore_factor", "--page-size": "use page_size", "--prefill-chunk": "use prefill_chunk",
+    "--prefix-cache": "use prefix_cache", "--index-compress": "use index_compress",
 }
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

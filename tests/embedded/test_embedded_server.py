@@ -236,7 +236,9 @@ def test_server_info_attests_what_the_indexer_ran(server):
     assert (a["index_dtype"], a["kernels"], a["fp8_reads_while_bf16"]) == ("fp8", "torch", 0)
     assert a["counts"]["store.fp8"] > 0 and a["counts"]["prefill_logits.fp8"] > 0 and a["counts"]["topk.fp32"] > 0
     assert a["pool_bytes_per_token"] == 3 * (64 + 4)  # 3 kv heads x (64 fp8 values + one fp32 scale)
-    assert a["facts"] == {"attention": "dsa", "index_topk": TOPK, "window": WINDOW, "rotation": "none", "query": "fp32"}
+    assert a["facts"] == {"attention": "dsa", "index_topk": TOPK, "window": WINDOW, "rotation": "none", "query": "fp32",
+                          "page_size": None, "prefill_chunk": None, "prefix_cache": False, "index_compress": 1,
+                          "faults": []}   # the plain paths: flat index keys, one-pass prefill, no prefix cache
     assert end["internal_states"] is None  # not SGLang-shaped: the record is top-level
 
     def judged(**label):

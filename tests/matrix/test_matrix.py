@@ -145,6 +145,18 @@ def test_embedded_command_carries_every_setting():
     assert env == {"OMP_NUM_THREADS": "2"}
 
 
+def test_embedded_command_carries_the_serving_paths():
+    m = parse_matrix('engine = "embedded"\npage_size = 16\nprefill_chunk = 64\nprefix_cache = true\n'
+                     'index_compress = 4\n[axes]\nindex_topk = [64]\n')
+    args = server_command(m.configs[0], 41234)[0][4:]
+    assert args[args.index("--page-size") + 1] == "16" and args[args.index("--prefill-chunk") + 1] == "64"
+    assert args[args.index("--index-compress") + 1] == "4" and "--prefix-cache" in args
+    off = parse_matrix('engine = "embedded"\nprefix_cache = false\n[axes]\nindex_topk = [64]\n')
+    assert "--prefix-cache" not in server_command(off.configs[0], 1)[0]
+    with pytest.raises(BadInput, match="use prefix_cache"):
+        parse_matrix('engine = "embedded"\nargs = ["--prefix-cache"]\n[axes]\nindex_topk = [64]\n')
+
+
 def test_command_engine_fills_placeholders():
     m = parse_matrix('engine = "command"\ncommand = ["srv", "--port={port}", "--k", "{index_topk}"]\n'
                      '[axes]\nindex_topk = [7, 9]\n')

@@ -1,6 +1,7 @@
 """engine = "embedded": niah's own CPU/GPU server (`niah serve`), launched per configuration.
 
-Its keys (attention, index keys, top-k, window, the interpreter), its command (`python -m
+Its keys (attention, index keys, top-k, window, the serving paths: page_size,
+prefill_chunk, prefix_cache, index_compress; the interpreter), its command (`python -m
 niah serve` with one flag per key set, on 127.0.0.1 and the chosen port, then `args`), its
 readiness defaults, and its model's context for `--lengths auto` (`context`).
 """
@@ -24,11 +25,16 @@ KEYS = {
     "index_rotation": choice(*ROTATIONS),
     "index_topk": int_range(1),
     "window": int_range(0),
+    "page_size": int_range(1),
+    "prefill_chunk": int_range(1),
+    "prefix_cache": choice(True, False),
+    "index_compress": int_range(1, 4),
     "python": string,
 }
 FLAGS = (("attention", "--attention"), ("index_dtype", "--index-dtype"), ("index_rotation", "--index-rotation"),
          ("index_query_dtype", "--index-query-dtype"), ("rescore_factor", "--rescore-factor"),
-         ("index_topk", "--index-topk"), ("window", "--window"))
+         ("index_topk", "--index-topk"), ("window", "--window"), ("page_size", "--page-size"),
+         ("prefill_chunk", "--prefill-chunk"), ("index_compress", "--index-compress"))
 
 
 def embedded_command(cfg, port: int | str) -> tuple[list[str], dict[str, str]]:
@@ -38,6 +44,8 @@ def embedded_command(cfg, port: int | str) -> tuple[list[str], dict[str, str]]:
     for key, flag in FLAGS:
         if key in s:
             argv += [flag, str(s[key])]
+    if s.get("prefix_cache"):
+        argv.append("--prefix-cache")
     argv += ["--host", HOST, "--port", str(port), *s.get("args", [])]
     return argv, cfg.env
 

@@ -1,0 +1,103 @@
+"""The three gates of benchmarks/detection.py, each against a running server.
+
+- `field_gate`: niah's documented CI gate (docs/ci.md): `niah sweep --coverage field` on
+  the baseline's server and on the candidate's, then `niah gate`; caught = exit 1. Extra
+  sweep options (the smoke mode's smaller grid) are passed through.
+- `vllm_niah`: a reimplementation of vLLM's `tests/evals/niah` as the field notes describe
+  it: lengths (4K-32K there; here the caller's, scaled to the model), depths 0/25/50/75/100,
+  3 trials, raw /v1/completions with no chat template, one repeated filler sentence, an
+  unseeded random 7-digit needle, substring scoring; the gate passes at >= 0.70 overall.
+  Absolute: it needs no baseline run (caught = below 0.70).
+- `short_check`: what a GSM8K-style gate sees: short needle prompts whose whole context
+  stays within index_topk (no selection ever happens), scored like vLLM's; it passes at
+  >= the fault-free server's accuracy minus 0.05 (a threshold set from a reference run, as
+  the engines set theirs).
+
+Each returns a dict: passed, score (where it has one), trials, seconds. Costs are counted
+by the caller. Nothing here starts a server.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+QUESTION = " What is the special magic number? The special magic number is"
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+VLLM_PASS = 0.70
+
+
+def niah_cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def sweep(url: str, out: Path, extra: list[str]) -> subprocess.CompletedProcess:
+    """`niah sweep --coverage field` against url into out (extra: options beside the preset)."""
+    r = niah_cli("sweep", "--endpoint", url, "--coverage", "field", "--out", out, *extra)
+    if r.returncode != 0:
+        raise RuntimeError(f"niah sweep failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
+    return r
+
+
+def field_gate(base_run: Path, url: str, out: Path, extra: list[str]) -> dict:
+    t0 = time.perf_counter()
+    sweep(url, out, extra)
+    g = niah_cli("gate", "--baseline", base_run, "--candidate", out)
+    if g.returncode not in (0, 1):
+        raise RuntimeError(f"niah gate: {(g.stderr or g.stdout).strip()[-400:]}")
+    trials = sum(1 for _ in (out / "trials.jsonl").open())
+    return {"passed": g.returncode == 0, "trials": trials, "seconds": time.perf_counter() - t0,
+            "verdict": (g.stdout.strip().splitlines() or [""])[0][:200]}
+
+
+def _tokens(client: httpx.Client, url: str, text: str) -> int:
+    return int(client.post(url.removesuffix("/v1") + "/tokenize", json={"prompt": text}).json()["count"])
+
+
+def needle_prompt(client: httpx.Client, url: str, n_tokens: int, depth: float, needle: str) -> str:
+    """One repeated filler sentence to about n_tokens, the needle at `depth` of its sentences."""
+    per = _tokens(client, url, FILLER * 8) / 8
+    fixed = _tokens(client, url, f" The special magic number is {needle}." + QUESTION)
+    reps = max(1, int((n_tokens - fixed) / per))
+    at = round(reps * depth)
+    return FILLER * at + f"The special magic number is {needle}. " + FILLER * (reps - at) + QUESTION
+
+
+def probe(client: httpx.Client, url: str, length: int, depth: float, rng: random.Random) -> bool:
+    needle = str(rng.randint(1_000_000, 9_999_999))
+    body = {"prompt": needle_prompt(client, url, length, depth, needle), "max_tokens": 12, "temperature": 0}
+    r = client.post(url + "/completions", json=body)
+    r.raise_for_status()
+    return needle in r.json()["choices"][0]["text"].replace(",", "").replace(" ", "")
+
+
+def vllm_niah(url: str, lengths: list[int], trials: int = 3, rng: random.Random | None = None) -> dict:
+    """vLLM's NIAH eval (module doc): passed at >= 0.70 of len(lengths) x 5 x trials probes."""
+    rng = rng or random.Random()              # unseeded, as vLLM's needle
+    t0 = time.perf_counter()
+    with httpx.Client(timeout=900) as client:
+        hits = [probe(client, url, n, d, rng) for n in lengths for d in DEPTHS for _ in range(trials)]
+    score = sum(hits) / len(hits)
+    return {"passed": score >= VLLM_PASS, "score": score, "trials": len(hits), "seconds": time.perf_counter() - t0}
+
+
+def short_check(url: str, index_topk: int, n: int, threshold: float | None, seed: int = 0) -> dict:
+    """Short prompts (context within index_topk): accuracy; passed against `threshold`
+    (None: the reference run itself, which passes)."""
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    length = index_topk - 16                 # prompt + 12 generated tokens stay within k
+    if length < 24:
+        raise ValueError(f"index_topk {index_topk} leaves no room for a short prompt below it (>= 40 needed)")
+    with httpx.Client(timeout=600) as client:
+        hits = [probe(client, url, length, DEPTHS[i % len(DEPTHS)], rng) for i in range(n)]
+    score = sum(hits) / len(hits)
+    return {"passed": threshold is None or score >= threshold, "score": score, "trials": n,
+            "seconds": time.perf_counter() - t0, "length": length}
