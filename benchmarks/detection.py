@@ -1,34 +1,40 @@
 """Which gate catches which planted fault, at what cost: the detection benchmark (CPU).
 
     python benchmarks/detection.py [--faults all | NAME[:P],...] [--repeats 5] [--index-topk 128]
-        [--vllm-lengths 1024,2048,4096,8192] [--short-n 20] [--gates field,vllm,short]
-        [--out results/detection] [--smoke]
+        [--context 2048] [--vllm-lengths auto] [--short-n 20] [--gates field,vllm,short]
+        [--repeat-gates field,vllm,short] [--jobs 1] [--out results/detection] [--smoke]
 
 For every planted fault of the embedded server (`niah serve --fault`, docs/embedded-server.md)
 three gates run against the fault-free server of the same serving paths as baseline
-(benchmarks/detection_gates.py): (a) niah's CI gate (`niah sweep --coverage field`, then
-`niah gate`), (b) a reimplementation of vLLM's NIAH eval (5 depths x 3 trials per length,
-pass at >= 0.70), (c) a short-context check below the sparse regime (what a GSM8K-style gate
-sees). Then `--repeats` fault-free servers go through the same gates: the false alarms.
+(benchmarks/detection_gates.py): (a) niah's recommended CI gate (`niah sweep --coverage
+field --cache-state warm`, then `niah gate`), (b) a reimplementation of vLLM's NIAH eval (5
+depths x 3 trials per length, pass at >= 0.70; its 4K-32K lengths scaled to the served
+context: `auto` = context x 1/8, 1/4, 1/2, 1), (c) a short-context check below the sparse
+regime (what a GSM8K-style gate sees). Then `--repeats` fault-free servers go through
+`--repeat-gates`: the false alarms.
 
 Servers: `niah serve --attention dsa --index-dtype fp8 --index-topk K --page-size 16
---prefix-cache` (the paths every fault but one lives in); the residue fault's arm adds
-`--index-compress 4 --window 128`, and has its own fault-free baseline. Each server is a
-fresh process on a free loopback port, stopped by SIGTERM.
+--prefix-cache --max-model-len CONTEXT` (the paths every fault but one lives in); the residue
+fault's arm adds `--index-compress 4 --window 128`, and has its own fault-free baseline. Each
+server is a fresh process on a free loopback port, stopped by SIGTERM. With `--jobs N` the
+arms after each group's reference run N at a time, each server pinned to its own `--threads`
+cores (a 2-core machine's share on a larger host).
 
 Out (OUT/): `results.jsonl` (one line per server and gate: fault or null, repeat, passed,
-caught, score, trials, seconds, cpu_s = the server's CPU seconds plus the clients'),
-`table.md` (the table docs/ci.md quotes) and `command.txt` (the command that made them).
-`--smoke` runs the machinery on a tiny grid (top-k 64, the topk fault, one repeat, one
-300-token length, few probes): it checks that the benchmark works, and measures nothing.
+caught, score, trials, seconds, cpu_s = the server's CPU seconds plus its clients'),
+`table.md` (the table docs/ci.md quotes), `host.json` (cores, CPU model) and `command.txt`
+(the command that made them). `--smoke` runs the machinery on a tiny grid (top-k 64, the
+topk fault, one repeat, one 300-token length, few probes): it checks that the benchmark
+works, and measures nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import platform
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -52,13 +58,14 @@ def paths(fault: str | None) -> tuple[str, ...]:
 class Server:
     """`niah serve FLAGS` on a free loopback port until stop(); cpu_s() its CPU seconds so far."""
 
-    def __init__(self, flags: list[str], timeout: float = 300):
+    def __init__(self, flags: list[str], timeout: float = 300, cpus: set[int] | None = None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}/v1"
         self.proc = subprocess.Popen([sys.executable, "-m", "niah", "serve", *flags, "--host", "127.0.0.1",
-                                      "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                      "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         ready, self.lines = threading.Event(), []
 
         def pump():
@@ -88,70 +95,89 @@ class Server:
                 self.proc.wait()
 
 
-def _client_cpu() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def run_gates(server: Server, args, label: str, base: dict) -> list[dict]:
-    """Every asked gate against one server; base: the fault-free reference (run folder, short score)."""
+def measure(server: Server, args, label: str, asked: list[str]) -> list[dict]:
+    """Every asked gate's measurement against one server (the verdicts come later, from judge)."""
     out = []
-    for gate in args.gates:
-        c0, s0 = _client_cpu(), server.cpu_s()
+    for gate in asked:
+        s0 = server.cpu_s()
         if gate == "field":
             folder = args.out / "runs" / label
-            if base.get("run") is None:           # the reference itself: its sweep is the baseline
-                t0 = time.perf_counter()
-                gates.sweep(server.url, folder, args.field_extra)
-                base["run"] = folder
-                res = {"passed": True, "trials": sum(1 for _ in (folder / "trials.jsonl").open()),
-                       "seconds": time.perf_counter() - t0, "reference": True}
-            else:
-                res = gates.field_gate(base["run"], server.url, folder, args.field_extra)
+            t0 = time.perf_counter()
+            cpu = gates.sweep(server.url, folder, args.field_extra)
+            res = {"run": str(folder), "trials": sum(1 for _ in (folder / "trials.jsonl").open()),
+                   "seconds": time.perf_counter() - t0, "client_cpu_s": cpu}
         elif gate == "vllm":
             res = gates.vllm_niah(server.url, args.vllm_lengths, args.vllm_trials)
         else:
-            res = gates.short_check(server.url, args.index_topk, args.short_n, base.get("short"))
-            if base.get("short") is None:
-                base["short"] = res["score"] - 0.05
-                res["reference"] = True
-        res.update(gate=gate, caught=not res["passed"], cpu_s=round(server.cpu_s() - s0 + _client_cpu() - c0, 1))
+            res = gates.short_check(server.url, args.index_topk, args.short_n, None)
+        res.update(gate=gate, cpu_s=server.cpu_s() - s0 + res.pop("client_cpu_s"))
         out.append(res)
     return out
 
 
-def arm(args, group: tuple[str, ...], fault: str | None, repeat: int, base: dict) -> list[dict]:
-    """One server (the group's paths, with `fault` or fault-free) through every gate."""
+def judge(rows: list[dict]) -> None:
+    """Each row's verdict against its group's reference (repeat 0, fault-free): the field gate by
+    `niah gate` (its CPU counted with the row), the short check against the reference's score
+    minus 0.05; the vLLM eval is absolute (>= 0.70)."""
+    refs = {(r["group"], r["gate"]): r for r in rows if r["reference"]}
+    for r in rows:
+        ref = refs[(r["group"], r["gate"])]
+        if r["reference"] and r["gate"] != "vllm":
+            r["passed"] = True
+        elif r["gate"] == "field":
+            res = gates.judge_field(Path(ref["run"]), Path(r["run"]))
+            r.update(passed=res["passed"], verdict=res["verdict"], cpu_s=r["cpu_s"] + res["cpu_s"])
+        elif r["gate"] == "short":
+            r["passed"] = r["score"] >= ref["score"] - 0.05
+        r.update(caught=not r["passed"], cpu_s=round(r["cpu_s"], 1), seconds=round(r["seconds"], 1))
+
+
+def arm(args, group: tuple[str, ...], fault: str | None, repeat: int, cpus: set[int] | None = None) -> list[dict]:
+    """One server (the group's paths, with `fault` or fault-free) through its gates' measurements."""
     flags = ["--attention", "dsa", "--index-dtype", "fp8", "--index-topk", str(args.index_topk),
-             "--page-size", str(PAGE), "--prefix-cache", "--threads", str(args.threads), *group]
+             "--page-size", str(PAGE), "--prefix-cache", "--max-model-len", str(args.context),
+             "--threads", str(args.threads), *group]
     if fault:
         flags += ["--fault", fault]
     label = f"{fault or 'none'}{''.join(group).replace('-', '')}-{repeat}".replace(":", "_")
-    server = Server(flags)
+    server = Server(flags, cpus=cpus)
+    asked = args.repeat_gates if fault is None and repeat > 0 else args.gates
     try:
-        rows = run_gates(server, args, label, base)
+        rows = measure(server, args, label, asked)
     finally:
         server.stop()
     for r in rows:
-        r.update(fault=fault, repeat=repeat, server=" ".join(flags), reference=r.get("reference", False))
+        r.update(fault=fault, repeat=repeat, group=" ".join(group), reference=fault is None and repeat == 0,
+                 server=" ".join(flags))
         print(json.dumps(r), flush=True)
     return rows
 
 
 def table(rows: list[dict], gates_asked: list[str]) -> str:
-    """The Markdown table: per fault, each gate's verdict, trials and CPU minutes; then false alarms."""
-    head = "| fault | " + " | ".join(f"{g}: caught (trials, CPU min)" for g in gates_asked) + " |"
+    """The Markdown table: per fault, each gate's verdict, trials, wall and CPU minutes; then the
+    false alarms of each gate over the fault-free repeats."""
+    head = "| fault | " + " | ".join(f"{g}: caught (trials, min, CPU min)" for g in gates_asked) + " |"
     lines = [head, "|---|" + "---|" * len(gates_asked)]
     for fault in dict.fromkeys(r["fault"] for r in rows if r["fault"]):
         cells = []
         for g in gates_asked:
-            r = next(x for x in rows if x["fault"] == fault and x["gate"] == g)
-            cells.append(f"{'**yes**' if r['caught'] else 'no'} ({r['trials']}, {r['cpu_s'] / 60:.1f})")
+            r = next((x for x in rows if x["fault"] == fault and x["gate"] == g), None)
+            cells.append("not run" if r is None else f"{'**yes**' if r['caught'] else 'no'} "
+                         f"({r['trials']}, {r['seconds'] / 60:.1f}, {r['cpu_s'] / 60:.1f})")
         lines.append(f"| `{fault}` | " + " | ".join(cells) + " |")
-    clean = [r for r in rows if r["fault"] is None and not r.get("reference")]
+    # a fault-free reference is a fault-free run of the absolute gate (vLLM's) too
+    clean = [r for r in rows if r["fault"] is None and (not r["reference"] or r["gate"] == "vllm")]
     alarms = [f"{g}: {sum(r['caught'] for r in clean if r['gate'] == g)} of "
               f"{sum(1 for r in clean if r['gate'] == g)}" for g in gates_asked]
     return "\n".join(lines) + "\n\nFalse alarms over fault-free servers: " + "; ".join(alarms) + "\n"
+
+
+def vllm_lengths(text: str, context: int) -> list[int]:
+    """`auto`: vLLM's 4K, 8K, 16K and 32K scaled to the context (the last one leaves room for the
+    question and 12 answer tokens); else a comma list."""
+    if text == "auto":
+        return [context // 8, context // 4, context // 2, context - 32]
+    return [int(x) for x in text.split(",")]
 
 
 def parse(argv: list[str] | None = None):
@@ -159,11 +185,14 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--faults", default="all", help="all, or a comma list of NAME[:PARAM] (niah serve --fault)")
     ap.add_argument("--repeats", type=int, default=5, help="fault-free servers gated for false alarms")
     ap.add_argument("--index-topk", type=int, default=128)
-    ap.add_argument("--vllm-lengths", default="1024,2048,4096,8000", help="vLLM's 4K-32K scaled to 8K tokens")
+    ap.add_argument("--context", type=int, default=2048, help="the servers' --max-model-len")
+    ap.add_argument("--vllm-lengths", default="auto", help="auto (vLLM's 4K-32K scaled to the context) or a list")
     ap.add_argument("--vllm-trials", type=int, default=3)
     ap.add_argument("--short-n", type=int, default=20, help="probes of the short-context check")
     ap.add_argument("--gates", default="field,vllm,short")
+    ap.add_argument("--repeat-gates", default=None, help="the gates of the fault-free repeats (default: --gates)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="arms at a time after each reference, each on its own cores")
     ap.add_argument("--out", type=Path, default=Path("results/detection"))
     ap.add_argument("--smoke", action="store_true", help="a tiny grid: the machinery works, nothing is measured")
     args = ap.parse_args(argv)
@@ -173,29 +202,60 @@ def parse(argv: list[str] | None = None):
         args.vllm_lengths = "300"
         args.faults = "topk" if args.faults == "all" else args.faults
         args.field_extra = ["--lengths", "300", "--depths", "50"]
+    known = ("field", "vllm", "short")
     args.gates = [g for g in args.gates.split(",") if g]
-    bad = [g for g in args.gates if g not in ("field", "vllm", "short")]
+    args.repeat_gates = args.gates if args.repeat_gates is None else [g for g in args.repeat_gates.split(",") if g]
+    bad = [g for g in args.gates + args.repeat_gates if g not in known]
     if bad or not args.gates:
-        ap.error(f"--gates takes field, vllm, short (not {', '.join(bad) or 'nothing'})")
-    args.faults = list(FAULTS) if args.faults == "all" else [f for f in args.faults.split(",") if f]
+        ap.error(f"--gates and --repeat-gates take field, vllm, short (not {', '.join(bad) or 'nothing'})")
+    if not set(args.repeat_gates) <= set(args.gates):
+        ap.error("--repeat-gates must be among --gates (a repeat is gated against the reference's runs)")
+    # all: every fault at its default, but layout's length at half the context (its default 2,048
+    # would leave no longer prompt to see it in a smaller context)
+    args.faults = ([f"layout:{args.context // 2}" if f == "layout" else f for f in FAULTS] if args.faults == "all"
+                   else [f for f in args.faults.split(",") if f])
     unknown = [f for f in args.faults if f.split(":")[0] not in FAULTS]
     if unknown:
         ap.error(f"unknown fault(s) {', '.join(unknown)} (known: {', '.join(FAULTS)})")
-    args.vllm_lengths = [int(x) for x in str(args.vllm_lengths).split(",")]
+    if args.jobs < 1 or args.jobs * args.threads > (os.cpu_count() or 1):
+        ap.error(f"--jobs {args.jobs} x --threads {args.threads} needs more than this machine's "
+                 f"{os.cpu_count()} cores")
+    args.vllm_lengths = vllm_lengths(str(args.vllm_lengths), args.context)
     return args
+
+
+def host() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version()}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "command.txt").write_text("python benchmarks/detection.py " + " ".join(argv or sys.argv[1:]) + "\n")
-    rows: list[dict] = []
+    (args.out / "host.json").write_text(json.dumps(host(), indent=1) + "\n")
+    slots: list = [set(range(i * args.threads, (i + 1) * args.threads)) for i in range(args.jobs)]
+    free, lock = (slots if args.jobs > 1 else [None]), threading.Lock()
+    todo = []
     for group in dict.fromkeys(paths(f) for f in args.faults):    # one fault-free reference per set of paths
-        base: dict = {"run": None, "short": None}
-        for repeat in range(args.repeats + 1):                     # repeat 0 is the reference
-            rows += arm(args, group, None, repeat, base)
-        for fault in (f for f in args.faults if paths(f) == group):
-            rows += arm(args, group, fault, 0, base)
+        todo += [(group, None, r) for r in range(args.repeats + 1)]
+        todo += [(group, f, 0) for f in args.faults if paths(f) == group]
+
+    def one(item):
+        with lock:
+            cpus = free.pop()
+        try:
+            return arm(args, *item, cpus=cpus)
+        finally:
+            with lock:
+                free.append(cpus)
+
+    rows: list[dict] = []
+    with concurrent.futures.ThreadPoolExecutor(len(free)) as pool:
+        for got in pool.map(one, todo):
+            rows += got
+    judge(rows)
     with (args.out / "results.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")

@@ -1,8 +1,9 @@
 """The three gates of benchmarks/detection.py, each against a running server.
 
-- `field_gate`: niah's documented CI gate (docs/ci.md): `niah sweep --coverage field` on
-  the baseline's server and on the candidate's, then `niah gate`; caught = exit 1. Extra
-  sweep options (the smoke mode's smaller grid) are passed through.
+- `sweep` + `judge_field`: niah's recommended CI gate (docs/ci.md): `niah sweep --coverage
+  field --cache-state warm` (RECOMMENDED) on the baseline's server and on the candidate's,
+  then `niah gate`; caught = exit 1. Extra sweep options (the smoke mode's smaller grid) are
+  passed through.
 - `vllm_niah`: a reimplementation of vLLM's `tests/evals/niah` as the field notes describe
   it: lengths (4K-32K there; here the caller's, scaled to the model), depths 0/25/50/75/100,
   3 trials, raw /v1/completions with no chat template, one repeated filler sentence, an
@@ -13,12 +14,15 @@
   >= the fault-free server's accuracy minus 0.05 (a threshold set from a reference run, as
   the engines set theirs).
 
-Each returns a dict: passed, score (where it has one), trials, seconds. Costs are counted
-by the caller. Nothing here starts a server.
+Each returns a dict: passed, score (where it has one), trials, seconds, client_cpu_s (the
+CPU seconds of the niah processes it ran, or of the calling thread for the in-process
+gates, so arms that run side by side in threads are counted apart). The server's CPU is
+counted by the caller. Nothing here starts a server.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -31,30 +35,34 @@ FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. Th
 QUESTION = " What is the special magic number? The special magic number is"
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VLLM_PASS = 0.70
+RECOMMENDED = ("--coverage", "field", "--cache-state", "warm")   # docs/ci.md: the per-change gate
 
 
-def niah_cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "niah", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+def niah_cli(*args: str) -> tuple[int, str, float]:
+    """`python -m niah ARGS`: (exit code, its output, the CPU seconds it used)."""
+    proc = subprocess.Popen([sys.executable, "-m", "niah", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, usage.ru_utime + usage.ru_stime
 
 
-def sweep(url: str, out: Path, extra: list[str]) -> subprocess.CompletedProcess:
-    """`niah sweep --coverage field` against url into out (extra: options beside the preset)."""
-    r = niah_cli("sweep", "--endpoint", url, "--coverage", "field", "--out", out, *extra)
-    if r.returncode != 0:
-        raise RuntimeError(f"niah sweep failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
-    return r
+def sweep(url: str, out: Path, extra: list[str]) -> float:
+    """The recommended sweep against url into out (extra: options beside it); its CPU seconds."""
+    rc, text, cpu = niah_cli("sweep", "--endpoint", url, *RECOMMENDED, "--out", out, "--quiet", *extra)
+    if rc != 0:
+        raise RuntimeError(f"niah sweep failed ({rc}): {text.strip()[-400:]}")
+    return cpu
 
 
-def field_gate(base_run: Path, url: str, out: Path, extra: list[str]) -> dict:
-    t0 = time.perf_counter()
-    sweep(url, out, extra)
-    g = niah_cli("gate", "--baseline", base_run, "--candidate", out)
-    if g.returncode not in (0, 1):
-        raise RuntimeError(f"niah gate: {(g.stderr or g.stdout).strip()[-400:]}")
-    trials = sum(1 for _ in (out / "trials.jsonl").open())
-    return {"passed": g.returncode == 0, "trials": trials, "seconds": time.perf_counter() - t0,
-            "verdict": (g.stdout.strip().splitlines() or [""])[0][:200]}
+def judge_field(base_run: Path, run: Path) -> dict:
+    """`niah gate` of a candidate's run against the baseline's: passed (exit 0), its first line,
+    its CPU seconds."""
+    rc, text, cpu = niah_cli("gate", "--baseline", base_run, "--candidate", run)
+    if rc not in (0, 1):
+        raise RuntimeError(f"niah gate ({rc}): {text.strip()[-400:]}")
+    return {"passed": rc == 0, "verdict": (text.strip().splitlines() or [""])[0][:200], "cpu_s": cpu}
 
 
 def _tokens(client: httpx.Client, url: str, text: str) -> int:
@@ -81,18 +89,19 @@ def probe(client: httpx.Client, url: str, length: int, depth: float, rng: random
 def vllm_niah(url: str, lengths: list[int], trials: int = 3, rng: random.Random | None = None) -> dict:
     """vLLM's NIAH eval (module doc): passed at >= 0.70 of len(lengths) x 5 x trials probes."""
     rng = rng or random.Random()              # unseeded, as vLLM's needle
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     with httpx.Client(timeout=900) as client:
         hits = [probe(client, url, n, d, rng) for n in lengths for d in DEPTHS for _ in range(trials)]
     score = sum(hits) / len(hits)
-    return {"passed": score >= VLLM_PASS, "score": score, "trials": len(hits), "seconds": time.perf_counter() - t0}
+    return {"passed": score >= VLLM_PASS, "score": score, "trials": len(hits), "seconds": time.perf_counter() - t0,
+            "client_cpu_s": time.thread_time() - c0}
 
 
-def short_check(url: str, index_topk: int, n: int, threshold: float | None, seed: int = 0) -> dict:
+def short_check(url: str, index_topk: int, n: int, threshold: float | None = None, seed: int = 0) -> dict:
     """Short prompts (context within index_topk): accuracy; passed against `threshold`
     (None: the reference run itself, which passes)."""
     rng = random.Random(seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     length = index_topk - 16                 # prompt + 12 generated tokens stay within k
     if length < 24:
         raise ValueError(f"index_topk {index_topk} leaves no room for a short prompt below it (>= 40 needed)")
@@ -100,4 +109,4 @@ def short_check(url: str, index_topk: int, n: int, threshold: float | None, seed
         hits = [probe(client, url, length, DEPTHS[i % len(DEPTHS)], rng) for i in range(n)]
     score = sum(hits) / len(hits)
     return {"passed": threshold is None or score >= threshold, "score": score, "trials": n,
-            "seconds": time.perf_counter() - t0, "length": length}
+            "seconds": time.perf_counter() - t0, "client_cpu_s": time.thread_time() - c0, "length": length}

@@ -130,6 +130,10 @@ def serve(
     fault: list[str] = typer.Option(None, "--fault",
                                     help="CPU: plant a fault, NAME[:PARAM] (repeatable): layout, residue, page-move, "
                                          "prefix-stale, topk, rope-base, decode-page (docs/embedded-server.md)."),
+    max_model_len: int = typer.Option(None, "--max-model-len",
+                                      help="Serve a context of N tokens (prompt + generated), below the model's "
+                                           "own (8,192; x --rope-factor with YaRN): longer requests are refused "
+                                           "and /v1/models reports N, as vLLM's option of this name does."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     threads: int = typer.Option(2, help="torch CPU threads."),
@@ -199,6 +203,9 @@ def serve(
     from niah.serving.embedded.device import check_device
 
     check_device(device)
+    native = int(8192 * (rope_factor if rope_scaling == "yarn" else 1))
+    if max_model_len is not None and not 64 <= max_model_len <= native:
+        raise BadInput(f"--max-model-len must be 64..{native:,} (the model's context), not {max_model_len}")
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be 0..65535, not {port}")
     check_port(host, port)  # before the model loads: a taken port is one line, exit 1
@@ -213,5 +220,5 @@ def serve(
                     index_query_dtype=index_query_dtype or precision.DEFAULT_QUERY_DTYPE,
                     rescore_factor=rescore_factor or precision.DEFAULT_RESCORE_FACTOR, page_size=page_size,
                     prefill_chunk=prefill_chunk, prefix_cache=prefix_cache, index_compress=index_compress,
-                    faults=tuple(fault or ())),
+                    faults=tuple(fault or ()), max_model_len=max_model_len),
         host=host, port=port, log_level=log_level)

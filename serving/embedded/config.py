@@ -3,7 +3,8 @@
 `describe()` is what /v1/models, /server_info and the ready line show: the attention and,
 where set, the paths a request runs through (device, RoPE scaling, the indexer's settings,
 the paged index cache's page size, chunked prefill, the prefix cache, 4:1 index
-compression, planted faults). Pure data: the CLI and the matrix read it without torch.
+compression, planted faults). A capped context (`max_model_len`) shows as the
+servers' `max_model_len`, not here. Pure data: the CLI and the matrix read it without torch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ServeConfig:
     prefix_cache: bool = False      # CPU: reuse an earlier request's prefix pages (needs page_size)
     index_compress: int = 1         # CPU: 4 = V4-style 4:1 index compression; 1 = off
     faults: tuple[str, ...] = ()    # CPU: planted faults (faults.py), `name[:param]`
+    max_model_len: int | None = None  # the context served (prompt + generated); None = the model's own
 
     def describe(self) -> dict:
         d = {"attention": self.attention}

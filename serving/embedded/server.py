@@ -62,7 +62,7 @@ class Engine:
         self.tok = loaded.tokenizer
         self.meta = loaded.meta
         self.model_id = loaded.meta["model_id"]
-        self.max_len = self.model.args.block_size
+        self.max_len = min(self.model.args.block_size, cfg.max_model_len or self.model.args.block_size)
         self.eos_ids = set(loaded.meta["eos_token_ids"]) | {
             i for i in (self.tok.token_to_id(t) for t in ("<|endoftext|>", "<|im_end|>")) if i is not None}
         self._template = _compile_template(loaded.meta["chat_template"])
