@@ -129,6 +129,24 @@ def test_overlong_prompt_is_a_400_and_the_server_keeps_serving(server):
     assert ok.usage.completion_tokens >= 1
 
 
+def test_max_model_len_caps_the_context_it_reports_and_refuses_past_it(embedded_server):
+    from niah.regime import Regime
+    from niah.sweep.coverage import field_lengths
+    from niah.sweep.server_regime import server_regime
+
+    s = embedded_server("--attention", "dsa", "--index-topk", 128, "--max-model-len", 1024)
+    models = httpx.get(s.url + "/models", timeout=30).json()["data"][0]
+    assert models["max_model_len"] == 1024
+    assert server_regime(s.url, None, None)[1] == 1024                # what a sweep reads as the context
+    n = _tokenize(s.base, {"messages": [{"role": "user", "content": "Hi"}]})["count"]
+    body = {"model": "x", "messages": [{"role": "user", "content": "Hi"}]}
+    r = httpx.post(s.url + "/chat/completions", json={**body, "max_tokens": 1024 - n + 1}, timeout=120)
+    assert r.status_code == 400 and "1024" in r.text                 # past the cap: refused, not truncated
+    r = httpx.post(s.url + "/chat/completions", json={**body, "max_tokens": 1024 - n}, timeout=300)
+    assert r.status_code == 200, r.text                               # up to it: served
+    assert max(field_lengths(Regime(128, 1, 0), 1024, 32)) < 1024     # the preset's ceiling follows it
+
+
 @pytest.mark.parametrize("body, param", [
     ({"model": "x"}, "messages"),
     ({"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
