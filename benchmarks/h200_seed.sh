@@ -3,6 +3,7 @@
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
 #   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests kernel profile bench matrix single
+#                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
@@ -106,6 +107,12 @@ single() {   # the matrix's 22,600-token trials, one arm at a time: the per-tria
   (cd /tmp && python3 -m niah report "$run") 2>&1 | tail -2
   (cd /tmp && tar czf "$OUT/h200-one-arm-at-a-time.tgz" h200-one-arm-at-a-time)
   log "single done"
+}
+
+detection() {   # the detection benchmark's CPU arms side by side, 2 cores each (benchmarks/detection.py)
+  (cd /tmp && timeout "${DETECTION_LIMIT_S:-480}" python3 "$HERE/benchmarks/detection.py" ${DETECTION_ARGS:-} \
+     --out "$OUT/detection") 2>&1 | tail -40
+  log "detection done"
 }
 
 for step in "$@"; do

@@ -1,0 +1,75 @@
+"""The detection benchmark (benchmarks/detection.py): its table, its options, and one real run.
+
+- the table counts a fault caught only where the gate failed it, marks the vLLM-style gate's
+  catch when that absolute gate fails the fault-free server too, and counts false alarms
+  over the fault-free repeats (and the references of the absolute gate);
+- `auto` scales vLLM's 4K-32K lengths to the served context; bad options are argparse's one
+  line, exit 2;
+- `--smoke` against real embedded servers (top-k 64, a 2,048-token context): the reference,
+  a fault-free repeat and the topk fault each go through the three gates; the fault-free
+  repeat passes the recommended gate against the reference (the CPU server is
+  deterministic: no false alarm), and every row carries its cost.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import detection  # noqa: E402 - the benchmark beside its gates
+
+pytestmark = pytest.mark.slow
+
+
+def row(fault, gate, caught, reference=False, **kw):
+    return {"fault": fault, "gate": gate, "caught": caught, "reference": reference, "trials": 10, "seconds": 60.0,
+            "cpu_s": 90.0, **kw}
+
+
+def test_table_names_catches_misses_and_false_alarms():
+    rows = [row(None, "field", False, True), row(None, "vllm", True, True, reference_fails=True),
+            row(None, "field", True), row(None, "field", False), row(None, "vllm", False),
+            row("topk", "field", True), row("topk", "vllm", False),
+            row("residue", "field", False), row("residue", "vllm", True, reference_fails=True)]
+    md = detection.table(rows, ["field", "vllm"])
+    lines = md.splitlines()
+    assert lines[2] == "| `topk` | **yes** (10, 1.0, 1.5) | no (10, 1.0, 1.5) |"
+    assert lines[3] == "| `residue` | no (10, 1.0, 1.5) | yes, but its fault-free server fails too (10, 1.0, 1.5) |"
+    assert md.rstrip().endswith("False alarms over fault-free servers: field: 1 of 2; vllm: 1 of 2")
+
+
+def test_vllm_lengths_scale_to_the_context_and_bad_options_are_one_line(capsys):
+    assert detection.vllm_lengths("auto", 2048) == [256, 512, 1024, 2016]
+    assert detection.vllm_lengths("300,600", 2048) == [300, 600]
+    args = detection.parse(["--faults", "all", "--context", "4096"])
+    assert "layout:2048" in args.faults and "residue" in args.faults and len(args.faults) == 7
+    for bad, says in ((["--faults", "bogus"], "unknown fault(s) bogus"),
+                      (["--gates", "field", "--repeat-gates", "short"], "--repeat-gates must be among --gates"),
+                      (["--jobs", "999"], "needs more than this machine's")):
+        with pytest.raises(SystemExit) as e:
+            detection.parse(bad)
+        assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_smoke_run_judges_every_arm_against_its_reference(tmp_path):
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "detection.py"), "--smoke", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    arms = {(x["fault"], x["repeat"], x["gate"]) for x in rows}
+    assert arms == {(f, rep, g) for f, rep in ((None, 0), (None, 1), ("topk", 0)) for g in ("field", "vllm", "short")}
+    assert all(x["cpu_s"] > 0 and x["seconds"] > 0 and x["trials"] >= 1 for x in rows)
+    assert all("--max-model-len 2048" in x["server"] for x in rows)
+    repeat = next(x for x in rows if x["fault"] is None and x["repeat"] == 1 and x["gate"] == "field")
+    assert repeat["passed"] and repeat["verdict"].startswith("## niah gate: PASS")
+    md = (tmp_path / "table.md").read_text()
+    assert "| `topk` |" in md and "field: 0 of 1" in md
+    assert (tmp_path / "command.txt").read_text().startswith("python benchmarks/detection.py --smoke")
+    assert json.loads((tmp_path / "host.json").read_text())["cores"] >= 1
