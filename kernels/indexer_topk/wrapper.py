@@ -23,10 +23,11 @@ the k-th score keep the lowest positions. No [C, S] tensor is written:
    lowest slots, i.e. positions), then each row's own check.
 
 ok[i] is False where the bracket missed (ngt + neq < min(k, p0 + i + 1)), the buffer
-overflowed (n > CAP), or the row's idx fails its own check (a position outside 0..p0 + i, a
--1 too early, e.g. a slot never written, a slot at or past n, a position twice); such a row's
-idx is not its top-k, and the caller must score it another way (the GPU server's benchmark arm
-re-runs the chunk unfused).
+overflowed (n > CAP), its buffer fails its own check (the first min(n, CAP) slots must hold
+rising positions: a slot never written reads -1), or its idx does (a position outside
+0..p0 + i, a -1 too early, a slot at or past n, a position twice); such a row's idx is not its
+top-k, and the caller must score it another way (the GPU server's benchmark arm re-runs the
+chunk unfused).
 """
 
 from __future__ import annotations
@@ -184,14 +185,17 @@ def select(cand: Candidates, p0: int, k: int) -> tuple[torch.Tensor, torch.Tenso
     idx = torch.where(sel >= 0, cand.pos.gather(1, sel.clamp_min(0).long()), -1)
     pos = p0 + torch.arange(C, device=device)
     need = torch.clamp(pos + 1, max=k)
-    # the row's own check: kept positions inside 0..p, -1 only after min(k, p + 1) kept (an unwritten
-    # slot reads -1), every kept slot below the row's count, no position twice
+    # the row's own check: its filled slots hold rising positions (an unwritten slot reads -1, a
+    # slot written twice leaves one unwritten), kept positions inside 0..p, -1 only after
+    # min(k, p + 1) kept, every kept slot below the row's count, no position twice
+    in_use = torch.arange(1, cap, device=device)[None, :] < lengths[:, None]
+    rising = ~((cand.pos[:, 1:] <= cand.pos[:, :-1]) & in_use).any(dim=1) & ((cand.pos[:, 0] >= 0) | (lengths == 0))
     slots = torch.arange(kk, device=device)[None, :]
     in_range = torch.where(slots < need[:, None], (idx >= 0) & (idx <= pos[:, None]), idx == -1)
     in_buffer = sel < lengths[:, None]
     ordered = idx.sort(dim=1).values
     twice = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(dim=1)
-    ok = (n <= cap) & (n >= need) & in_range.all(dim=1) & in_buffer.all(dim=1) & ~twice
+    ok = (n <= cap) & (n >= need) & rising & in_range.all(dim=1) & in_buffer.all(dim=1) & ~twice
     return idx, ok
 
 

@@ -221,22 +221,24 @@ def test_a_zero_bracket_in_rows_shorter_than_k():
 
 def test_a_slot_never_written_marks_its_row():
     """select's own check on hand-made buffers: a slot below the row's count still holding the
-    pre-fill (-1), or holding a stale position twice, marks the row; a sound row is served."""
+    pre-fill (-1), kept or not, or a stale position, marks the row; a sound row is served."""
     p0, k = 10, 4
-    val = torch.tensor([[5.0, 1.0, 7.0, 7.0, 2.0, 0.0, 0.0, 0.0]] * 3)
+    val = torch.tensor([[5.0, 1.0, 7.0, 7.0, 2.0, 0.0, 0.0, 0.0]] * 4)
     pos = torch.tensor([[0, 2, 3, 6, 9, -1, -1, -1],
-                        [0, 2, -1, 6, 9, -1, -1, -1],      # slot 2 never written
-                        [0, 2, 3, 3, 9, -1, -1, -1]],      # a stale position
+                        [0, 2, -1, 6, 9, -1, -1, -1],      # slot 2 (kept) never written
+                        [0, 2, 3, 3, 9, -1, -1, -1],       # a stale position
+                        [0, -1, 3, 6, 9, -1, -1, -1]],     # slot 1 (not kept) never written
                        dtype=torch.int32)
-    cand = Candidates(val.to(DEV), pos.to(DEV), torch.full((3,), 5, dtype=torch.int32, device=DEV),
-                      torch.zeros(3, dtype=torch.int32, device=DEV))
+    cand = Candidates(val.to(DEV), pos.to(DEV), torch.full((4,), 5, dtype=torch.int32, device=DEV),
+                      torch.zeros(4, dtype=torch.int32, device=DEV))
     idx, ok = select(cand, p0, k)
-    assert ok.cpu().tolist() == [True, False, False]
+    assert ok.cpu().tolist() == [True, False, False, False]
     assert sorted(idx[0].cpu().tolist()) == [0, 3, 6, 9]
+    assert sorted(idx[3].cpu().tolist()) == [0, 3, 6, 9]   # its output alone looks sound
     # the same buffer counted one slot past what was written: the pre-filled slot is caught
     cand = Candidates(val[:1].to(DEV), pos[:1].to(DEV), torch.full((1,), 6, dtype=torch.int32, device=DEV),
                       torch.zeros(1, dtype=torch.int32, device=DEV))
-    _, ok = select(cand, p0, 6)
+    _, ok = select(cand, p0, 2)
     assert not ok.any()
 
 
