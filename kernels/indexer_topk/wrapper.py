@@ -125,7 +125,7 @@ class Candidates(NamedTuple):
     """Step 2's output: a row's first n = ngt + min(neq, k) slots are its candidates."""
 
     val: torch.Tensor   # fp32 [C, CAP] scores, position order (unspecified past n)
-    pos: torch.Tensor   # int32 [C, CAP] positions (-1 past n: never written)
+    pos: torch.Tensor   # int32 [C, CAP] positions (-1 from slot min(n, CAP) on: never written)
     ngt: torch.Tensor   # int32 [C] keys scoring > lo
     neq: torch.Tensor   # int32 [C] keys scoring == lo (the first k of them kept)
 
