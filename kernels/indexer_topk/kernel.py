@@ -5,18 +5,27 @@ For query row i (position p0 + i) and every key position s <= p0 + i:
     I[i, s] = sum_g sf_g[s] * sum_h w[i, g, h] * relu(q[i, g, h, :] . k_g[s, :])    (sf_g = 1 for bf16)
 
 (g: kv head, each with its own block-table row; h: the index heads of kv head g, padded to GP
-with zero weights). The kernel never writes I: a key whose score is >= lo[i] (the row's lower
-bracket, from a sample of its keys) is appended, with its position, to the row's candidate
-buffer in position order; cnt[i] counts every such key (also those past CAP, which are dropped).
-The caller then checks cnt[i] <= CAP and cnt[i] >= min(k, p0 + i + 1), in which case the k
-largest of the buffer are the row's top-k (every key >= the k-th largest is in it, ties in
-position order), and otherwise scores the row the unfused way.
+with zero weights). The kernel never writes I. With lo[i] the row's lower bracket (from a
+sample of its keys) it keeps, in position order, in the row's candidate buffer ([C, CAP]
+scores and positions):
 
-One program = BLOCK_M query rows; it walks the key positions of its last row in BLOCK_N-wide
-tiles (BLOCK_N / 64 pages, each looked up in the block table), and for each kv head computes
-[BLOCK_M * GP, BLOCK_N] = Q_g @ K_g^T on the tensor cores, ReLU, the weighted head sum and the
-fp8 key scale; the kv heads are summed in order (g = 0, 1, ...), as the unfused path sums its
-per-head logits.
+    every key scoring > lo[i], and the first K (lowest positions) of the keys scoring == lo[i]
+
+and counts ngt[i] (keys > lo) and neq[i] (keys == lo, all of them, also those not kept). A
+row's buffer holds n = ngt + min(neq, K) keys; a key whose slot would be >= CAP is dropped
+(still counted), so n > CAP means overflow. When min(K, p0 + i + 1) <= ngt + neq and
+n <= CAP, the K largest of the n slots, ties to the lowest slot, are the row's top-K with ties
+to the lowest positions: a k-th score above lo has every key >= it in the buffer; a k-th score
+equal to lo needs at most K of the ties at lo, the first ones. So exact zeros (ReLU), which
+put lo at 0 whenever fewer than about K keys of a row score above 0, cost K slots, not one
+slot a key. Slots >= n are not written (the caller pre-fills the buffer).
+
+One program = BLOCK_M query rows; it walks the key positions of its last row in position
+order in BLOCK_N-wide tiles (BLOCK_N / 64 pages, each looked up in the block table), so "the
+first K ties" is a running count; for each kv head it computes [BLOCK_M * GP, BLOCK_N] =
+Q_g @ K_g^T on the tensor cores, ReLU, the weighted head sum and the fp8 key scale; the kv
+heads are summed in order (g = 0, 1, ...), as the unfused path sums its per-head logits.
+Offsets into the pool, the queries and the buffer are int64.
 """
 
 from __future__ import annotations
@@ -68,9 +77,11 @@ def indexer_candidates_kernel(
     lo_ptr,  # [C] fp32: the rows' lower brackets (-inf: every key)
     cval_ptr,  # [C, CAP] fp32 out: candidate scores, position order
     cpos_ptr,  # [C, CAP] int32 out: candidate positions
-    cnt_ptr,  # [C] int32 out: keys >= lo (may exceed CAP)
+    ngt_ptr,  # [C] int32 out: keys > lo
+    neq_ptr,  # [C] int32 out: keys == lo (the first K of them are kept)
     C,
     p0,
+    K,  # ties at lo kept per row
     stride_qc,
     stride_wc,
     stride_bt,
@@ -86,6 +97,7 @@ def indexer_candidates_kernel(
     IS_FP8: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32
 ):
+    tl.static_assert(BLOCK_N < 65536)                               # the packed prefix sum's halves
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < C
@@ -93,7 +105,8 @@ def indexer_candidates_kernel(
     lo = tl.load(lo_ptr + rows, mask=row_ok, other=float("inf"))
     last = tl.minimum(p0 + pid * BLOCK_M + BLOCK_M, p0 + C)         # keys the program's last row sees
     offs_n = tl.arange(0, BLOCK_N)
-    cnt = tl.zeros([BLOCK_M], tl.int32)
+    ngt = tl.zeros([BLOCK_M], tl.int32)
+    neq = tl.zeros([BLOCK_M], tl.int32)
     out_row = rows.to(tl.int64) * CAP
     n0 = 0
     while n0 < last:  # while, not range: the interpreter takes no run-time range bounds
@@ -103,12 +116,21 @@ def indexer_candidates_kernel(
                            stride_bt, page_stride, sf_page_stride, HKV, GP, D, BLOCK_M, BLOCK_N, PAGE, IS_FP8,
                            UPCAST)
         valid = (pos[None, :] <= row_pos[:, None]) & row_ok[:, None] & (pos[None, :] < last)
-        cand = valid & (acc >= lo[:, None])
-        c = tl.cumsum(cand.to(tl.int32), axis=1)
-        slot = cnt[:, None] + c - 1
-        keep = cand & (slot < CAP)
+        gt = valid & (acc > lo[:, None])
+        eq = valid & (acc == lo[:, None])
+        # one prefix sum ranks both (BLOCK_N < 2^16): low half keys > lo, high half ties
+        c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=1)
+        r_gt = c & 0xFFFF
+        r_eq = c >> 16
+        k_before = tl.minimum(neq, K)                                # ties kept before this tile
+        kept_eq = tl.minimum(neq[:, None] + r_eq, K) - k_before[:, None]   # ties kept up to each key
+        keep = gt | (eq & (neq[:, None] + r_eq <= K))
+        slot = (ngt + k_before)[:, None] + r_gt + kept_eq - 1
+        keep = keep & (slot < CAP)
         tl.store(cval_ptr + out_row[:, None] + slot, acc, mask=keep)
         tl.store(cpos_ptr + out_row[:, None] + slot, tl.broadcast_to(pos[None, :], (BLOCK_M, BLOCK_N)), mask=keep)
-        cnt += tl.sum(cand.to(tl.int32), axis=1)
+        ngt += tl.sum(gt.to(tl.int32), axis=1)
+        neq += tl.sum(eq.to(tl.int32), axis=1)
         n0 += BLOCK_N
-    tl.store(cnt_ptr + rows, cnt, mask=row_ok)
+    tl.store(ngt_ptr + rows, ngt, mask=row_ok)
+    tl.store(neq_ptr + rows, neq, mask=row_ok)

@@ -14,19 +14,26 @@ the k-th score keep the lowest positions. No [C, S] tensor is written:
 1. a sample of every STRIDE-th key, scored in torch ([C, S / STRIDE]), gives each row a lower
    bracket lo: the R-th largest sampled score (R = sample_brackets(k, STRIDE)[1]), -inf when
    the row has fewer samples;
-2. the kernel (kernel.py) appends every key scoring >= lo, in position order, to a [C, CAP]
-   candidate buffer and counts them;
-3. `topk_indices` over the buffer (its tie rule keeps the lowest buffer slots, i.e. positions).
+2. `candidates`: the kernel (kernel.py) keeps, in position order, every key scoring > lo and
+   the first k keys (lowest positions) scoring == lo in a [C, CAP] candidate buffer pre-filled
+   with position -1, and counts both kinds (ngt, neq). A bracket of 0, which ReLU scores give
+   a row with fewer than about k keys above 0, so costs at most k slots, however many keys
+   score 0;
+3. `select`: `topk_indices` over the row's n = ngt + min(neq, k) slots (its tie rule keeps the
+   lowest slots, i.e. positions), then each row's own check.
 
-ok[i] is False where the bracket missed (fewer than min(k, p0 + i + 1) keys >= lo), the
-buffer overflowed (more than CAP), or the row's idx fails its own check (a position outside
-0..p0 + i, a -1 too early, a position twice); such a row's idx is not its top-k, and the caller
-must score it another way (the GPU server's benchmark arm re-runs the chunk unfused).
+ok[i] is False where the bracket missed (ngt + neq < min(k, p0 + i + 1)), the buffer
+overflowed (n > CAP), its buffer fails its own check (the first min(n, CAP) slots must hold
+rising positions: a slot never written reads -1), or its idx does (a position outside
+0..p0 + i, a -1 too early, a slot at or past n, a position twice); such a row's idx is not its
+top-k, and the caller must score it another way (the GPU server's benchmark arm re-runs the
+chunk unfused).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -100,6 +107,9 @@ def _check(q, weights, pages, block_table, p0, k, index_dtype):
     pdt = torch.uint8 if index_dtype == "fp8" else torch.bfloat16
     if pages.dim() != 2 or pages.shape[1] != row or pages.dtype != pdt:
         raise ValueError(f"indexer_topk: pages must be {pdt} [pages, {row}], got {pages.dtype} {tuple(pages.shape)}")
+    if pages.stride(1) != 1:
+        raise ValueError(f"indexer_topk: a page's bytes must be contiguous (pages.stride(1) == 1), "
+                         f"got strides {pages.stride()}")
     if block_table.dim() != 2 or block_table.shape[0] != Hkv or block_table.dtype != torch.int32:
         raise ValueError(f"indexer_topk: block_table must be int32 [{Hkv}, pages], got "
                          f"{block_table.dtype} {tuple(block_table.shape)}")
@@ -111,19 +121,27 @@ def _check(q, weights, pages, block_table, p0, k, index_dtype):
     check_device(q, weights, pages, block_table)
 
 
-def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
-                 k: int, index_dtype: str, cap: int | None = None, block_m: int | None = None,
-                 block_n: int | None = None, num_warps: int | None = None,
-                 lo: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """See the module docstring. cap / block_m / block_n / num_warps: tuning; lo: brackets to use
-    instead of step 1's (tests)."""
+class Candidates(NamedTuple):
+    """Step 2's output: a row's first n = ngt + min(neq, k) slots are its candidates."""
+
+    val: torch.Tensor   # fp32 [C, CAP] scores, position order (unspecified past n)
+    pos: torch.Tensor   # int32 [C, CAP] positions (-1 from slot min(n, CAP) on: never written)
+    ngt: torch.Tensor   # int32 [C] keys scoring > lo
+    neq: torch.Tensor   # int32 [C] keys scoring == lo (the first k of them kept)
+
+    def count(self, k: int) -> torch.Tensor:
+        """int32 [C]: the slots the kernel filled, or wanted to (> CAP: overflow)."""
+        return self.ngt + self.neq.clamp(max=int(k))
+
+
+def candidates(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
+               k: int, index_dtype: str, cap: int | None = None, block_m: int | None = None,
+               block_n: int | None = None, num_warps: int | None = None,
+               lo: torch.Tensor | None = None) -> Candidates:
+    """Steps 1 and 2 (arguments checked as indexer_topk's)."""
     _check(q, weights, pages, block_table, p0, k, index_dtype)
     C, Hkv, G, D = q.shape
     k = int(k)
-    kk = min(k, p0 + C)
-    if C == 0:
-        return torch.empty((0, kk), dtype=torch.int32, device=q.device), torch.ones(0, dtype=torch.bool,
-                                                                                    device=q.device)
     cap = cap or capacity(k)
     GP = max(2, next_pow2(G))
     qp = torch.zeros((C, Hkv, GP, D), dtype=q.dtype, device=q.device)
@@ -133,8 +151,11 @@ def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bl
     if lo is None:
         lo = brackets(q, weights, pages, block_table, p0, k, index_dtype)
     cval = torch.empty((C, cap), dtype=torch.float32, device=q.device)
-    cpos = torch.empty((C, cap), dtype=torch.int32, device=q.device)
-    cnt = torch.empty(C, dtype=torch.int32, device=q.device)
+    cpos = torch.full((C, cap), -1, dtype=torch.int32, device=q.device)   # a slot never written reads -1
+    ngt = torch.empty(C, dtype=torch.int32, device=q.device)
+    neq = torch.empty(C, dtype=torch.int32, device=q.device)
+    if C == 0:
+        return Candidates(cval, cpos, ngt, neq)
     fp8 = index_dtype == "fp8"
     kv = pages.view(torch.float8_e4m3fn) if fp8 else pages
     sf = pages.view(torch.float32) if fp8 else pages
@@ -142,24 +163,51 @@ def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bl
     block_m = block_m or 16
     block_n = block_n or (64 if interp else 128)   # H200 sweep at 22.6K (docs/kernels.md): 16 x 128, 4 warps
     _kernel()[(triton_cdiv(C, block_m),)](
-        qp, wp, kv, sf, block_table, lo, cval, cpos, cnt,
-        C, p0, qp.stride(0), wp.stride(0), block_table.stride(0), kv.shape[1], sf.shape[1] if fp8 else 0,
+        qp, wp, kv, sf, block_table, lo.float().contiguous(), cval, cpos, ngt, neq,
+        C, p0, k, qp.stride(0), wp.stride(0), block_table.stride(0), kv.stride(0), sf.stride(0) if fp8 else 0,
         HKV=Hkv, GP=GP, D=D, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE, CAP=cap, IS_FP8=fp8, UPCAST=interp,
         num_warps=num_warps or 4,
     )
-    sel = topk_indices(cval, kk, lengths=cnt.clamp(max=cap))
-    idx = torch.where(sel >= 0, cpos.gather(1, sel.clamp_min(0).long()), -1)
-    pos = p0 + torch.arange(C, device=q.device)
+    return Candidates(cval, cpos, ngt, neq)
+
+
+def select(cand: Candidates, p0: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 3 and the rows' checks: (idx, ok) as indexer_topk's."""
+    C, cap = cand.pos.shape
+    k = int(k)
+    kk = min(k, p0 + C)
+    device = cand.pos.device
+    if C == 0:
+        return torch.empty((0, kk), dtype=torch.int32, device=device), torch.ones(0, dtype=torch.bool, device=device)
+    n = cand.count(k)
+    lengths = n.clamp(max=cap)
+    sel = topk_indices(cand.val, kk, lengths=lengths)
+    idx = torch.where(sel >= 0, cand.pos.gather(1, sel.clamp_min(0).long()), -1)
+    pos = p0 + torch.arange(C, device=device)
     need = torch.clamp(pos + 1, max=k)
-    # a kept position outside 0..p, a -1 before the row's min(k, p + 1) kept, or a position kept twice
-    # also marks its row (never seen in the tests; one row of 4,096 seen in the GPU server's benchmark
-    # arm on random keys, cause not found): the caller scores such a row again
-    slots = torch.arange(kk, device=q.device)[None, :]
+    # the row's own check: its filled slots hold rising positions (an unwritten slot reads -1, a
+    # slot written twice leaves one unwritten), kept positions inside 0..p, -1 only after
+    # min(k, p + 1) kept, every kept slot below the row's count, no position twice
+    in_use = torch.arange(1, cap, device=device)[None, :] < lengths[:, None]
+    rising = ~((cand.pos[:, 1:] <= cand.pos[:, :-1]) & in_use).any(dim=1) & ((cand.pos[:, 0] >= 0) | (lengths == 0))
+    slots = torch.arange(kk, device=device)[None, :]
     in_range = torch.where(slots < need[:, None], (idx >= 0) & (idx <= pos[:, None]), idx == -1)
+    in_buffer = sel < lengths[:, None]
     ordered = idx.sort(dim=1).values
     twice = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(dim=1)
-    ok = (cnt <= cap) & (cnt >= need) & in_range.all(dim=1) & ~twice
+    ok = (n <= cap) & (n >= need) & rising & in_range.all(dim=1) & in_buffer.all(dim=1) & ~twice
     return idx, ok
+
+
+def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
+                 k: int, index_dtype: str, cap: int | None = None, block_m: int | None = None,
+                 block_n: int | None = None, num_warps: int | None = None,
+                 lo: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """See the module docstring. cap / block_m / block_n / num_warps: tuning; lo: brackets to use
+    instead of step 1's (tests)."""
+    cand = candidates(q, weights, pages, block_table, p0, k, index_dtype, cap=cap, block_m=block_m,
+                      block_n=block_n, num_warps=num_warps, lo=lo)
+    return select(cand, p0, k)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -3,26 +3,35 @@
 Without a GPU the kernel runs under TRITON_INTERPRET=1 on CPU tensors (tests/kernels/conftest.py);
 with one, the same tests run on CUDA. Integer-valued keys and queries with power-of-two weights and
 scales make every score exact in fp32, so the selection must equal the float64 reference's exactly,
-ties included (the lowest positions win at the k-th score).
+ties included (the lowest positions win at the k-th score). ReLU-heavy pools (most scores
+exactly 0) hold the bracket at 0, where the ties at the bracket must cost the buffer k slots.
 """
 
 import pytest
 import torch
 
-from niah.kernels import indexer_topk, topk_indices
+from niah.kernels import indexer_topk
 from niah.kernels.indexer_topk.reference import reference_scores, reference_topk
-from niah.kernels.indexer_topk.wrapper import brackets, capacity
+from niah.kernels.indexer_topk.wrapper import Candidates, brackets, candidates, capacity, select
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 PAGE = 64
 
 
-def make_pool(kind, hkv, dim, n_tokens, gen, integer=True):
-    """A paged pool of one layer in the server's layout, pages scattered: (pages, block_table, keys fp32)."""
+def make_pool(kind, hkv, dim, n_tokens, gen, integer=True, positive=None):
+    """A paged pool of one layer in the server's layout, pages scattered: (pages, block_table, keys fp32).
+    positive: a list of positions; every other key is <= 0 in every dim (with the non-negative
+    queries of make_relu_query it scores exactly 0), the listed ones are >= 1 in every dim."""
     n_pages_seq = -(-n_tokens // PAGE)
     n_pages = hkv * n_pages_seq + 3
     table = torch.randperm(n_pages, generator=gen)[: hkv * n_pages_seq].reshape(hkv, n_pages_seq).int()
-    if integer:
+    if positive is not None:
+        vals = -torch.randint(0, 4, (n_pages, PAGE, dim), generator=gen).float()
+        scale = 2.0 ** torch.randint(-2, 2, (n_pages, PAGE), generator=gen).float()
+        for s in (s for s in positive if s < n_tokens):
+            for g in range(hkv):
+                vals[table[g, s // PAGE], s % PAGE] = torch.randint(1, 4, (dim,), generator=gen).float()
+    elif integer:
         vals = torch.randint(-3, 4, (n_pages, PAGE, dim), generator=gen).float()
         scale = 2.0 ** torch.randint(-2, 2, (n_pages, PAGE), generator=gen).float()
     else:
@@ -52,6 +61,26 @@ def make_query(kind, C, hkv, G, dim, gen, integer=True):
     return q, w
 
 
+def make_relu_query(kind, C, hkv, G, dim, gen, dead_every=4):
+    """Queries >= 0 (each head's first dim 1, so a positive key scores > 0); every dead_every-th
+    row all 0, so it scores 0 everywhere."""
+    q = torch.randint(0, 3, (C, hkv, G, dim), generator=gen).float()
+    q[..., 0] = 1
+    q[dead_every - 1::dead_every] = 0
+    w = 2.0 ** torch.randint(-3, 0, (C, hkv, G), generator=gen).float()
+    return q.to(torch.float8_e4m3fn if kind == "fp8" else torch.bfloat16), w
+
+
+def assert_reference(idx, want, p0, k):
+    """Each row's kept set is the reference's; a row with every key kept lists them in position order."""
+    for i, row in enumerate(idx.cpu().tolist()):
+        kept = [s for s in row if s >= 0]
+        assert len(kept) == len(set(kept)) == len(want[i]), f"row {i}: {len(kept)} kept, want {len(want[i])}"
+        assert set(kept) == want[i], f"row {i}: {sorted(set(kept) ^ want[i])[:8]} differ"
+        if p0 + i + 1 <= k:      # every key kept: in position order, then -1
+            assert row == list(range(p0 + i + 1)) + [-1] * (len(row) - p0 - i - 1)
+
+
 CASES = [
     # id, Hkv, G, D, p0, C, k
     ("smollm2-shape-first-chunk", 3, 3, 64, 0, 96, 32),
@@ -71,24 +100,19 @@ def test_selection_equals_float64_reference_with_ties(kind, case):
     idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, kind)
     assert ok.all(), "the sampled bracket or the buffer failed on an ordinary row"
     want = reference_topk(reference_scores(q.float(), w, keys, p0), k)
-    idx = idx.cpu()
     assert idx.shape == (C, min(k, p0 + C))
-    for i, row in enumerate(idx.tolist()):
-        kept = [s for s in row if s >= 0]
-        assert len(kept) == len(set(kept)) == len(want[i]), f"row {i}: {len(kept)} kept, want {len(want[i])}"
-        assert set(kept) == want[i], f"row {i}: {sorted(set(kept) ^ want[i])[:8]} differ"
-        if p0 + i + 1 <= k:      # every key kept: in position order, then -1
-            assert row == list(range(p0 + i + 1)) + [-1] * (len(row) - p0 - i - 1)
+    assert_reference(idx, want, p0, k)
 
 
 def test_ties_keep_the_lowest_positions():
-    """All keys equal: every score ties, so each row keeps positions 0..k-1."""
+    """All keys equal: every score ties (at the bracket too), so each row keeps positions 0..k-1,
+    from a 32-slot buffer although all of its 371..400 keys tie at the bracket."""
     gen = torch.Generator().manual_seed(3)
     pages, table, keys = make_pool("bf16", 1, 32, 400, gen)
     pages = torch.ones_like(pages)
     q = torch.ones(30, 1, 4, 32, dtype=torch.bfloat16)
     w = torch.full((30, 1, 4), 0.5)
-    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), 370, 20, "bf16")
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), 370, 20, "bf16", cap=32)
     assert ok.all()
     assert all(sorted(r) == list(range(20)) for r in idx.cpu().tolist())
 
@@ -124,11 +148,13 @@ def test_a_missed_bracket_or_a_full_buffer_is_reported_not_hidden():
     _, ok = indexer_topk(*args, lo=too_high)
     assert not ok.any(), "a bracket above every score must mark every row"
     every = torch.full((C,), float("-inf"), device=DEV)
-    _, ok = indexer_topk(*args, lo=every, cap=32)
+    want = reference_topk(reference_scores(q.float(), w, keys, p0), k)
+    idx, ok = indexer_topk(*args, lo=every, cap=32)
     assert ok.cpu().tolist() == [p0 + i + 1 <= 32 for i in range(C)], "rows past the buffer must be marked"
+    # the rows up to the one whose 32 keys fill the 32 slots exactly are served, and exact
+    assert_reference(idx[:32], want[:32], p0, k)
     idx, ok = indexer_topk(*args, lo=every, cap=128)
     assert ok.all()
-    want = reference_topk(reference_scores(q.float(), w, keys, p0), k)
     assert [set(s for s in r if s >= 0) for r in idx.cpu().tolist()] == want
 
 
@@ -141,7 +167,95 @@ def test_brackets_lie_below_the_kth_score():
     ref = reference_scores(q.float(), w, keys, p0)
     kth = ref.topk(k, dim=1).values[:, -1]
     assert (lo.double() <= kth).all()
-    assert capacity(k) >= 2 * k and topk_indices is not None
+    # ... and high enough that the keys at or above it fit the buffer
+    above = ((ref >= lo.double()[:, None]) & ~torch.isneginf(ref)).sum(1)
+    assert (above >= k).all() and (above <= capacity(k)).all(), above.tolist()
+    assert capacity(k) >= 2 * k
+
+
+POSITIVE = (5, 100, 250, 270, 290, 300)   # the only keys that score above 0 (none on a sampled position)
+RELU_CASES = [
+    # id, p0, C, k, cap: rows see 3..6 keys above 0, the rest score exactly 0, every 4th row scores 0 only
+    ("fewer-than-k-above-zero", 256, 48, 8, 64),
+    ("more-than-k-above-zero", 256, 48, 4, 64),
+    ("rows-shorter-than-k", 0, 24, 16, None),
+]
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+@pytest.mark.parametrize("case", RELU_CASES, ids=[c[0] for c in RELU_CASES])
+def test_relu_zeros_at_the_bracket_are_served_exactly(kind, case):
+    """The sampled bracket lands on 0 (ReLU), so hundreds of keys tie at it; the first k of
+    them are kept, so a 64-slot buffer serves rows of ~300 keys, and the selection is the
+    reference's (the lowest positions among the zeros)."""
+    _, p0, C, k, cap = case
+    gen = torch.Generator().manual_seed(21)
+    pages, table, keys = make_pool(kind, 2, 32, p0 + C, gen, positive=POSITIVE)
+    q, w = make_relu_query(kind, C, 2, 2, 32, gen)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, kind)
+    cand = candidates(*args, cap=cap)
+    ref = reference_scores(q.float(), w, keys, p0)
+    valid = ~torch.isneginf(ref)
+    lo = brackets(*args).cpu().double()
+    if p0:   # enough samples: the bracket is 0, and the kernel counts the keys above it and the ties
+        assert (lo == 0).all()
+    assert cand.ngt.cpu().tolist() == ((ref > lo[:, None]) & valid).sum(1).tolist()
+    assert cand.neq.cpu().tolist() == ((ref == lo[:, None]) & valid).sum(1).tolist()
+    idx, ok = select(cand, p0, k)
+    assert ok.all(), f"rows {(~ok).nonzero().flatten().tolist()} fell back"
+    assert_reference(idx, reference_topk(ref, k), p0, k)
+
+
+def test_a_zero_bracket_in_rows_shorter_than_k():
+    """lo = 0 given for rows of 1..20 keys, k = 16: the rows up to 16 keys keep them all, in
+    position order; the longer ones keep their keys above 0 and then the first zeros."""
+    gen = torch.Generator().manual_seed(4)
+    p0, C, k = 0, 20, 16
+    pages, table, keys = make_pool("bf16", 2, 32, p0 + C, gen, positive=(3, 7, 17))
+    q, w = make_relu_query("bf16", C, 2, 2, 32, gen)
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, k, "bf16", cap=32,
+                           lo=torch.zeros(C, device=DEV))
+    assert ok.all()
+    assert_reference(idx, reference_topk(reference_scores(q.float(), w, keys, p0), k), p0, k)
+
+
+def test_a_slot_never_written_marks_its_row():
+    """select's own check on hand-made buffers: a slot below the row's count still holding the
+    pre-fill (-1), kept or not, or a stale position, marks the row; a sound row is served."""
+    p0, k = 10, 4
+    val = torch.tensor([[5.0, 1.0, 7.0, 7.0, 2.0, 0.0, 0.0, 0.0]] * 4)
+    pos = torch.tensor([[0, 2, 3, 6, 9, -1, -1, -1],
+                        [0, 2, -1, 6, 9, -1, -1, -1],      # slot 2 (kept) never written
+                        [0, 2, 3, 3, 9, -1, -1, -1],       # a stale position
+                        [0, -1, 3, 6, 9, -1, -1, -1]],     # slot 1 (not kept) never written
+                       dtype=torch.int32)
+    cand = Candidates(val.to(DEV), pos.to(DEV), torch.full((4,), 5, dtype=torch.int32, device=DEV),
+                      torch.zeros(4, dtype=torch.int32, device=DEV))
+    idx, ok = select(cand, p0, k)
+    assert ok.cpu().tolist() == [True, False, False, False]
+    assert sorted(idx[0].cpu().tolist()) == [0, 3, 6, 9]
+    assert sorted(idx[3].cpu().tolist()) == [0, 3, 6, 9]   # its output alone looks sound
+    # the same buffer counted one slot past what was written: the pre-filled slot is caught
+    cand = Candidates(val[:1].to(DEV), pos[:1].to(DEV), torch.full((1,), 6, dtype=torch.int32, device=DEV),
+                      torch.zeros(1, dtype=torch.int32, device=DEV))
+    _, ok = select(cand, p0, 2)
+    assert not ok.any()
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_pages_as_a_strided_view(kind):
+    """A pool whose rows are wider than one page (a view into a larger buffer): pages are found
+    by the row stride, not the row length."""
+    gen = torch.Generator().manual_seed(8)
+    p0, C, k = 60, 8, 16
+    pages, table, keys = make_pool(kind, 2, 32, p0 + C, gen)
+    wide = torch.zeros((pages.shape[0], pages.shape[1] + 64), dtype=pages.dtype)
+    wide[:, :pages.shape[1]] = pages
+    q, w = make_query(kind, C, 2, 2, 32, gen)
+    view = wide.to(DEV)[:, :pages.shape[1]]
+    idx, ok = indexer_topk(q.to(DEV), w.to(DEV), view, table.to(DEV), p0, k, kind)
+    assert ok.all()
+    assert_reference(idx, reference_topk(reference_scores(q.float(), w, keys, p0), k), p0, k)
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -318,8 +318,9 @@ class CudaDSA:
         return idx, scores[-1]
 
     def _fused_select(self, layer: int, iq: torch.Tensor, p0: int) -> torch.Tensor | None:
-        """Kept positions of iq's C rows from the fused indexer + top-k, or None when a row's
-        bracket missed or its buffer overflowed (the caller then scores the chunk unfused)."""
+        """Kept positions of iq's C rows from the fused indexer + top-k, or None when a row is not
+        ok (its bracket missed, its buffer overflowed or failed its check; the caller then scores
+        the chunk unfused)."""
         _, H, C, D = iq.shape
         G = H // self.n_kv
         q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D]
