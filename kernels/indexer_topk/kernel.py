@@ -25,7 +25,11 @@ order in BLOCK_N-wide tiles (BLOCK_N / 64 pages, each looked up in the block tab
 first K ties" is a running count; for each kv head it computes [BLOCK_M * GP, BLOCK_N] =
 Q_g @ K_g^T on the tensor cores, ReLU, the weighted head sum and the fp8 key scale; the kv
 heads are summed in order (g = 0, 1, ...), as the unfused path sums its per-head logits.
-Offsets into the pool, the queries and the buffer are int64.
+Offsets into the pool, the queries and the buffer are int64. A key's slot comes from its rank
+in the tile, the product of the tile's 0/1 masks with the upper-triangular ones matrix on the
+tensor cores: a `tl.cumsum` here (beside the loop's `tl.sum`, a pattern with known wrong-result
+reports in Triton's scan lowering) ranked two keys into one slot in 1-98 of 4,096 rows on the
+H200 (random keys; the buffer check caught each), which the product does not do.
 """
 
 from __future__ import annotations
@@ -97,7 +101,8 @@ def indexer_candidates_kernel(
     IS_FP8: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32
 ):
-    tl.static_assert(BLOCK_N < 65536)                               # the packed prefix sum's halves
+    tl.static_assert(BLOCK_N <= 4096)                               # exact ranks in the product's fp32 sums
+    RANK_T: tl.constexpr = tl.float32 if UPCAST else tl.float16
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < C
@@ -105,6 +110,7 @@ def indexer_candidates_kernel(
     lo = tl.load(lo_ptr + rows, mask=row_ok, other=float("inf"))
     last = tl.minimum(p0 + pid * BLOCK_M + BLOCK_M, p0 + C)         # keys the program's last row sees
     offs_n = tl.arange(0, BLOCK_N)
+    tri = (offs_n[:, None] <= offs_n[None, :]).to(RANK_T)         # [BLOCK_N, BLOCK_N]: m <= n
     ngt = tl.zeros([BLOCK_M], tl.int32)
     neq = tl.zeros([BLOCK_M], tl.int32)
     out_row = rows.to(tl.int64) * CAP
@@ -118,10 +124,11 @@ def indexer_candidates_kernel(
         valid = (pos[None, :] <= row_pos[:, None]) & row_ok[:, None] & (pos[None, :] < last)
         gt = valid & (acc > lo[:, None])
         eq = valid & (acc == lo[:, None])
-        # one prefix sum ranks both (BLOCK_N < 2^16): low half keys > lo, high half ties
-        c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=1)
-        r_gt = c & 0xFFFF
-        r_eq = c >> 16
+        # ranks in the tile by a product with the upper-triangular ones (exact: 0/1 inputs, fp32
+        # sums below 2^24), not tl.cumsum: a scan beside tl.sum in this loop ranked two keys into
+        # one slot on the H200 (module doc)
+        r_gt = tl.dot(gt.to(RANK_T), tri).to(tl.int32)
+        r_eq = tl.dot(eq.to(RANK_T), tri).to(tl.int32)
         k_before = tl.minimum(neq, K)                                # ties kept before this tile
         kept_eq = tl.minimum(neq[:, None] + r_eq, K) - k_before[:, None]   # ties kept up to each key
         keep = gt | (eq & (neq[:, None] + r_eq <= K))
