@@ -27,21 +27,24 @@ import detection  # noqa: E402 - the benchmark beside its gates
 pytestmark = pytest.mark.slow
 
 
-def row(fault, gate, caught, reference=False, **kw):
-    return {"fault": fault, "gate": gate, "caught": caught, "reference": reference, "trials": 10, "seconds": 60.0,
-            "cpu_s": 90.0, **kw}
+def row(fault, gate, caught, repeat=0, group="", **kw):
+    return {"fault": fault, "gate": gate, "caught": caught, "repeat": repeat, "group": group, "reference": False,
+            "trials": 10, "seconds": 60.0, "cpu_s": 90.0, **kw}
 
 
 def test_table_names_catches_misses_and_false_alarms():
-    rows = [row(None, "field", False, True), row(None, "vllm", True, True, reference_fails=True),
-            row(None, "field", True), row(None, "field", False), row(None, "vllm", False),
+    c4 = "--index-compress 4 --window 128"
+    rows = [row(None, "field", False), row(None, "vllm", False),            # the plain paths' reference
+            row(None, "field", False, group=c4), row(None, "vllm", True, group=c4),   # 4:1's: vLLM's fails it
+            row(None, "field", True, 1), row(None, "vllm", False, 1),
             row("topk", "field", True), row("topk", "vllm", False),
-            row("residue", "field", False), row("residue", "vllm", True, reference_fails=True)]
+            row("residue", "field", False, group=c4), row("residue", "vllm", True, group=c4)]
     md = detection.table(rows, ["field", "vllm"])
     lines = md.splitlines()
     assert lines[2] == "| `topk` | **yes** (10, 1.0, 1.5) | no (10, 1.0, 1.5) |"
     assert lines[3] == "| `residue` | no (10, 1.0, 1.5) | yes, but its fault-free server fails too (10, 1.0, 1.5) |"
-    assert md.rstrip().endswith("False alarms over fault-free servers: field: 1 of 2; vllm: 1 of 2")
+    # field: the one repeat; vllm: the repeat and both references (an absolute gate's fault-free runs)
+    assert md.rstrip().endswith("False alarms over fault-free servers: field: 1 of 1; vllm: 1 of 3")
 
 
 def test_vllm_lengths_scale_to_the_context_and_bad_options_are_one_line(capsys):
