@@ -1,8 +1,10 @@
 """Which gate catches which planted fault, at what cost: the detection benchmark (CPU).
 
     python benchmarks/detection.py [--faults all | NAME[:P],...] [--repeats 5] [--index-topk 128]
-        [--context 2048] [--vllm-lengths auto] [--short-n 20] [--gates field,vllm,short]
-        [--repeat-gates field,vllm,short] [--jobs 1] [--out results/detection] [--smoke]
+        [--context 2048] [--vllm-lengths auto] [--vllm-trials 3] [--short-n 20]
+        [--gates field,vllm,short] [--repeat-gates field,vllm,short] [--jobs 1] [--threads 2]
+        [--out results/detection] [--smoke]
+    python benchmarks/detection.py --table RESULTS.jsonl [RESULTS.jsonl ...] --out DIR
 
 For every planted fault of the embedded server (`niah serve --fault`, docs/embedded-server.md)
 three gates run against the fault-free server of the same serving paths as baseline
@@ -24,7 +26,10 @@ larger host).
 
 Out (OUT/): `results.jsonl` (one line per server and gate: fault or null, repeat, passed,
 caught, score, trials, seconds, cpu_s = the server's CPU seconds plus its clients'),
-`table.md` (the table docs/ci.md quotes), `host.json` (cores, CPU model) and `command.txt`
+`measured.jsonl` (each arm's rows as it finishes, before any verdict: an arm that fails is
+one line and exit 1, and what the others measured stays there), `table.md` (the table
+docs/ci.md quotes, which names the faults with their parameters), `host.json` (cores, CPU
+model) and `command.txt`
 (the command that made them). `--table R1 R2 ...` only writes the table of results made
 in several runs (on several hosts: each run judged its arms against its own references).
 `--smoke` runs the machinery on a tiny grid (top-k 64, the topk fault, one repeat, one
@@ -67,8 +72,9 @@ class Server:
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}/v1"
         self.proc = subprocess.Popen([sys.executable, "-m", "niah", "serve", *flags, "--host", "127.0.0.1",
-                                      "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                                      "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if cpus:                  # pinned before it loads the model (its torch threads start then)
+            os.sched_setaffinity(self.proc.pid, cpus)
         ready, self.lines = threading.Event(), []
 
         def pump():
@@ -107,7 +113,7 @@ def measure(server: Server, args, label: str, asked: list[str]) -> list[dict]:
             folder = args.out / "runs" / label
             t0 = time.perf_counter()
             cpu = gates.sweep(server.url, folder, args.field_extra)
-            res = {"run": str(folder), "trials": sum(1 for _ in (folder / "trials.jsonl").open()),
+            res = {"run": str(folder.relative_to(args.out)), "trials": sum(1 for _ in (folder / "trials.jsonl").open()),
                    "seconds": time.perf_counter() - t0, "client_cpu_s": cpu}
         elif gate == "vllm":
             res = gates.vllm_niah(server.url, args.vllm_lengths, args.vllm_trials)
@@ -118,7 +124,7 @@ def measure(server: Server, args, label: str, asked: list[str]) -> list[dict]:
     return out
 
 
-def judge(rows: list[dict]) -> None:
+def judge(rows: list[dict], out: Path) -> None:
     """Each row's verdict against its group's reference (repeat 0, fault-free): the field gate by
     `niah gate` (its CPU counted with the row), the short check against the reference's score
     minus 0.05; the vLLM eval is absolute (>= 0.70)."""
@@ -128,7 +134,7 @@ def judge(rows: list[dict]) -> None:
         if r["reference"] and r["gate"] != "vllm":
             r["passed"] = True
         elif r["gate"] == "field":
-            res = gates.judge_field(Path(ref["run"]), Path(r["run"]))
+            res = gates.judge_field(out / ref["run"], out / r["run"])
             r.update(passed=res["passed"], verdict=res["verdict"], cpu_s=r["cpu_s"] + res["cpu_s"])
         elif r["gate"] == "short":
             r["passed"] = r["score"] >= ref["score"] - 0.05
@@ -202,7 +208,8 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--gates", default="field,vllm,short")
     ap.add_argument("--repeat-gates", default=None, help="the gates of the fault-free repeats (default: --gates)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--jobs", type=int, default=1, help="arms at a time after each reference, each on its own cores")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="arms at a time (references included), each server pinned to its own --threads cores")
     ap.add_argument("--out", type=Path, default=Path("results/detection"))
     ap.add_argument("--smoke", action="store_true", help="a tiny grid: the machinery works, nothing is measured")
     ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
@@ -229,10 +236,26 @@ def parse(argv: list[str] | None = None):
     unknown = [f for f in args.faults if f.split(":")[0] not in FAULTS]
     if unknown:
         ap.error(f"unknown fault(s) {', '.join(unknown)} (known: {', '.join(FAULTS)})")
-    if args.jobs < 1 or args.jobs * args.threads > (os.cpu_count() or 1):
-        ap.error(f"--jobs {args.jobs} x --threads {args.threads} needs more than this machine's "
-                 f"{os.cpu_count()} cores")
-    args.vllm_lengths = vllm_lengths(str(args.vllm_lengths), args.context)
+    cores = sorted(os.sched_getaffinity(0))
+    if args.jobs < 1 or args.threads < 1:
+        ap.error("--jobs and --threads must be at least 1")
+    if args.jobs > 1 and args.jobs * args.threads > len(cores):
+        ap.error(f"--jobs {args.jobs} x --threads {args.threads} needs {args.jobs * args.threads} cores; "
+                 f"this process may use {len(cores)}")
+    args.cores = cores
+    if not 64 <= args.context <= 8192:
+        ap.error(f"--context must be 64..8192 (the model's context), not {args.context}")
+    if "short" in args.gates and args.index_topk < 40:
+        ap.error(f"--index-topk {args.index_topk} leaves the short check no prompt below it (>= 40 needed)")
+    try:
+        args.vllm_lengths = vllm_lengths(str(args.vllm_lengths), args.context)
+    except ValueError:
+        ap.error(f"--vllm-lengths takes auto or a comma list of token counts, not {args.vllm_lengths!r}")
+    if any(not 32 <= n <= args.context - 16 for n in args.vllm_lengths):
+        ap.error(f"--vllm-lengths must lie in 32..{args.context - 16} (the context less the answer)")
+    for f in args.table or []:
+        if not f.is_file():
+            ap.error(f"--table: no file {f}")
     return args
 
 
@@ -247,13 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:
         rows = [json.loads(line) for f in args.table for line in f.read_text().splitlines() if line.strip()]
+        if any("caught" not in r for r in rows):
+            print("detection: --table takes judged results (results.jsonl), not measured.jsonl", file=sys.stderr)
+            return 2
         md = table(rows, list(dict.fromkeys(r["gate"] for r in rows)))
         (args.out / "table.md").write_text(md)
         print(md)
         return 0
     (args.out / "command.txt").write_text("python benchmarks/detection.py " + " ".join(argv or sys.argv[1:]) + "\n")
     (args.out / "host.json").write_text(json.dumps(host(), indent=1) + "\n")
-    slots: list = [set(range(i * args.threads, (i + 1) * args.threads)) for i in range(args.jobs)]
+    slots: list = [set(args.cores[i * args.threads:(i + 1) * args.threads]) for i in range(args.jobs)]
     free, lock = (slots if args.jobs > 1 else [None]), threading.Lock()
     todo = []
     # the plain paths' group always runs (its repeats are the false-alarm runs); another set of
@@ -262,20 +288,34 @@ def main(argv: list[str] | None = None) -> int:
         todo += [(group, None, r) for r in range(args.repeats + 1 if group == () else 1)]
         todo += [(group, f, 0) for f in args.faults if paths(f) == group]
 
+    measured = args.out / "measured.jsonl"         # each arm's rows as it finishes: nothing measured is lost
+    measured.write_text("")
+
     def one(item):
         with lock:
             cpus = free.pop()
         try:
-            return arm(args, *item, cpus=cpus)
+            got = arm(args, *item, cpus=cpus)
+            with lock, measured.open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in got)
+            return got
+        except Exception as e:                    # one line, the other arms go on
+            print(f"detection: arm {item[1] or 'fault-free'} (repeat {item[2]}) failed: {e}", file=sys.stderr)
+            return None
         finally:
             with lock:
                 free.append(cpus)
 
     rows: list[dict] = []
+    failed = 0
     with concurrent.futures.ThreadPoolExecutor(len(free)) as pool:
         for got in pool.map(one, todo):
-            rows += got
-    judge(rows)
+            rows += got or []
+            failed += got is None
+    if failed:
+        print(f"detection: {failed} arm(s) failed; what they measured before is in {measured}", file=sys.stderr)
+        return 1
+    judge(rows, args.out)
     with (args.out / "results.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")

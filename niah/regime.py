@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-# The keys a source may give the compression and the index window under.
-COMPRESSION_KEYS = ("index_compression",)
-WINDOW_KEYS = ("index_window",)
+# The keys a source may give the compression and the index window under: the command line's
+# and SGLang's names, then the embedded server's (`niah serve --index-compress 4 --window W`,
+# its /v1/models entry, its matrix keys and its attested facts).
+COMPRESSION_KEYS = ("index_compression", "index_compress")
+WINDOW_KEYS = ("index_window", "window")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 `describe()` is what /v1/models, /server_info and the ready line show: the attention and,
 where set, the paths a request runs through (device, RoPE scaling, the indexer's settings,
 the paged index cache's page size, chunked prefill, the prefix cache, 4:1 index
-compression, planted faults). A capped context (`max_model_len`) shows as the
-servers' `max_model_len`, not here. Pure data: the CLI and the matrix read it without torch.
+compression, planted faults). `max_model_len` caps the context served; describe() leaves it
+out because the server reports it as its own `max_model_len` beside these. Pure data: the CLI
+and the matrix read it without torch.
 """
 
 from __future__ import annotations

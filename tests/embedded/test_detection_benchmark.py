@@ -54,7 +54,12 @@ def test_vllm_lengths_scale_to_the_context_and_bad_options_are_one_line(capsys):
     assert "layout:2048" in args.faults and "residue" in args.faults and len(args.faults) == 7
     for bad, says in ((["--faults", "bogus"], "unknown fault(s) bogus"),
                       (["--gates", "field", "--repeat-gates", "short"], "--repeat-gates must be among --gates"),
-                      (["--jobs", "999"], "needs more than this machine's")):
+                      (["--jobs", "999"], "this process may use"),
+                      (["--context", "9000"], "--context must be 64..8192"),
+                      (["--vllm-lengths", "2k"], "--vllm-lengths takes auto or a comma list"),
+                      (["--vllm-lengths", "4000"], "--vllm-lengths must lie in 32..2032"),
+                      (["--index-topk", "16"], "leaves the short check no prompt"),
+                      (["--table", "no-such-results.jsonl"], "--table: no file")):
         with pytest.raises(SystemExit) as e:
             detection.parse(bad)
         assert e.value.code == 2 and says in capsys.readouterr().err
@@ -70,6 +75,8 @@ def test_smoke_run_judges_every_arm_against_its_reference(tmp_path):
     assert arms == {(f, rep, g) for f, rep in ((None, 0), (None, 1), ("topk", 0)) for g in ("field", "vllm", "short")}
     assert all(x["cpu_s"] > 0 and x["seconds"] > 0 and x["trials"] >= 1 for x in rows)
     assert all("--max-model-len 2048" in x["server"] for x in rows)
+    assert all(not x.get("run") or x["run"].startswith("runs/") for x in rows)    # inside --out, relative
+    assert len((tmp_path / "measured.jsonl").read_text().splitlines()) == len(rows)
     repeat = next(x for x in rows if x["fault"] is None and x["repeat"] == 1 and x["gate"] == "field")
     assert repeat["passed"] and repeat["verdict"].startswith("## niah gate: PASS")
     md = (tmp_path / "table.md").read_text()

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from cli_inproc import niah
-from niah.regime import Regime, first_sparse_length
+from niah.regime import Regime, config_regime, first_sparse_length, geometry_of
 from niah.sweep.indexer import at_or_below_k, auto_lengths
 from niah.sweep.near import closest
 from niah.sweep.residues import expand, parse_residues
@@ -26,6 +26,17 @@ def test_first_sparse_length_follows_the_geometry():
     assert at_or_below_k([512, 513], 512) == [512]
     assert auto_lengths([512], 8192, 24) == [256, 512, 1024, 2048, 4096]   # unchanged for a bare k
     assert auto_lengths([v4], 16384, 32) == [1088, 2176, 4352, 8704]
+
+
+def test_the_embedded_servers_compression_and_window_give_its_regime():
+    # `niah serve --index-compress 4 --window 128` reports these names in /v1/models and its facts
+    said = {"attention": "dsa", "index_topk": 128, "index_compress": 4, "window": 128}
+    assert geometry_of([said]) == Regime(128, 4, 128)                 # selection from 644 tokens, not 129
+    entry = {"settings": {"index_topk": 128}, "server": {"models": {"data": [said]}}}
+    assert config_regime(entry).first_sparse == 644
+    assert geometry_of([{"index_topk": 128, "window": 0}]) == Regime(128)
+    # the command line's and SGLang's names come first where both are given
+    assert geometry_of([{"index_topk": 512, "index_compression": 4, "index_compress": 1}]) == Regime(512, 4)
 
 
 def test_residues_parse_and_expand():
