@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 
 from niah.attestation.format import FIELD, from_server_info
-from niah.attestation.rules import came_back_different, label_contradiction, status
+from niah.attestation.rules import came_back_different, label_contradiction
+from niah.attestation.verdict import shown_state
 from niah.client import request_headers, root_url
 
 
@@ -71,7 +72,7 @@ def _changes(entry: dict, change) -> dict:
     rec = entry.get("attestation")
     segments = list(rec["segments"]) if isinstance(rec, dict) and isinstance(rec.get("segments"), list) else []
     change(segments)
-    state, reason = status({**entry, "attestation": {"segments": segments}})
+    state, reason = shown_state({**entry, "attestation": {"segments": segments}})
     return {"attestation": {"segments": segments}, "attestation_verdict": {"state": state, "reason": reason}}
 
 

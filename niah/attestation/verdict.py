@@ -5,7 +5,8 @@
 a baseline whose server attests planted faults (the fact `faults`, `niah serve --fault`);
 `report_section` is the table of `niah report`; `counts` and `say_state` are one-line
 summaries; `shown_state` is the state a page shows: "n/a", not "valid", for a server that
-attested nothing (nothing was proven, nothing contradicted). The judging itself is
+attested nothing (nothing was proven, nothing contradicted); the manifest records the same
+state (niah.attestation.readings), so a run folder and its pages use one name for it. The judging itself is
 niah.attestation.rules.status. Pure functions (say_state prints through the caller's `say`).
 """
 
@@ -21,11 +22,21 @@ NOT_ATTESTED = "n/a"
 
 def shown_state(entry: dict | None) -> tuple[str, str]:
     """(state, reason) as a page shows it: `status`'s, except NOT_ATTESTED ("n/a") for a
-    valid configuration whose server attested nothing (no reading holds an attestation)."""
+    valid configuration whose server attested nothing: no reading holds niah's attestation
+    or the engine's own report of what ran (SGLang's schedulers, from which a stock arm is
+    proven to run SGLang's own paths)."""
     state, reason = status(entry)
-    if state == VALID and not last_attestation(entry or {}):
+    if state == VALID and not last_attestation(entry or {}) and not _engine_report(entry or {}):
         return NOT_ATTESTED, f"its server attests nothing ({reason})"
     return state, reason
+
+
+def _engine_report(entry: dict) -> bool:
+    """Whether a reading of this configuration holds the engine's own scheduler states."""
+    rec = entry.get("attestation")
+    segments = rec.get("segments") if isinstance(rec, dict) else None
+    return any(isinstance(r, dict) and bool(r.get("internal_states"))
+               for seg in segments or [] if isinstance(seg, dict) for r in (seg.get("start"), seg.get("end")))
 
 
 def say_state(name: str, state: str, reason: str, say) -> None:

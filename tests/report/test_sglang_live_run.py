@@ -53,6 +53,10 @@ def test_the_bf16_arm_is_attested_by_the_running_server_with_niahs_kernels_count
     assert set(end["kernel_calls"]["decode_logits"]) == {"niah.bf16_paged_mqa_logits"}
     stock = checked.manifest["configs"]["fp8-k2048"]
     assert "niah's plugin absent" in stock["attestation_verdict"]["reason"]   # the stock arm ran SGLang's own paths
+    # one name for its state: what the manifest recorded is what a page shows
+    from niah.attestation.verdict import shown_state
+    for cfg in (stock, ours):
+        assert shown_state(cfg) == (cfg["attestation_verdict"]["state"], cfg["attestation_verdict"]["reason"])
 
 
 def test_the_live_run_names_no_machine_path_and_its_report_regenerates(tmp_path):
@@ -66,3 +70,4 @@ def test_the_live_run_names_no_machine_path_and_its_report_regenerates(tmp_path)
     assert r.returncode == 0, r.stderr
     summary = (run / "report" / "summary.md").read_text()
     assert "`fp8-k2048`" in summary and "22.6k" in summary
+    assert "| `fp8-k2048` | sglang | valid |" in summary                        # proven stock, not "n/a"
