@@ -113,7 +113,9 @@ def serve(
                                   help="CUDA with bf16 keys: fused (the kernels read pages in place) or gather "
                                        "(the naive read: every page copied for every query)."),
     topk_impl: str = typer.Option("niah", "--topk",
-                                  help="CUDA top-k: niah (the bundled kernel) or torch (torch.topk)."),
+                                  help="CUDA top-k: niah (the bundled kernel), torch (torch.topk) or fused (prefill "
+                                       "chunks through the fused indexer + top-k over the pages in place, fp8 or "
+                                       "bf16 keys; rows it cannot vouch for are scored again unfused)."),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="CUDA: replay decode steps from CUDA graphs (default) or run them eagerly."),
     page_size: int = typer.Option(None, "--page-size",
@@ -178,8 +180,8 @@ def serve(
         raise BadInput(f"--rope-factor must be in (1, 64], not {rope_factor}")
     if bf16_read not in ("fused", "gather"):
         raise BadInput(f"--bf16-read must be fused or gather, not {bf16_read!r}")
-    if topk_impl not in ("niah", "torch"):
-        raise BadInput(f"--topk must be niah or torch, not {topk_impl!r}")
+    if topk_impl not in ("niah", "torch", "fused"):
+        raise BadInput(f"--topk must be niah, torch or fused, not {topk_impl!r}")
     if device != "cpu":
         if index_dtype not in forms.names(forms.CUDA):
             raise BadInput(f"--index-dtype {index_dtype} is served on the CPU only (--device cpu)")
@@ -189,6 +191,9 @@ def serve(
             raise BadInput("--window is not served with --device cuda (the GPU path keeps the top-k only)")
         if bf16_read == "gather" and (attention != "dsa" or index_dtype != "bf16"):
             raise BadInput("--bf16-read gather needs --attention dsa --index-dtype bf16")
+        if topk_impl == "fused" and (attention != "dsa" or index_dtype not in ("fp8", "bf16") or bf16_read != "fused"):
+            raise BadInput("--topk fused scores fp8 or bf16 pages in place: use --attention dsa, --index-dtype fp8 "
+                           "or bf16, and the fused bf16 read")
     elif bf16_read != "fused" or topk_impl != "niah" or not cuda_graphs:
         raise BadInput("--bf16-read, --topk and --no-cuda-graphs choose the CUDA path's kernels: use them with "
                        "--device cuda")

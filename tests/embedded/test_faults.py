@@ -128,6 +128,10 @@ def test_prefix_faults_change_only_a_hit(path_weights, path_tok, plain, cold_sec
     (["--index-compress", "2"], "must be 1 (off) or 4"),
     (["--index-compress", "4", "--page-size", "6"], "must be a multiple of 4"),
     (["--max-model-len", "9000"], "--max-model-len must be 64..8,192 (the model's context), not 9000"),
+    (["--topk", "fused"], "use them with --device cuda"),
+    (["--device", "cuda", "--topk", "fused", "--index-dtype", "fp32"], "--topk fused scores fp8 or bf16 pages"),
+    (["--device", "cuda", "--topk", "fused", "--index-dtype", "bf16", "--bf16-read", "gather"],
+     "--topk fused scores fp8 or bf16 pages"),
 ])
 def test_bad_fault_and_path_flags_are_one_line_exit_2(args, line):
     from cli_inproc import niah
