@@ -118,7 +118,7 @@ def measure(server: Server, args, label: str, asked: list[str]) -> list[dict]:
         elif gate == "vllm":
             res = gates.vllm_niah(server.url, args.vllm_lengths, args.vllm_trials)
         else:
-            res = gates.short_check(server.url, args.index_topk, args.short_n, None)
+            res = gates.short_check(server.url, args.index_topk, args.short_n)
         res.update(gate=gate, cpu_s=server.cpu_s() - s0 + res.pop("client_cpu_s"))
         out.append(res)
     return out
