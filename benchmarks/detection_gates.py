@@ -2,8 +2,9 @@
 
 - `sweep` + `judge_field`: niah's recommended CI gate (docs/ci.md): `niah sweep --coverage
   field --cache-state warm` (RECOMMENDED) on the baseline's server and on the candidate's,
-  then `niah gate`; caught = exit 1. Extra sweep options (the smoke mode's smaller grid) are
-  passed through.
+  then `niah gate --metric both` (RECOMMENDED_GATE: the answers, and the indexer probe's
+  needle rank, needle kept and selection fidelity); caught = exit 1. Extra sweep options
+  (the smoke mode's smaller grid) are passed through.
 - `vllm_niah`: a reimplementation of vLLM's `tests/evals/niah` as the field notes describe
   it: lengths (4K-32K there; here the caller's, scaled to the model), depths 0/25/50/75/100,
   3 trials, raw /v1/completions with no chat template, one repeated filler sentence, an
@@ -37,6 +38,7 @@ QUESTION = " What is the special magic number? The special magic number is"
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VLLM_PASS = 0.70
 RECOMMENDED = ("--coverage", "field", "--cache-state", "warm")   # docs/ci.md: the per-change gate
+RECOMMENDED_GATE = ("--metric", "both")                           # its judge, on a server with the probe
 
 
 def niah_cli(*args: str) -> tuple[int, str, float]:
@@ -60,7 +62,7 @@ def sweep(url: str, out: Path, extra: list[str]) -> float:
 def judge_field(base_run: Path, run: Path) -> dict:
     """`niah gate` of a candidate's run against the baseline's: passed (exit 0), its first line,
     its CPU seconds."""
-    rc, text, cpu = niah_cli("gate", "--baseline", base_run, "--candidate", run)
+    rc, text, cpu = niah_cli("gate", "--baseline", base_run, "--candidate", run, *RECOMMENDED_GATE)
     if rc not in (0, 1):
         raise RuntimeError(f"niah gate ({rc}): {text.strip()[-400:]}")
     return {"passed": rc == 0, "verdict": (text.strip().splitlines() or [""])[0][:200], "cpu_s": cpu}

@@ -27,7 +27,14 @@ Per configuration, per length present on both sides, and over all of them:
   overall: a regression when, on identical prompts, the candidate's needle sits deeper
   in the index scores (median ratio of rank / k above 1 + `rank_tolerance`, Wilcoxon
   signed-rank p < alpha): the needle moved toward the cut before any answer flipped.
-  "rank" alone keeps the answer metric's outage checks.
+  "rank" alone keeps the answer metric's outage checks. Beside it, over all lengths, its
+  two companions from the same probe (niah.report.ranks.index_rows), judged with the same
+  tolerance: **needle kept** (a regression when the candidate keeps a smaller share of the
+  needle's tokens: ratio below 1 - tolerance, B lower, p < alpha) and **selection fidelity**
+  (when its selection misses more of the exact-key top-k: miss ratio above 1 + tolerance,
+  B lower, p < alpha). A top-k that keeps fewer keys than attested leaves the scores, and
+  so the rank, where they were; a selection that reads slightly wrong keys can move no
+  answer on a small sample; each shows in one of these first.
 - with `--residues` runs on both sides, one case per length residue too, pooled over the
   common lengths (niah.report.residues): a residue that regresses fails the gate.
 - lengths at or below a configuration's index_topk are named in a note: every key is
@@ -65,7 +72,8 @@ from niah.report.baseline import read_side
 from niah.report.cache_report import by_state
 from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, check_pairable, compare
-from niah.report.ranks import rank_compare, rank_is_regression
+from niah.report.ranks import (FIDELITY, KEPT, index_is_regression, index_rows, rank_compare, rank_is_regression,
+                               rank_pairs)
 from niah.regime import as_regime
 from niah.report.residues import has_residues, modulus_of
 from niah.regime import at_or_below_k, config_regime
@@ -80,14 +88,17 @@ class Case:
     status: str
     row: Row | None
     message: str
-    metric: str = "answer"  # "answer" (recall) or "rank" (the needle's rank / k)
+    metric: str = "answer"  # "answer" (recall), "rank" (the needle's rank / k), "kept" or "fidelity" (INDEX_NAMES)
     residue: str | None = None  # "3 mod 4": pooled over the lengths at one residue (niah.report.residues)
 
     @property
     def name(self) -> str:
         where = "all lengths" if self.length == ALL else f"length {self.length}"
         where = f"residue {self.residue}" if self.residue else where
-        return where + (" needle rank" if self.metric == "rank" else "")
+        return where + (f" {INDEX_NAMES[self.metric]}" if self.metric in INDEX_NAMES else "")
+
+
+INDEX_NAMES = {"rank": "needle rank", KEPT: "needle kept", FIDELITY: "selection fidelity"}  # the probe's cases
 
 
 @dataclass
@@ -171,6 +182,16 @@ def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
                f"{1 + tolerance:.3g}), Wilcoxon p={r.p:.3g}, sign p={r.sign_p:.3g}, r={r.r:+.2f}, "
                f"{r.deeper} deeper / {r.shallower} higher of {r.n} pairs")
         cases.append(Case(label, r.group, REGRESSION if rank_is_regression(r, tolerance) else PASS, None, msg, "rank"))
+    for r in index_rows(rank_pairs(b, c), alpha):
+        if r.n == 0:
+            continue                      # no probe on a side: the rank's skipped case already says so
+        what = ("share of the needle kept" if r.measure == KEPT else "fidelity")
+        bound = (f"ratio {r.ratio:.3g} (tolerance {1 - tolerance:.3g})" if r.measure == KEPT
+                 else f"miss ratio {r.ratio:.3g} (tolerance {1 + tolerance:.3g})")
+        msg = (f"{what} {r.mean_a:.4g} -> {r.mean_b:.4g}, {bound}, Wilcoxon p={r.p:.3g}, r={r.r:+.2f}, "
+               f"{r.lower} lower / {r.higher} higher of {r.n} pairs")
+        cases.append(Case(label, ALL, REGRESSION if index_is_regression(r, tolerance) else PASS, None, msg,
+                          r.measure))
     return cases
 
 

@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from niah.errors import BadInput
 from niah.report.compare import ALL
-from niah.report.gate import OUTAGE, PASS, REGRESSION, SKIPPED, GateResult, fmt_pct
+from niah.report.gate import INDEX_NAMES, OUTAGE, PASS, REGRESSION, SKIPPED, GateResult, fmt_pct
 
 _ICON = {PASS: "✅ pass", REGRESSION: "❌ regression", OUTAGE: "⚠️ outage", SKIPPED: "➖ skipped"}
 
@@ -32,7 +32,9 @@ def markdown(res: GateResult) -> str:
            "lacks\n"]
     if any(c.metric == "rank" for c in res.cases):
         out.append("- needle rank: regression = on identical prompts the candidate's needle sits deeper in the "
-                   "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha)\n")
+                   "index scores (median rank ratio above tolerance, Wilcoxon signed-rank p < alpha); needle kept "
+                   "and selection fidelity: the candidate keeps less of the needle, or misses more of the exact-key "
+                   "top-k (ratio beyond the same tolerance, p < alpha)\n")
     for n in res.notes:
         out.append(f"- note: {n}\n")
     if res.caveats:
@@ -49,7 +51,7 @@ def markdown(res: GateResult) -> str:
             r = c.row
             name = "**all**" if c.length == ALL else f"{c.length:,}"
             name = f"residue {c.residue}" if c.residue else name
-            name += " (needle rank)" if c.metric == "rank" else ""
+            name += f" ({INDEX_NAMES[c.metric]})" if c.metric in INDEX_NAMES else ""
             if r is None:
                 out.append(f"| {name} | | | | {c.message} | {_ICON[c.status]} |\n")
                 continue

@@ -12,6 +12,16 @@ A regression: median ratio > 1 + tolerance, p < alpha, and B deeper (r > 0).
 Fidelity (`indexer.fidelity`: the top-k overlap with the top-k exact fp32 keys give for the
 same query) pairs the same way: per pair d = fidelity_B - fidelity_A, Wilcoxon's test on d,
 and how many pairs it is lower / higher in B (`fidelity_row`).
+
+The gate's two companions of the rank (`index_rows`), each over every pair, judged with the
+same relative tolerance (`index_is_regression`):
+- needle kept (`indexer.kept`, the share of the needle value's tokens the selection kept):
+  ratio = mean_B / mean_A; a regression: Wilcoxon p < alpha, B lower, ratio < 1 - tolerance.
+  What a top-k that keeps fewer keys than the model expects moves, while the scores (and so
+  the rank) stay put.
+- selection fidelity: ratio = the miss (1 - fidelity) of B over A's; a regression: p < alpha,
+  B lower, ratio > 1 + tolerance. What a selection that reads wrong keys moves first, before
+  any answer does.
 """
 
 from __future__ import annotations
@@ -52,9 +62,9 @@ class RankRow:
 
 
 def rank_pairs(a, b):
-    """Answered pairs of trials: DataFrame length, depth, rank_a, rank_b, fid_a, fid_b (NaN
+    """Answered pairs of trials: DataFrame length, depth, rank_a, rank_b, fid_a, fid_b, kept_a, kept_b (NaN
     where that side had no selection or no probe), correct_a, correct_b, outcome_a, outcome_b."""
-    side = ["idx_rank_worst", "idx_fidelity", "correct", "outcome"]
+    side = ["idx_rank_worst", "idx_fidelity", "idx_kept", "correct", "outcome"]
     cols = ["length", "depth", "trial", "seed", "prompt_sha256", *side]
     a, b = a[cols], b[cols]
     ha, hb = a.dropna(subset=["prompt_sha256"]), b.dropna(subset=["prompt_sha256"])
@@ -66,7 +76,8 @@ def rank_pairs(a, b):
             fb.drop_duplicates(PAIR_FALLBACK)[[*PAIR_FALLBACK, *side]], on=PAIR_FALLBACK, suffixes=("_a", "_b"))
     m = m[(m["outcome_a"] != "error") & (m["outcome_b"] != "error")]
     m = m.rename(columns={"idx_rank_worst_a": "rank_a", "idx_rank_worst_b": "rank_b",
-                          "idx_fidelity_a": "fid_a", "idx_fidelity_b": "fid_b"})
+                          "idx_fidelity_a": "fid_a", "idx_fidelity_b": "fid_b",
+                          "idx_kept_a": "kept_a", "idx_kept_b": "kept_b"})
     return m.reset_index(drop=True)
 
 
@@ -126,6 +137,56 @@ def fidelity_row(pairs) -> FidelityRow:
 
 def rank_is_regression(row: RankRow, tolerance: float) -> bool:
     return row.n > 0 and row.significant and row.r > 0 and row.ratio > 1 + tolerance
+
+
+KEPT, FIDELITY = "kept", "fidelity"
+
+
+@dataclass
+class IndexRow:
+    measure: str  # KEPT or FIDELITY
+    n: int  # pairs with the measure on both sides
+    mean_a: float
+    mean_b: float
+    ratio: float  # kept: mean_b / mean_a; fidelity: (1 - mean_b) / (1 - mean_a) (module doc)
+    lower: int  # pairs where B's value is lower than A's (worse, for both measures)
+    higher: int
+    p: float  # Wilcoxon signed-rank on B - A, two-sided
+    r: float  # rank-biserial correlation (> 0: B higher)
+    significant: bool
+
+
+def _ratio(num: float, den: float) -> float:
+    if den > 0:
+        return num / den
+    return math.inf if num > 0 else 1.0
+
+
+def index_rows(pairs, alpha: float) -> list[IndexRow]:
+    """The needle-kept and selection-fidelity comparisons of B against A over every pair."""
+    out = []
+    for measure, col in ((KEPT, "kept"), (FIDELITY, "fid")):
+        both = pairs.dropna(subset=[f"{col}_a", f"{col}_b"])
+        va, vb = [float(x) for x in both[f"{col}_a"]], [float(x) for x in both[f"{col}_b"]]
+        n = len(va)
+        if n == 0:
+            nan = float("nan")
+            out.append(IndexRow(measure, 0, nan, nan, nan, 0, 0, nan, nan, False))
+            continue
+        d = [y - x for x, y in zip(va, vb)]
+        w = wilcoxon_signed_rank(d)
+        ma, mb = sum(va) / n, sum(vb) / n
+        ratio = _ratio(mb, ma) if measure == KEPT else _ratio(1 - mb, 1 - ma)
+        out.append(IndexRow(measure, n, ma, mb, ratio, sum(x < 0 for x in d), sum(x > 0 for x in d), w.p, w.r,
+                            w.p < alpha))
+    return out
+
+
+def index_is_regression(row: IndexRow, tolerance: float) -> bool:
+    """B kept less of the needle, or its selection missed more of the exact top-k (module doc)."""
+    if row.n == 0 or not row.significant or not row.r < 0:
+        return False
+    return row.ratio < 1 - tolerance if row.measure == KEPT else row.ratio > 1 + tolerance
 
 
 def _f(x: float, fmt: str = ".3g") -> str:

@@ -148,6 +148,46 @@ def test_gate_fails_on_rank_before_answers_flip(tmp_path, capsys):
         run_gate(base, cand, metric="median", accept_unattested=True)
 
 
+def _add_probe(run, kept, fidelity, k=64):
+    """Each trial's probe summary: the same rank on every side, kept / fidelity from the callables."""
+    path = run / "trials.jsonl"
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in recs:
+        active = r["length"] > k
+        key = (r["length"], r["depth"], r["trial"])
+        r["indexer"] = {"selection_active": active, "k": k, "rank_worst": 0.5 + r["trial"] / 100 if active else None,
+                        "kept": kept(*key) if active else None, "fidelity": fidelity(*key) if active else None}
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.mark.parametrize("measure", ["kept", "fidelity"])
+def test_gate_fails_on_what_the_selection_kept_while_rank_and_answers_hold(tmp_path, measure):
+    """A top-k keeping fewer keys than attested (the scores, so the rank, unmoved) lowers the
+    needle's kept share; keys read slightly wrong lower the fidelity: each fails its case
+    alone, beyond the tolerance only, and identical probes pass."""
+    from niah.report.gate import run_gate
+
+    geo = dict(configs={"X": {"index_topk": 64}}, lengths=(64, 2048), depths=(10.0, 50.0, 90.0), trials=8)
+    kept_a = lambda L, d, t: 0.4 + t / 100                              # noqa: E731
+    fid_a = lambda L, d, t: 0.99 - t / 1000                             # noqa: E731
+    drop = {"kept": (lambda L, d, t: 0.6 * kept_a(L, d, t), fid_a),
+            "fidelity": (kept_a, lambda L, d, t: 1 - 2 * (1 - fid_a(L, d, t)))}[measure]
+    base, cand, same = (make_run(tmp_path / n, **geo) for n in ("base", "cand", "same"))
+    _add_probe(base, kept_a, fid_a)
+    _add_probe(cand, *drop)
+    _add_probe(same, kept_a, fid_a)
+    assert run_gate(base, cand, accept_unattested=True).exit_code == 0          # answers alone see nothing
+    res = run_gate(base, cand, metric="both", accept_unattested=True)
+    assert res.exit_code == 1
+    name = {"kept": "all lengths needle kept", "fidelity": "all lengths selection fidelity"}[measure]
+    assert [c.name for c in res.failed] == [name]
+    loose = run_gate(base, cand, metric="rank", rank_tolerance=1.5, accept_unattested=True)
+    assert loose.exit_code == 0                   # kept ratio 0.6 / miss ratio 2: within a tolerance of 1.5
+    assert run_gate(base, same, metric="both", accept_unattested=True).exit_code == 0
+    up = run_gate(cand, base, metric="both", accept_unattested=True)          # the other way round: better
+    assert up.exit_code == 0
+
+
 def test_plan_bootstrap_needs_fewer_rank_pairs(tmp_path):
     from niah.report.data import load_frame
     from niah.report.ranks import rank_pairs, trials_needed_bootstrap
