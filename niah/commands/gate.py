@@ -22,11 +22,13 @@ def gate_cmd(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per length)."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Write the Markdown summary here."),
     metric: str = typer.Option("answer", "--metric",
-                               help="answer (recall), rank (the needle's rank / k in the index scores, paired "
+                               help="answer (recall), rank (the indexer probe: the needle's rank / k in the index "
+                                    "scores, the share of it kept and the selection's fidelity, paired "
                                     "Wilcoxon; keeps outage checks) or both."),
     rank_tolerance: float = typer.Option(0.10, "--rank-tolerance",
                                          help="With --metric rank/both: allowed median increase of the needle's rank "
-                                              "(0.10 = 10% deeper)."),
+                                              "(0.10 = 10% deeper), drop of its kept share (10% less) and rise "
+                                              "of the selection's miss (10% more)."),
     json_out: bool = typer.Option(False, "--json",
                                   help="Print one JSON object (schema niah.gate/1, docs/json.md: verdict, "
                                        "exit_code, every case) instead of the Markdown; --summary and --junit still "

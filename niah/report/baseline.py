@@ -9,6 +9,8 @@
                         "trials": [{"key": "length|depth|trial", "length", "depth", "trial",
                                     "seed", "prompt_sha256", "outcome", "correct",
                                     "rank": needle rank / k, null without selection,
+                                    "kept", "fidelity": the probe's needle kept share and
+                                    selection fidelity, null without selection,
                                     "cache_state" where the sweep set one,
                                     "residue", "base_length" in a --residues run,
                                     "decode_first" in a --decode-first run}]}}}
@@ -96,6 +98,8 @@ def export_baseline(run: Path | str, out: Path | str, configs: list[str] | None 
                 "seed": None if r.seed is None or r.seed != r.seed else int(r.seed),
                 "prompt_sha256": r.prompt_sha256, "outcome": r.outcome, "correct": bool(r.correct),
                 "rank": None if r.idx_rank_worst != r.idx_rank_worst else float(r.idx_rank_worst),
+                "kept": None if r.idx_kept != r.idx_kept else float(r.idx_kept),
+                "fidelity": None if r.idx_fidelity != r.idx_fidelity else float(r.idx_fidelity),
                 **({"cache_state": r.cache_state} if r.cache_state != UNCONTROLLED else {}),
                 **({"decode_first": int(v)} if (v := getattr(r, "decode_first", None)) == v and v is not None else {}),
                 **{k: int(v) for k in ("residue", "base_length")
@@ -143,7 +147,8 @@ def read_baseline(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]
                             **({"decode_first": t["decode_first"]} if t.get("decode_first") else {}),
                             **{k: t[k] for k in ("residue", "base_length") if t.get(k) is not None},
                             **({"multi_turn": t["multi_turn"]} if t.get("multi_turn") else {}),
-                            "indexer": {"selection_active": True, "rank_worst": rank} if rank is not None else None})
+                            "indexer": {"selection_active": True, "rank_worst": rank, "kept": t.get("kept"),
+                                        "fidelity": t.get("fidelity")} if rank is not None else None})
     kept = ("engine", "settings", "attestation")  # what niah.attestation.status judges
     manifest = {"created": (data.get("source") or {}).get("created"),
                 "args": {k: v for k, v in ((data.get("source") or {}).get("args") or {}).items()

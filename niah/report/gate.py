@@ -182,9 +182,13 @@ def _rank_cases(label: str, b, c, alpha: float, tolerance: float) -> list[Case]:
                f"{1 + tolerance:.3g}), Wilcoxon p={r.p:.3g}, sign p={r.sign_p:.3g}, r={r.r:+.2f}, "
                f"{r.deeper} deeper / {r.shallower} higher of {r.n} pairs")
         cases.append(Case(label, r.group, REGRESSION if rank_is_regression(r, tolerance) else PASS, None, msg, "rank"))
+    probed = any(x.status != SKIPPED for x in cases)
     for r in index_rows(rank_pairs(b, c), alpha):
         if r.n == 0:
-            continue                      # no probe on a side: the rank's skipped case already says so
+            if probed:                    # no probe at all: the rank's skipped cases already say so
+                cases.append(Case(label, ALL, SKIPPED, None, f"no pair with a {INDEX_NAMES[r.measure]} on both sides "
+                                  "(a baseline exported before niah recorded it: export it again)", r.measure))
+            continue
         what = ("share of the needle kept" if r.measure == KEPT else "fidelity")
         bound = (f"ratio {r.ratio:.3g} (tolerance {1 - tolerance:.3g})" if r.measure == KEPT
                  else f"miss ratio {r.ratio:.3g} (tolerance {1 + tolerance:.3g})")

@@ -165,6 +165,7 @@ def test_gate_fails_on_what_the_selection_kept_while_rank_and_answers_hold(tmp_p
     """A top-k keeping fewer keys than attested (the scores, so the rank, unmoved) lowers the
     needle's kept share; keys read slightly wrong lower the fidelity: each fails its case
     alone, beyond the tolerance only, and identical probes pass."""
+    from niah.report.baseline import export_baseline
     from niah.report.gate import run_gate
 
     geo = dict(configs={"X": {"index_topk": 64}}, lengths=(64, 2048), depths=(10.0, 50.0, 90.0), trials=8)
@@ -186,6 +187,17 @@ def test_gate_fails_on_what_the_selection_kept_while_rank_and_answers_hold(tmp_p
     assert run_gate(base, same, metric="both", accept_unattested=True).exit_code == 0
     up = run_gate(cand, base, metric="both", accept_unattested=True)          # the other way round: better
     assert up.exit_code == 0
+    export_baseline(base, tmp_path / "base.json")                              # the exported baseline carries both
+    exported = run_gate(tmp_path / "base.json", cand, metric="both", accept_unattested=True)
+    assert [c.name for c in exported.failed] == [name]
+    data = json.loads((tmp_path / "base.json").read_text())                  # one exported before it did
+    for t in data["configs"]["X"]["trials"]:
+        t.pop("kept"), t.pop("fidelity")
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = run_gate(tmp_path / "old.json", cand, metric="both", accept_unattested=True)
+    assert old.exit_code == 0
+    assert {"all lengths needle kept", "all lengths selection fidelity"} <= {
+        c.name for c in old.cases if c.status == "skipped"}
 
 
 def test_plan_bootstrap_needs_fewer_rank_pairs(tmp_path):
