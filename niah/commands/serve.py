@@ -115,7 +115,7 @@ def serve(
     topk_impl: str = typer.Option("niah", "--topk",
                                   help="CUDA top-k: niah (the bundled kernel), torch (torch.topk) or fused (prefill "
                                        "chunks through the fused indexer + top-k over the pages in place, fp8 or "
-                                       "bf16 keys; a prompt holding a row it cannot vouch for is run again "
+                                       "bf16 keys; a chunk holding a row it cannot vouch for is scored again "
                                        "unfused)."),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="CUDA: replay decode steps from CUDA graphs (default) or run them eagerly."),

@@ -37,9 +37,7 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
     selection). The same causal attention as in one pass: each chunk attends to the cache
     the chunks before it wrote. A model with `prefix_cache` (prefix.py) first restores the
     longest page-aligned prefix an earlier request saved and prefills from there (stats
-    `prefix_hit`: the positions restored); the attention's `begin_request` starts the request.
-    An attention with `end_prefill` (the GPU server's fused top-k, cuda/indexer.py) checks its
-    rows once the prompt is through; False runs the prompt again under its `unfused()`."""
+    `prefix_hit`: the positions restored); the attention's `begin_request` starts the request."""
     stats: dict = {}
     if needle_positions is not None:
         stats["needle_positions"] = needle_positions
@@ -48,34 +46,21 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
     peaks = PEAKS if model.device.type == "cuda" else None   # peak GPU memory per prompt length
     if peaks is not None:
         peaks.begin()
-    impl = getattr(model, "attention_impl", None)
-    logits, m = _prompt(model, ids, stats, impl)
-    if hasattr(impl, "end_prefill") and not impl.end_prefill():
-        with impl.unfused():
-            logits, m = _prompt(model, ids, stats, impl)
-    if peaks is not None:
-        peaks.end(len(ids))
-    prefix = getattr(model, "prefix_cache", None)
-    if prefix is not None:
-        prefix.save(model, ids)
-    stats["prefix_hit"] = m
-    return logits[0, -1], stats
-
-
-def _prompt(model, ids: list[int], stats: dict, impl) -> tuple[torch.Tensor, int]:
-    """The prompt through the model once (prefill's doc): -> (logits [1, 1, V], positions restored)."""
-    begin = getattr(impl, "begin_request", None)
+    begin = getattr(getattr(model, "attention_impl", None), "begin_request", None)
     if begin is not None:
         begin(len(ids))
     prefix = getattr(model, "prefix_cache", None)
     m = prefix.restore(model, ids) if prefix is not None else 0
-    if hasattr(impl, "begin_prefill"):
-        impl.begin_prefill()
     chunk = getattr(model, "prefill_chunk", None) or len(ids)
     for c0 in range(m, len(ids), chunk):
         last = c0 + chunk >= len(ids)
         logits = model(torch.tensor([ids[c0:c0 + chunk]]), c0, stats=stats if last else None)   # [1, 1, V]
-    return logits, m
+    if peaks is not None:
+        peaks.end(len(ids))
+    if prefix is not None:
+        prefix.save(model, ids)
+    stats["prefix_hit"] = m
+    return logits[0, -1], stats
 
 
 def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:

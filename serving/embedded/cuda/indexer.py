@@ -33,13 +33,10 @@ only), computed the way a DSA server computes it:
   `score_rows` split); the same selection rule as "niah" (ties at the cut keep the lowest
   positions), with scores summed in another order, so a near tie at the cut may fall the
   other way (benchmark arms only, not served by `niah serve` yet: docs/kernels.md says why).
-  A row whose sampled bracket missed or whose candidate buffer overflowed fails its check.
-  Inside a prefill that generate.prefill opens (`begin_prefill` / `end_prefill`) the checks
-  add up on the device, with no host sync a chunk, and `end_prefill` reads them once: a
-  prefill holding such a row is run again under `unfused()` (whose kernels attest their own
-  calls; `fused_calls` counts the re-runs and their rows). Called outside one, a chunk with
-  such a row is scored again unfused at once. Decode steps and the probe's reference row
-  stay on the unfused kernels.
+  A chunk where a row's sampled bracket missed or its candidate buffer
+  overflowed is scored again the unfused way (whose kernels attest their own calls;
+  `fused_calls` counts them). Decode steps
+  and the probe's reference row stay on the unfused kernels.
 - attention: `attend.sparse_attention`, each query over its own kept keys, fp32.
 - decode from a CUDA graph (graphs.py): `store_at` / `decode_at` are the same store and
   selection with the position on the device and every shape fixed by a width W.
@@ -51,8 +48,6 @@ device, query precision, bf16_read, topk, score_bytes.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 
@@ -95,10 +90,7 @@ class CudaDSA:
         if topk < 1 or chunk < 1 or score_bytes < 1:
             raise ValueError("topk, chunk and score_bytes must be >= 1")
         self.score_bytes = score_bytes
-        self.fused_calls = {"calls": 0, "fallbacks": 0, "fallback_rows": 0}   # topk="fused": what ran again
-        self.fused_cap: int | None = None      # the fused kernel's candidate slots a row (None: its own; tests)
-        self._deferred: torch.Tensor | None = None   # this prefill's unvouched fused rows, on the device
-        self._unfused = False                  # a prefill run again: no fused select
+        self.fused_calls = {"calls": 0, "fallbacks": 0, "fallback_rows": 0}   # topk="fused": chunks scored again
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
         self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
         self.window = 0
@@ -309,7 +301,7 @@ class CudaDSA:
         """Kept positions of the C queries of iq ([1, H, C, D] at p0..p0+C-1): int32 [C, min(K, p0+C)]
         (-1 pads), scored `score_rows` rows at a time; and the last row's scores [p0 + C]."""
         C = iq.shape[2]
-        if self.topk_impl == "fused" and not self._unfused:
+        if self.topk_impl == "fused":
             idx = self._fused_select(layer, iq, p0)
             if idx is not None:
                 return idx, None
@@ -325,33 +317,6 @@ class CudaDSA:
             idx[r0:r1, :part.shape[1]] = part
         return idx, scores[-1]
 
-    def begin_prefill(self) -> None:
-        """A prompt's prefill starts (generate.prefill): the fused rows' checks add up on the
-        device until end_prefill."""
-        if self.topk_impl == "fused" and not self._unfused:
-            self._deferred = torch.zeros((), dtype=torch.int64, device=self.device)
-
-    def end_prefill(self) -> bool:
-        """One host sync: True when the fused kernel vouched for every row of the prefill;
-        False when the caller must run the prompt again under unfused() (counted)."""
-        bad, self._deferred = self._deferred, None
-        if bad is None:
-            return True
-        rows = int(bad)
-        if rows:
-            self.fused_calls["fallbacks"] += 1
-            self.fused_calls["fallback_rows"] += rows
-        return rows == 0
-
-    @contextlib.contextmanager
-    def unfused(self):
-        """The prefill run again: every chunk scored the unfused way."""
-        self._unfused = True
-        try:
-            yield
-        finally:
-            self._unfused = False
-
     def _fused_select(self, layer: int, iq: torch.Tensor, p0: int) -> torch.Tensor | None:
         """Kept positions of iq's C rows from the fused indexer + top-k, or None when a row is not
         ok (its bracket missed, its buffer overflowed or failed its check; the caller then scores
@@ -365,14 +330,10 @@ class CudaDSA:
             w = w * qs
         else:
             q = q.to(torch.bfloat16).contiguous()
-        idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype,
-                               cap=self.fused_cap)
+        idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype)
         attest.record("prefill_logits", self.index_dtype, "niah.indexer_topk")
         attest.record("topk", "fp32", "niah.indexer_topk")
         self.fused_calls["calls"] += 1
-        if self._deferred is not None:              # inside a prefill: its end reads the checks once
-            self._deferred += (~ok).sum()
-            return idx
         if bool(ok.all()):
             return idx
         self.fused_calls["fallbacks"] += 1          # the unfused kernels then attest their own calls
