@@ -265,6 +265,45 @@ def test_tiny_model_end_to_end_equals_the_cpu_server():
     attest.reset()
 
 
+def test_fused_topk_prefill_scores_a_chunk_it_cannot_vouch_for_again_unfused():
+    """--topk fused through generate.prefill: a chunk holding a row the kernel cannot vouch for
+    (here its candidate buffer is too small) is scored again unfused, giving exactly the
+    unfused arm's logits, counted in fused_calls and in both kernels' attested calls; vouched
+    chunks stay fused."""
+    from niah.serving.embedded.generate import prefill
+
+    torch.manual_seed(0)
+    args = ModelArgs(vocab_size=64, n_layer=2, n_head=H, n_local_heads=HKV, dim=H * D, intermediate_size=64,
+                     head_dim=D, block_size=128)
+    base = Transformer(args).eval()
+    for p in base.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    ids = torch.randint(0, 64, (40,)).tolist()
+
+    def run(topk_impl: str, cap: int | None = None):
+        m = copy.deepcopy(base).to(DEV)
+        m.cos, m.sin = m.cos.to(DEV), m.sin.to(DEV)
+        att = CudaDSA(2, HKV, D, 128, "fp8", 8, 16, topk_impl=topk_impl, device=DEV)   # 3 chunks a layer
+        att.fused_cap = cap
+        m.set_attention(att)
+        attest.reset()
+        logits, _ = prefill(m, ids)
+        calls = attest.snapshot()["kernel_calls"]
+        attest.reset()
+        return logits.cpu(), dict(att.fused_calls), calls
+
+    unfused, _, _ = run("niah")
+    vouched, counts, calls = run("fused")
+    assert counts == {"calls": 6, "fallbacks": 0, "fallback_rows": 0}        # 2 layers x 3 chunks
+    assert calls["topk"] == {"niah.indexer_topk": 6}
+    again, counts, calls = run("fused", cap=16)     # a row seeing more than 16 keys overflows 16 slots:
+    assert counts["calls"] == 6 and counts["fallbacks"] == 4 and counts["fallback_rows"] == 2 * (16 + 8)
+    # the first chunk (positions 0-15) stays fused, the other two of each layer run again unfused
+    torch.testing.assert_close(again, unfused, rtol=1e-3, atol=1e-3)
+    assert calls["topk"]["niah.indexer_topk"] == 6 and calls["topk"]["niah.topk_indices"] == 4
+    torch.testing.assert_close(vouched, unfused, rtol=1e-3, atol=1e-3)
+
+
 def test_yarn_matches_transformers():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS

@@ -91,6 +91,7 @@ class CudaDSA:
             raise ValueError("topk, chunk and score_bytes must be >= 1")
         self.score_bytes = score_bytes
         self.fused_calls = {"calls": 0, "fallbacks": 0, "fallback_rows": 0}   # topk="fused": chunks scored again
+        self.fused_cap: int | None = None      # the fused kernel's candidate slots a row (None: its own; tests)
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
         self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
         self.window = 0
@@ -330,7 +331,8 @@ class CudaDSA:
             w = w * qs
         else:
             q = q.to(torch.bfloat16).contiguous()
-        idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype)
+        idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype,
+                               cap=self.fused_cap)
         attest.record("prefill_logits", self.index_dtype, "niah.indexer_topk")
         attest.record("topk", "fp32", "niah.indexer_topk")
         self.fused_calls["calls"] += 1
