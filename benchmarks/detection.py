@@ -4,7 +4,7 @@
         [--context 2048] [--vllm-lengths auto] [--vllm-trials 3] [--short-n 20]
         [--gates field,vllm,short] [--repeat-gates field,vllm,short] [--jobs 1] [--threads 2]
         [--out results/detection] [--smoke]
-    python benchmarks/detection.py --table RESULTS.jsonl [RESULTS.jsonl ...] --out DIR
+    python benchmarks/detection.py --table RESULTS.jsonl[:GATES] [RESULTS.jsonl[:GATES] ...] --out DIR
 
 For every planted fault of the embedded server (`niah serve --fault`, docs/embedded-server.md)
 three gates run against the fault-free server of the same serving paths as baseline
@@ -31,7 +31,8 @@ one line and exit 1, and what the others measured stays there), `table.md` (the 
 docs/ci.md quotes, which names the faults with their parameters), `host.json` (cores, CPU
 model) and `command.txt`
 (the command that made them). `--table R1 R2 ...` only writes the table of results made
-in several runs (on several hosts: each run judged its arms against its own references).
+in several runs (on several hosts: each run judged its arms against its own references);
+`R:vllm,short` takes only those gates' rows of R (a gate measured again elsewhere).
 `--smoke` runs the machinery on a tiny grid (top-k 64, the topk fault, one repeat, one
 300-token length, few probes): it checks that the benchmark works, and measures nothing.
 """
@@ -212,8 +213,9 @@ def parse(argv: list[str] | None = None):
                     help="arms at a time (references included), each server pinned to its own --threads cores")
     ap.add_argument("--out", type=Path, default=Path("results/detection"))
     ap.add_argument("--smoke", action="store_true", help="a tiny grid: the machinery works, nothing is measured")
-    ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
-                    help="only write the table of these results.jsonl files (runs on several hosts) to --out")
+    ap.add_argument("--table", nargs="+", metavar="RESULTS[:GATES]",
+                    help="only write the table of these results.jsonl files (runs on several hosts) to --out; "
+                         "FILE:vllm,short takes only those gates' rows of FILE")
     args = ap.parse_args(argv)
     args.field_extra = []
     if args.smoke:
@@ -253,9 +255,16 @@ def parse(argv: list[str] | None = None):
         ap.error(f"--vllm-lengths takes auto or a comma list of token counts, not {args.vllm_lengths!r}")
     if any(not 32 <= n <= args.context - 16 for n in args.vllm_lengths):
         ap.error(f"--vllm-lengths must lie in 32..{args.context - 16} (the context less the answer)")
-    for f in args.table or []:
+    tables = []
+    for spec in args.table or []:
+        name, _, only = spec.partition(":")
+        f, keep = Path(name), [g for g in only.split(",") if g]
         if not f.is_file():
             ap.error(f"--table: no file {f}")
+        if any(g not in known for g in keep):
+            ap.error(f"--table: {spec}: gates after ':' are among field, vllm, short")
+        tables.append((f, set(keep)))
+    args.table = tables
     return args
 
 
@@ -269,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:
-        rows = [json.loads(line) for f in args.table for line in f.read_text().splitlines() if line.strip()]
+        rows = [r for f, keep in args.table for line in f.read_text().splitlines() if line.strip()
+                for r in [json.loads(line)] if not keep or r.get("gate") in keep]
         if any("caught" not in r for r in rows):
             print("detection: --table takes judged results (results.jsonl), not measured.jsonl", file=sys.stderr)
             return 2

@@ -47,6 +47,25 @@ def test_table_names_catches_misses_and_false_alarms():
     assert md.rstrip().endswith("False alarms over fault-free servers: field: 1 of 1; vllm: 1 of 3")
 
 
+def test_table_of_several_runs_takes_a_gate_from_the_file_named_for_it(tmp_path):
+    """`--table NEW OLD:vllm`: a gate measured again (field, in NEW) is NEW's alone; OLD gives
+    only its vLLM rows, so its field rows (a fault and a repeat) are neither cells nor alarms."""
+    new = [row(None, "field", False), row(None, "field", False, 1), row("topk", "field", True)]
+    old = [row(None, "field", False), row(None, "field", True, 1), row("topk", "field", False),
+           row(None, "vllm", False), row("topk", "vllm", False)]
+    for name, rows in (("new", new), ("old", old)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "table"
+    assert detection.main(["--table", str(tmp_path / "new.jsonl"), f"{tmp_path / 'old.jsonl'}:vllm",
+                           "--out", str(out)]) == 0
+    md = (out / "table.md").read_text()
+    assert "| `topk` | **yes** (10, 1.0, 1.5) | no (10, 1.0, 1.5) |" in md
+    assert md.rstrip().endswith("False alarms over fault-free servers: field: 0 of 1; vllm: 0 of 1")
+    with pytest.raises(SystemExit) as e:
+        detection.parse(["--table", f"{tmp_path / 'old.jsonl'}:gsm8k"])
+    assert e.value.code == 2
+
+
 def test_vllm_lengths_scale_to_the_context_and_bad_options_are_one_line(capsys):
     assert detection.vllm_lengths("auto", 2048) == [256, 512, 1024, 2016]
     assert detection.vllm_lengths("300,600", 2048) == [300, 600]
