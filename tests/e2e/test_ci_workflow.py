@@ -240,6 +240,12 @@ def test_the_committed_baseline_pairs_with_the_committed_prompt_set(workflow):
     base = json.loads((ROOT / env["NIAH_BASELINE"]).read_text())
     (cfg,) = base["configs"].values()
     assert sorted(t["prompt_sha256"] for t in cfg["trials"]) == sorted(p["prompt_sha256"] for p in prompts)
+    # the workflow gates with --metric both: a baseline without the probe's measures would show
+    # the needle-kept and fidelity cases skipped (and judge nothing there)
+    (job,) = workflow["jobs"].values()
+    assert any("--metric both" in (s.get("run") or "") for s in job["steps"])
+    assert all({"rank", "kept", "fidelity"} <= set(t) for t in cfg["trials"]), \
+        "refresh the baseline (results/baselines/README.md): its trials lack the probe's measures"
 
 
 @pytest.mark.slow
