@@ -144,6 +144,23 @@ def test_sparse_attention_kernel_matches_masked_sdpa(precision):
         sparse_attention(q, k, v, idx, precision="tf32")
 
 
+def test_a_prefill_chunks_launch_attends_as_the_decode_launch_does():
+    """At PREFILL_ROWS queries and more the kernel launches with its tuned warps and stages
+    (attend.py): the same attention as a 4-warp launch and as masked SDPA, to fp32 rounding."""
+    from niah.serving.embedded.cuda.attend import PREFILL_ROWS
+
+    g = torch.Generator().manual_seed(5)
+    T, S, K = PREFILL_ROWS, 40, 8
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, 64, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, 64, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int().to(DEV)
+    tuned = sparse_attention(q, k, v, idx)
+    torch.testing.assert_close(tuned, sparse_attention(q, k, v, idx, num_warps=4, num_stages=3),
+                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(tuned, sparse_attention_reference(q, k, v, idx), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "bf16"])
 def test_score_rows_bound_the_scores_and_keep_the_selection(dtype):
     """A score budget smaller than the chunk's [C, S] scores: the fused read scores a few rows
