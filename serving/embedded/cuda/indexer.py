@@ -367,8 +367,9 @@ class CudaDSA:
                 kept = self._kept_row(idx[-1], p0 + c1 - c0)
                 if needle is not None:
                     a, b = needle
+                    # a device scalar, read once after the prefill (generate.selection_recall): no host sync a layer
                     cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
-                        kept[a:b].float().mean().item() if b > a else 1.0)
+                        kept[a:b].float().mean() if b > a else 1.0)
                 if probe is not None:
                     Sr = kept.shape[0]
                     if last is None:       # the fused select wrote no scores: the last row's, unfused
