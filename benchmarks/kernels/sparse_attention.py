@@ -37,11 +37,11 @@ def case(tokens: int, queries: int, topk: int, seed: int = 0, selection: str = "
     v = torch.randn(1, HKV, tokens, D, device="cuda", generator=g)
     q = torch.randn(1, H, queries, D, device="cuda", generator=g)
     pos = torch.arange(tokens - queries, tokens, device="cuda")                  # the last `queries` positions
-    scores = torch.rand(queries, tokens, device="cuda", generator=g)
+    if selection == "window":   # the latest positions score highest
+        scores = torch.arange(tokens, device="cuda", dtype=torch.float32)[None, :].repeat(queries, 1)
+    else:
+        scores = torch.rand(queries, tokens, device="cuda", generator=g)
     scores.masked_fill_(torch.arange(tokens, device="cuda")[None, :] > pos[:, None], -1.0)
-    if selection == "window":
-        scores = torch.arange(tokens, device="cuda", dtype=torch.float32)[None, :].expand(queries, -1).clone()
-        scores.masked_fill_(torch.arange(tokens, device="cuda")[None, :] > pos[:, None], -1.0)
     idx = scores.topk(topk, dim=1).indices.int()
     return q, k, v, idx
 

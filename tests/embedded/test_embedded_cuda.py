@@ -144,10 +144,18 @@ def test_sparse_attention_kernel_matches_masked_sdpa(precision):
         sparse_attention(q, k, v, idx, precision="tf32")
 
 
-def test_a_prefill_chunks_launch_attends_as_the_decode_launch_does():
-    """At PREFILL_ROWS queries and more the kernel launches with its tuned warps and stages
-    (attend.py): the same attention as a 4-warp launch and as masked SDPA, to fp32 rounding."""
-    from niah.serving.embedded.cuda.attend import PREFILL_ROWS
+def test_a_prefill_chunk_launches_tuned_and_attends_as_the_4_warp_launch():
+    """At PREFILL_ROWS queries and more a "tf32x3" launch takes PREFILL_LAUNCH's warps and
+    stages (below: 4 warps, Triton's stages; other precisions always; a caller's choice wins),
+    and attends as a 4-warp launch and as masked SDPA, to fp32 rounding (on a GPU the warps
+    differ; in the interpreter they do not)."""
+    from niah.serving.embedded.cuda.attend import PREFILL_LAUNCH, PREFILL_ROWS, launch_options
+
+    assert launch_options("tf32x3", PREFILL_ROWS) == PREFILL_LAUNCH == {"num_warps": 2, "num_stages": 2}
+    assert launch_options("tf32x3", PREFILL_ROWS - 1) == {"num_warps": 4}
+    assert launch_options("ieee", 4096) == launch_options("broadcast", 4096) == {"num_warps": 4}
+    assert launch_options("tf32x3", 4096, num_warps=8, num_stages=3) == {"num_warps": 8, "num_stages": 3}
+    assert launch_options("tf32x3", 1, num_stages=1) == {"num_warps": 4, "num_stages": 1}
 
     g = torch.Generator().manual_seed(5)
     T, S, K = PREFILL_ROWS, 40, 8

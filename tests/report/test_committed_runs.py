@@ -125,9 +125,8 @@ def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
     assert data["source"]["args"]["residues"] == "4:0,1,2,3"
     assert {t["prompt_sha256"] for t in trials} <= {r["prompt_sha256"] for r in rows} and len(trials) == 60
     assert all(t["cache_state"] == "warm" and t["residue"] in (0, 1, 2, 3) for t in trials)
-    # what `niah gate --metric both` judges: the probe's three measures on every prompt past k
-    probed = [t for t in trials if t.get("rank") is not None]
-    assert len(probed) >= 50 and all(t.get("kept") is not None and t.get("fidelity") is not None for t in probed)
+    # what `niah gate --metric both` judges: the probe's three measures on every prompt (all past k = 128)
+    assert all(t.get(m) is not None for t in trials for m in ("rank", "kept", "fidelity"))
     r = niah("gate", "--baseline", str(base / "field-embedded.json"), "--candidate", str(base / "field-embedded.json"),
              "--json")
     assert r.returncode == 0, r.stderr

@@ -28,6 +28,17 @@ PREFILL_ROWS = 256
 PREFILL_LAUNCH = {"num_warps": 2, "num_stages": 2}
 
 
+def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
+    """The kernel's warps and stages for T queries: PREFILL_LAUNCH for a "tf32x3" prefill
+    chunk, else 4 warps at Triton's default stages; what the caller names wins."""
+    out = dict(PREFILL_LAUNCH) if precision == "tf32x3" and T >= PREFILL_ROWS else {"num_warps": 4}
+    if num_warps:
+        out["num_warps"] = num_warps
+    if num_stages:
+        out["num_stages"] = num_stages
+    return out
+
+
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None) -> torch.Tensor:
@@ -54,17 +65,13 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     K = idx.shape[1]
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
-    tuned = PREFILL_LAUNCH if precision == "tf32x3" and T >= PREFILL_ROWS else {"num_warps": 4}
-    launch = {"num_warps": num_warps or tuned["num_warps"]}
-    if num_stages or "num_stages" in tuned:
-        launch["num_stages"] = num_stages or tuned["num_stages"]
     sparse_attention_kernel[(T, Hkv)](
         qt, kk, vv, idx, out, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         idx.stride(0), out.stride(0), out.stride(1),
         K=K, G=G, BLOCK_G=next_pow2(G) if broadcast else max(16, next_pow2(G)), D=D, BLOCK_N=block_n,
         PRECISION=precision,
-        **launch,
+        **launch_options(precision, T, num_warps, num_stages),
     )
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
 
