@@ -169,7 +169,7 @@ def test_a_prefill_chunk_launches_tuned_and_attends_as_the_4_warp_launch():
     torch.testing.assert_close(tuned, sparse_attention_reference(q, k, v, idx), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp32"])
 def test_score_rows_bound_the_scores_and_keep_the_selection(dtype):
     """A score budget smaller than the chunk's [C, S] scores: the fused read scores a few rows
     at a time (never more than the budget's fp32 scores a call) and keeps the same keys and
@@ -185,8 +185,8 @@ def test_score_rows_bound_the_scores_and_keep_the_selection(dtype):
         assert rows.score_rows(S) * 4 * S <= rows.score_bytes or rows.score_rows(S) == 1
     assert make("bf16", bf16_read="gather", score_bytes=4).score_rows(10**5) == 64
     seen = []
-    real = rows.prefill_scores
-    rows.prefill_scores = lambda *a, **kw: seen.append(real(*a, **kw)) or seen[-1]
+    real = rows._call_scores
+    rows._call_scores = lambda *a, **kw: seen.append(real(*a, **kw)) or seen[-1]
     idx_a, last_a = whole._prefill_select(0, q[:, :, 20:84], 20)
     idx_b, last_b = rows._prefill_select(0, q[:, :, 20:84], 20)
     assert [t.shape[0] for t in seen] == [16, 16, 16, 16] and all(t.numel() * 4 <= rows.score_bytes for t in seen)
@@ -428,23 +428,32 @@ def test_graph_decode_step_equals_the_eager_step(arm):
 
 
 def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
-    from niah.serving.embedded.cuda.graphs import row_stats_at
+    """One row at a time (row_stats_at) and all rows in one batch (rows_stats_at, what a
+    decode step's probe computes after its last layer) give row_stats_tensor's numbers."""
+    from niah.serving.embedded.cuda.graphs import row_stats_at, rows_stats_at
     from niah.serving.embedded.probe import row_stats_tensor
 
     g = torch.Generator().manual_seed(6)
-    for trial in range(12):
-        S, W, k = 50, 64, 8
-        scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
-        if trial % 3 == 0:
-            scores[10:20] = 0.0                                     # ties at the ReLU's 0
-        kept = torch.zeros(S, dtype=torch.bool)
-        kept[scores.topk(k).indices] = True
-        span = (12, 15) if trial % 2 else (30, 34)
-        want = row_stats_tensor(scores, kept, exact, k, span)
-        pad = torch.full((W - S,), float("-inf"))
-        got = row_stats_at(torch.cat([scores, pad]), torch.cat([kept, torch.zeros(W - S, dtype=torch.bool)]),
-                           torch.cat([exact, pad]), k, torch.tensor(span))
-        torch.testing.assert_close(got, want, equal_nan=True)
+    S, W, k = 50, 64, 8
+    for span in ((12, 15), (30, 34)):
+        wants, padded = [], []
+        for trial in range(12):
+            scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
+            if trial % 3 == 0:
+                scores[10:20] = 0.0                                     # ties at the ReLU's 0
+            kept = torch.zeros(S, dtype=torch.bool)
+            kept[scores.topk(k).indices] = True
+            if trial % 4 == 1:
+                kept[span[0]:span[1]] = False                           # no value token kept: margin NaN
+            want = row_stats_tensor(scores, kept, exact, k, span)
+            pad = torch.full((W - S,), float("-inf"))
+            row = (torch.cat([scores, pad]), torch.cat([kept, torch.zeros(W - S, dtype=torch.bool)]),
+                   torch.cat([exact, pad]))
+            torch.testing.assert_close(row_stats_at(*row, k, torch.tensor(span)), want, equal_nan=True)
+            wants.append(want)
+            padded.append(row)
+        batch = rows_stats_at(*(torch.stack(t) for t in zip(*padded)), k, torch.tensor(span))
+        torch.testing.assert_close(batch, torch.stack(wants), equal_nan=True)
 
 
 def test_lengths_auto_reads_the_yarn_context_of_the_gpu_matrix():

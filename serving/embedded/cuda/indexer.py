@@ -57,7 +57,6 @@ from niah.kernels import forms
 from niah.kernels.quant import quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
-from niah.serving.embedded.cuda.graphs import row_stats_at
 from niah.serving.embedded.cuda.paging import PAGE, IndexKeyPool
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats_tensor
@@ -98,6 +97,7 @@ class CudaDSA:
         self.n_kv, self.dim = n_kv, dim
         self.device = torch.device(device)
         self._memo: dict = {}          # small per-shape tensors reused across layers (weights, lengths, slots)
+        self._decode_w: dict = {}      # the decode step's head weights (kept: graphs read them)
         if index_dtype == "fp32":
             self.pool = None
             self.keys32 = torch.zeros(n_layer, n_kv, capacity, dim, device=self.device)
@@ -157,26 +157,63 @@ class CudaDSA:
         """q: [1, H, C, D] index query of positions p0..p0+C-1 -> I [C, p0 + C] fp32, -inf where s > p.
         (path: what the call is attested as; decode steps of the gather and fp32 arms come here too.)"""
         _, H, C, D = q.shape
+        if self.index_dtype in ("fp8", "bf16") and self.bf16_read == "fused":
+            return self._call_scores(layer, self._score_inputs(layer, q, p0 + C), p0, 0, C)
         G, S = H // self.n_kv, p0 + C
         qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
-        ks = self._memoized(("ks", C), lambda: torch.zeros(C, dtype=torch.int32, device=self.device))
-        ke = self._memoized(("ke", p0, C), lambda: torch.arange(p0 + 1, S + 1, dtype=torch.int32, device=self.device))
         total = None
         for g in range(self.n_kv):
-            if self.index_dtype == "fp8":
-                q8, qs = quantize_fp8(qg[g])                               # [C, G, D], [C, G]
-                lg = fp8_mqa_logits(q8, self.pool.contiguous(layer, g, S), self._weights(C, G) * qs, ks, ke)
-                attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
-            elif self.index_dtype == "bf16" and self.bf16_read == "fused":
-                lg = bf16_mqa_logits(qg[g].to(torch.bfloat16).contiguous(), self.pool.contiguous(layer, g, S),
-                                     self._weights(C, G), ks, ke)
-                attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
-            elif self.index_dtype == "bf16":
+            if self.index_dtype == "bf16":
                 lg = self._gather_scores(layer, g, qg[g], p0)
                 attest.record(path, "bf16", "niah.bf16_gather_bmm")
             else:
                 lg = self._causal(self._torch_scores(self.keys32[layer, g, :S], qg[g]), p0)
                 attest.record(path, "fp32", "torch.matmul")
+            total = lg if total is None else total.add_(lg)
+        return total
+
+    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple:
+        """What the ragged kernel reads for the rows of q ([1, H, C, D]) against the first S
+        keys (fp8 or bf16 keys, the fused read), made once a chunk and sliced by each score
+        call: the index query per kv head ([Hkv, C, G, D]: fp8 e4m3 with one scale per row
+        and head folded into the weights, or bf16), the weights ([Hkv, C, G] fp32) and each kv
+        head's keys gathered from its pages (as SGLang's prefill gathers them). fp32 keys: (q,),
+        each call scored by prefill_scores."""
+        if self.index_dtype not in ("fp8", "bf16") or self.bf16_read != "fused":
+            return (q,)                          # fp32 keys: each call scored by prefill_scores
+        _, H, C, D = q.shape
+        G = H // self.n_kv
+        qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
+        w = self._weights(C, G)[None]                                      # [1, C, G]
+        if self.index_dtype == "fp8":
+            qq, qs = quantize_fp8(qg)                                      # [Hkv, C, G, D], [Hkv, C, G]
+            w = w * qs
+        else:
+            qq = qg.to(torch.bfloat16)
+            w = w.expand(self.n_kv, C, G)
+        keys = [self.pool.contiguous(layer, g, S) for g in range(self.n_kv)]
+        return qq.contiguous(), w.contiguous(), keys
+
+    def _call_scores(self, layer: int, inputs: tuple, p0: int, r0: int, r1: int) -> torch.Tensor:
+        """One score call of the ragged kernel: rows r0..r1-1 of a chunk at p0 (positions
+        p0 + r0 ..) over the keys up to the last row's, the kv heads summed in order ->
+        [r1 - r0, p0 + r1] fp32, -inf where s > p."""
+        if len(inputs) == 1:
+            return self.prefill_scores(layer, inputs[0][:, :, r0:r1], p0 + r0)
+        qq, w, keys = inputs
+        n, S = r1 - r0, p0 + r1
+        ks = self._memoized(("ks", n), lambda: torch.zeros(n, dtype=torch.int32, device=self.device))
+        ke = self._memoized(("ke", p0 + r0, n),
+                            lambda: torch.arange(p0 + r0 + 1, S + 1, dtype=torch.int32, device=self.device))
+        total = None
+        for g in range(self.n_kv):
+            if self.index_dtype == "fp8":
+                vals, scales = keys[g]
+                lg = fp8_mqa_logits(qq[g, r0:r1], (vals[:S], scales[:S]), w[g, r0:r1], ks, ke)
+                attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
+            else:
+                lg = bf16_mqa_logits(qq[g, r0:r1], keys[g][:S], w[g, r0:r1], ks, ke)
+                attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
             total = lg if total is None else total.add_(lg)
         return total
 
@@ -233,11 +270,13 @@ class CudaDSA:
         attest.record("store", self.index_dtype, "niah.store_index_keys")
 
     def decode_at(self, q: torch.Tensor, cache: LayerCache, ctx: torch.Tensor, valid: torch.Tensor, W: int,
-                  stats: torch.Tensor | None, span: torch.Tensor) -> torch.Tensor:
+                  rows=None) -> torch.Tensor:
         """The selection and sparse attention of one decode query (q [1, H, 1, D]) at the
         position where `valid` ([W] bool, s <= pos) ends; ctx: int32 [Hkv] = pos + 1.
-        Scores over W positions (-inf past pos), the top-k, the probe's stats into
-        stats[layer] when given. Needs pos + 1 > top-k (graphs.py serves shorter rows dense)."""
+        Scores over W positions (-inf past pos), the top-k; with the probe's `rows`
+        (graphs.ProbeRows) this layer's index scores, kept keys and exact-key scores go into
+        its row (the stats are computed for every layer at once after the last). Needs
+        pos + 1 > top-k (graphs.py serves shorter rows dense)."""
         layer = cache.layer_id
         _, H, _, D = q.shape
         G = H // self.n_kv
@@ -258,7 +297,7 @@ class CudaDSA:
             scores = scores.masked_fill_(~valid[None, :], float("-inf"))       # [1, W]
         else:
             qg = iq[0, :, 0].view(self.n_kv, 1, G, D)
-            w = torch.full((self.n_kv, G), (H * self.dim) ** -0.5, device=q.device)
+            w = self._decode_weights(G, q.device)
             if self.index_dtype == "fp8":
                 q8, qs = quantize_fp8(qg)
                 out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w * qs[:, 0], ctx, self.pool.block_table,
@@ -270,11 +309,20 @@ class CudaDSA:
                 attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
             scores = out.sum(0, keepdim=True)                                  # [1, W]
         idx = self.select(scores)                                              # [1, K]
-        if stats is not None:
-            kept = self._kept_row(idx[0], W)
-            exact = self.exact_scores(q, cache, W).masked_fill_(~valid, float("-inf"))
-            stats[layer] = row_stats_at(scores[0], kept, exact, self.topk, span)
+        if rows is not None:
+            rows.scores[layer].copy_(scores[0])
+            pick = idx[0]
+            rows.hits[layer].zero_().index_add_(0, pick.clamp_min(0).long(), (pick >= 0).int())
+            self.exact_scores(q, cache, W, out=rows.exact[layer])
         return sparse_attention(q, cache.k, cache.v, idx)
+
+    def _decode_weights(self, G: int, device) -> torch.Tensor:
+        """The head weights of a decode step, fp32 [Hkv, G]: made once (a graph reads it at every replay)."""
+        key = (G, str(device))
+        w = self._decode_w.get(key)
+        if w is None:
+            w = self._decode_w[key] = torch.full((self.n_kv, G), (self.n_kv * G * self.dim) ** -0.5, device=device)
+        return w
 
     # -- selection --------------------------------------------------------------------------
     def select(self, scores: torch.Tensor) -> torch.Tensor:
@@ -310,10 +358,13 @@ class CudaDSA:
         if rows >= C:
             scores = self.prefill_scores(layer, iq, p0)
             return self.select(scores), scores[-1]
+        # the fused read (the gather takes the whole chunk): the query quantised and each kv
+        # head's keys gathered once a chunk, each call a slice of the rows and a prefix of the keys
+        inputs = self._score_inputs(layer, iq, p0 + C)
         idx = torch.full((C, min(self.topk, p0 + C)), -1, dtype=torch.int32, device=iq.device)
         for r0 in range(0, C, rows):
             r1 = min(C, r0 + rows)
-            scores = self.prefill_scores(layer, iq[:, :, r0:r1], p0 + r0)
+            scores = self._call_scores(layer, inputs, p0, r0, r1)
             part = self.select(scores)
             idx[r0:r1, :part.shape[1]] = part
         return idx, scores[-1]
@@ -385,14 +436,15 @@ class CudaDSA:
         hits.index_add_(0, idx_row.clamp_min(0).long(), (idx_row >= 0).int())
         return hits > 0
 
-    def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int) -> torch.Tensor:
+    def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
         """The probe's reference (as the CPU server's): the unrotated query row [1, H, 1, D]
-        against the fp32 keys of the KV cache -> [S]."""
+        against the fp32 keys of the KV cache -> [S] (written into `out` when given)."""
         _, H, _, D = q_row.shape
         G = H // self.n_kv
         k = cache.k[0, :, :S]                                              # [Hkv, S, D]
         raw = torch.matmul(q_row[0, :, 0].view(self.n_kv, G, D), k.transpose(1, 2))   # [Hkv, G, S]
-        return raw.relu_().sum((0, 1)).mul_((H * D) ** -0.5)
+        return torch.sum(raw.relu_(), (0, 1), out=out).mul_((H * D) ** -0.5)
 
     def describe(self) -> dict:
         d = {"attention": "dsa", "index_dtype": self.index_dtype, "index_rotation": self.rotation,
