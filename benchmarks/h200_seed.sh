@@ -99,10 +99,10 @@ matrix() {
   log "matrix done"
 }
 
-single() {   # the matrix's 22,600-token trials, one arm at a time: the per-trial time with the GPU to itself
+single() {   # the matrix's longest trials (SINGLE_LENGTHS: 22600), one arm at a time: the per-trial time with the GPU to itself
   local run=/tmp/h200-one-arm-at-a-time
   rm -rf "$run"
-  (cd /tmp && python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths 22600 \
+  (cd /tmp && python3 -m niah sweep --matrix "$HERE/serving/examples/gpu-seed.toml" --lengths "${SINGLE_LENGTHS:-22600}" \
      --depths 10:90:5 --trials 3 --executor-set configs_per_gpu=1 --out "$run") 2>&1 | tail -4
   (cd /tmp && python3 -m niah report "$run") 2>&1 | tail -2
   (cd /tmp && tar czf "$OUT/h200-one-arm-at-a-time.tgz" h200-one-arm-at-a-time)
