@@ -10,6 +10,10 @@ written, with CLEAN). The output is the only allocation.
 
 COMPRESSED (DeepGEMM's max_seqlen_k > 0): column c of row i is key ks[i] + c, so the key
 tile is per query and is loaded inside the query loop.
+
+ACCUM (niah's, with CLEAN): out[i, n] = out[i, n] + logits[i, n]: a second kv head's logits
+added to the first's where they are written, the same fp32 sum as adding the two tensors
+after the kernel (IEEE addition commutes), without the separate add's passes over [S, n_cols].
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ def mqa_logits_kernel(
     CLEAN: tl.constexpr,
     COMPRESSED: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32 (triton#11584, #11604)
+    ACCUM: tl.constexpr,  # add to out instead of writing it (with CLEAN)
 ):
     pid_n = tl.program_id(0)
     pid_q = tl.program_id(1)
@@ -104,10 +109,17 @@ def mqa_logits_kernel(
             if IS_FP8:
                 logits = logits * sf
             logits = tl.where(valid, logits, float("-inf"))
-            tl.store(out_ptr + qi.to(tl.int64) * stride_out + offs_n, logits, mask=col_mask & q_ok)
+            o_ptrs = out_ptr + qi.to(tl.int64) * stride_out + offs_n
+            if ACCUM:
+                logits = tl.load(o_ptrs, mask=col_mask & q_ok, other=0.0) + logits
+            tl.store(o_ptrs, logits, mask=col_mask & q_ok)
     else:
         if CLEAN:
             ninf = tl.full([BLOCK_N], float("-inf"), tl.float32)
             for qq in range(0, BLOCK_Q):
                 qi = q0 + qq
-                tl.store(out_ptr + qi.to(tl.int64) * stride_out + offs_n, ninf, mask=col_mask & (qi < S))
+                o_ptrs = out_ptr + qi.to(tl.int64) * stride_out + offs_n
+                v = ninf
+                if ACCUM:
+                    v = tl.load(o_ptrs, mask=col_mask & (qi < S), other=0.0) + ninf
+                tl.store(o_ptrs, v, mask=col_mask & (qi < S))

@@ -124,7 +124,7 @@ def test_launcher_wants_constexprs_last():
 
     launcher = DirectLauncher(_jit(mqa_logits_kernel))
     assert launcher.compiled_mode and launcher.n_runtime == 16
-    assert launcher.constexpr_names[0] == "D" and launcher.constexpr_names[-1] == "UPCAST"
+    assert launcher.constexpr_names[0] == "D" and launcher.constexpr_names[-1] == "ACCUM"
     from triton.runtime.jit import JITFunction
 
     with pytest.raises(ValueError, match="constexpr parameters last"):

@@ -99,3 +99,23 @@ def test_bad_arguments_raise_clear_errors():
         bf16_mqa_logits(q, k, w, ks, ke)
     with pytest.raises(ValueError, match="cu_seq_len_k_end"):
         fp8_mqa_logits(q, (k, sf), w, ks, ke[:-1])
+
+
+@pytest.mark.parametrize("kind", ["bf16", "fp8"])
+def test_accumulate_into_adds_a_second_call_exactly_as_add_does(kind):
+    """accumulate_into: the second kv head's logits added where the kernel writes them are,
+    bit for bit, the first call's logits + the second's (add_ after the kernel), -inf where
+    both are masked; twice through the same shapes (the second call takes the bound launch)."""
+    q, k, sf, w, ks, ke = make_case(kind, 16, [5, 6], [0, 40], seed=1)
+    q2, k2, sf2, w2, _, _ = make_case(kind, 16, [5, 6], [0, 40], seed=2)
+    for _ in range(2):
+        first = run(kind, q, k, sf, w, ks, ke)
+        want = first.clone().add_(run(kind, q2, k2, sf2, w2, ks, ke))
+        got = run(kind, q2, k2, sf2, w2, ks, ke, accumulate_into=first)
+        assert got.data_ptr() == first.data_ptr()
+        assert torch.equal(got, want)
+    assert torch.isneginf(got).any() and torch.equal(torch.isneginf(got), torch.isneginf(want))
+    with pytest.raises(ValueError, match="accumulate_into must be"):
+        run(kind, q2, k2, sf2, w2, ks, ke, accumulate_into=torch.zeros(first.shape, device=first.device))
+    with pytest.raises(ValueError, match="accumulate_into needs clean_logits"):
+        run(kind, q2, k2, sf2, w2, ks, ke, clean_logits=False, accumulate_into=first)

@@ -196,7 +196,8 @@ class CudaDSA:
 
     def _call_scores(self, layer: int, inputs: tuple, p0: int, r0: int, r1: int) -> torch.Tensor:
         """One score call of the ragged kernel: rows r0..r1-1 of a chunk at p0 (positions
-        p0 + r0 ..) over the keys up to the last row's, the kv heads summed in order ->
+        p0 + r0 ..) over the keys up to the last row's, the kv heads summed in order (the
+        kernel adds each kv head's logits to the sum so far where it writes them) ->
         [r1 - r0, p0 + r1] fp32, -inf where s > p."""
         if len(inputs) == 1:
             return self.prefill_scores(layer, inputs[0][:, :, r0:r1], p0 + r0)
@@ -205,16 +206,16 @@ class CudaDSA:
         ks = self._memoized(("ks", n), lambda: torch.zeros(n, dtype=torch.int32, device=self.device))
         ke = self._memoized(("ke", p0 + r0, n),
                             lambda: torch.arange(p0 + r0 + 1, S + 1, dtype=torch.int32, device=self.device))
-        total = None
+        total = None                   # each kv head's logits added into the first's by the kernel
         for g in range(self.n_kv):
             if self.index_dtype == "fp8":
                 vals, scales = keys[g]
-                lg = fp8_mqa_logits(qq[g, r0:r1], (vals[:S], scales[:S]), w[g, r0:r1], ks, ke)
+                total = fp8_mqa_logits(qq[g, r0:r1], (vals[:S], scales[:S]), w[g, r0:r1], ks, ke,
+                                       accumulate_into=total)
                 attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
             else:
-                lg = bf16_mqa_logits(qq[g, r0:r1], keys[g][:S], w[g, r0:r1], ks, ke)
+                total = bf16_mqa_logits(qq[g, r0:r1], keys[g][:S], w[g, r0:r1], ks, ke, accumulate_into=total)
                 attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
-            total = lg if total is None else total.add_(lg)
         return total
 
     def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
