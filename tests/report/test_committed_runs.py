@@ -111,6 +111,26 @@ def test_the_h200_seed_sweep_holds_what_the_docs_report():
         assert (r["prompt_sha256"], r["answer"]) == (m["prompt_sha256"], m["answer"])
 
 
+def test_the_one_arm_runs_after_the_glue_changes_keep_the_prompts_and_what_they_say():
+    """device/one-arm-12k-22k(-before-accumulate)/: the matrix's 12,189- and 22,600-token trials,
+    one arm at a time, after the sparse prefill's launch, probe and score-input changes; the
+    second run adds the kernel's kv-head accumulation, which sums the same fp32 values in the
+    same order: every answer of the two runs is the same; both use the matrix's prompts; the
+    dense control (none of the changes touch it) answers as in the matrix."""
+    dev = H200 / "device"
+    runs = [{(r["config"], r["length"], r["depth"], r["trial"]): r
+             for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+            for name in ("one-arm-12k-22k-before-accumulate", "one-arm-12k-22k")]
+    matrix = {(r["config"], r["length"], r["depth"], r["trial"]): r
+              for r in map(json.loads, (H200 / "trials.jsonl").read_text().splitlines())}
+    before, after = runs
+    assert len(after) == 180 and before.keys() == after.keys() and {k[1] for k in after} == {12189, 22600}
+    for key, r in after.items():
+        assert r["answer"] == before[key]["answer"] and r["prompt_sha256"] == matrix[key]["prompt_sha256"]
+        if key[0] == "dense":
+            assert r["answer"] == matrix[key]["answer"]
+
+
 def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
     """results/baselines/field-prompts.jsonl (built with --coverage field against the embedded
     server) names its residue plan on every line; field-embedded.json is its sweep (cache state
