@@ -4,15 +4,25 @@
     joint 32-step search on the sample: hi = the R_HI-th largest sample key, lo = the R_LO-th
     (R_HI < k / STRIDE < R_LO, about 4 standard deviations of the sampled rank apart).
 (b) One pass over the row in TILE-wide tiles: keys > hi go straight to the output in index
-    order, keys in [lo, hi] (the candidates, with their positions) to a per-row scratch of CAP
-    slots, both ranked by one packed prefix sum per tile (stores past k / CAP are dropped).
-(c) If count(> hi) < k <= count(>= lo), the candidates fit the scratch and the row has more
-    than k candidates, the k-th key T lies in [lo, hi] and every key == T is in the scratch
-    (in index order): a 32-step search over the CAP scratch keys finds T, and the candidates
-    > T plus the lowest-index ties fill the remaining k - count(> hi) slots.
-    Otherwise (the bracket missed, too many candidates, or a row with <= k candidates) the
-    row falls back to a 32-pass search over the whole row and one selection pass: exact,
-    slow, rare on real rows (adversarial rows: all ties, short rows).
+    order, keys in (lo, hi] (the candidates, with their positions) to a per-row scratch of CAP
+    slots, both ranked by one packed prefix sum per tile (stores past k / CAP are dropped,
+    still counted); the keys == lo (the ties at the lower bracket) are counted.
+(c) If count(> hi) < k, the candidates fit the scratch and the row has more than k keys:
+    - k <= count(> lo): the k-th key T lies in (lo, hi] and every key == T is in the scratch
+      (in index order): a 32-step search over the CAP scratch keys finds T, and the candidates
+      > T plus the lowest-index ties fill the remaining k - count(> hi) slots;
+    - count(> lo) < k <= count(>= lo): T = lo: every candidate is kept, then the first
+      k - count(> lo) ties (the lowest positions), found by a second pass from the row's start
+      that stops once it has them. This is the row whose k-th score is a run
+      of exact ties, e.g. an indexer's ReLU zeros (rows with fewer than k keys above 0: about
+      a third of SmolLM2's prefill rows at 3.5K tokens, most of some layers'): however many
+      keys tie, they need no scratch (the old rule stored them as candidates, overflowed the
+      scratch and fell back: 5.6x slower on such rows of 22,600 keys on the H200).
+    Otherwise (the bracket missed, too many candidates, or a row with <= k keys) the row
+    falls back to a 32-pass search over the whole row and one selection pass: exact, slow,
+    rare on real rows (adversarial rows: a tie run above the lower bracket, short rows).
+    The output is the same either way up to order: (c) lists keys > hi, then the candidates
+    kept, then the ties; the fallback lists every key > T in index order, then the ties.
 Keys: order-preserving int32 (float bits, negatives flipped); INT_MIN marks a non-candidate.
 """
 
@@ -120,12 +130,14 @@ def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, 
 
 @triton.jit
 def _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t0, limit, hi, lo, K,
-                  n_gt, n_cand, n_valid, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr):
-    """One tile of pass (b): keys > hi to the output, keys in [lo, hi] to the scratch, in index order."""
+                  n_gt, n_cand, n_eq, n_valid, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr):
+    """One tile of pass (b): keys > hi to the output, keys in (lo, hi] to the scratch, in index
+    order; the keys == lo counted (with the valid keys' count: no extra reduction without lengths)."""
     pos = t0 + tl.arange(0, TILE)
     key = _keys(x_ptr, row_off, pos, limit, HAS_LEN)
     gt = key > hi
-    cand = (key >= lo) & (key <= hi)
+    cand = (key > lo) & (key <= hi)
+    eq = key == lo
     packed = gt.to(tl.int32) + (cand.to(tl.int32) << 16)
     c = tl.cumsum(packed, axis=0)
     r_gt = n_gt + (c & 0xFFFF) - 1
@@ -136,9 +148,35 @@ def _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t
     tot = tl.sum(packed, axis=0)
     n_gt += tot & 0xFFFF
     n_cand += (tot >> 16) & 0xFFFF
-    if not HAS_LEN:
-        n_valid += tl.sum((key != -2147483648).to(tl.int32), axis=0)
-    return n_gt, n_cand, n_valid
+    if HAS_LEN:
+        n_eq += tl.sum(eq.to(tl.int32), axis=0)
+    else:
+        both = tl.sum((key != -2147483648).to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)
+        n_valid += both & 0xFFFF
+        n_eq += (both >> 16) & 0xFFFF
+    return n_gt, n_cand, n_eq, n_valid
+
+
+@triton.jit
+def _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, W, lo, n_cand, n_gt, K,
+               CAP: tl.constexpr, TILE: tl.constexpr, HAS_LEN: tl.constexpr):
+    """T = lo: every candidate (after the n_gt keys > hi), then the first ties, found by a pass
+    from the row's start that stops once it has them (ties such as ReLU zeros are everywhere)."""
+    cp = tl.arange(0, CAP)
+    cidx = tl.load(sidx_ptr + s_off + cp, mask=cp < n_cand, other=-1)
+    tl.store(out_ptr + out_off + n_gt + cp, cidx, mask=cp < n_cand)
+    need = K - n_gt - n_cand
+    base = out_off + n_gt + n_cand
+    offs = tl.arange(0, TILE)
+    got = 0
+    t0 = 0
+    while (t0 < W) & (got < need):  # while, not range: the interpreter takes no run-time range bounds
+        pos = t0 + offs
+        eq = _keys(x_ptr, row_off, pos, limit, HAS_LEN) == lo
+        r = got + tl.cumsum(eq.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + base + r, pos, mask=eq & (r < need))
+        got += tl.sum(eq.to(tl.int32), axis=0)
+        t0 += TILE
 
 
 @triton.jit
@@ -175,22 +213,29 @@ def sample_topk_kernel(
     br = _kth(skey, tl.where(two == 0, R_HI, R_LO))
     hi = tl.sum(tl.where(two == 0, br, 0), axis=0)
     lo = tl.maximum(tl.sum(tl.where(two == 1, br, 0), axis=0), -2147483647)
-    # (b) one pass: keys > hi to the output, candidates in [lo, hi] to the scratch
+    # (b) one pass: keys > hi to the output, candidates in (lo, hi] to the scratch, ties at lo counted
     n_gt = 0
     n_cand = 0
+    n_eq = 0
     n_valid = 0
     if W_CONST:  # the interpreter takes only constant range bounds
         for t0 in range(0, W_CONST, TILE):
-            n_gt, n_cand, n_valid = _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t0,
-                                                  limit, hi, lo, K, n_gt, n_cand, n_valid, TILE, CAP, HAS_LEN)
+            n_gt, n_cand, n_eq, n_valid = _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off,
+                                                        t0, limit, hi, lo, K, n_gt, n_cand, n_eq, n_valid, TILE, CAP,
+                                                        HAS_LEN)
     else:
         for t0 in range(0, W, TILE):
-            n_gt, n_cand, n_valid = _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t0,
-                                                  limit, hi, lo, K, n_gt, n_cand, n_valid, TILE, CAP, HAS_LEN)
+            n_gt, n_cand, n_eq, n_valid = _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off,
+                                                        t0, limit, hi, lo, K, n_gt, n_cand, n_eq, n_valid, TILE, CAP,
+                                                        HAS_LEN)
     if HAS_LEN:
         n_valid = limit
     tl.debug_barrier()  # the scratch (and the output) written above are read / rewritten below
-    if (n_gt < K) & (n_gt + n_cand >= K) & (n_cand <= CAP) & (n_valid > K):
+    fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
+    if fits & (n_gt + n_cand >= K):
         _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP)
+    elif fits & (n_gt + n_cand + n_eq >= K):
+        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, W, lo, n_cand, n_gt, K, CAP, TILE,
+                   HAS_LEN)
     else:
         _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD, TILE, HAS_LEN)

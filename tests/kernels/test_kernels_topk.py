@@ -173,3 +173,30 @@ def test_sample_select_rejects_bad_tile():
         topk_indices(x, 4, method="sample", tile=1000)
     with pytest.raises(ValueError, match="method must be"):
         topk_indices(x, 4, method="radix")
+
+
+@pytest.mark.parametrize("positives,k,cap", [(30, 64, 256), (200, 256, 512), (400, 256, 512), (0, 64, 256)],
+                         ids=["few-above-zero", "hi-bracket-and-zeros", "kth-above-zero", "all-zero"])
+def test_sample_select_keeps_the_first_relu_zeros(positives, k, cap):
+    """An indexer's rows after ReLU: a few hundred keys above 0 and thousands of exact zeros, so
+    the k-th score is 0 (or just above it) and the zeros outnumber the scratch: the select keeps
+    the keys above 0 and then the lowest-position zeros, the exact rule, with a scratch of a few
+    hundred slots (the ties are counted, not stored: only the first k positions are)."""
+    width, stride = 4000, 8
+    g = torch.Generator().manual_seed(positives + k)
+    rows = []
+    for r in range(4):
+        x = torch.zeros(width)
+        where = torch.randperm(width, generator=g)[:positives]
+        x[where] = torch.rand(positives, generator=g) + 0.01
+        if r == 3:
+            x[3500:] = float("-inf")                       # a causal row: keys past its position
+        rows.append(x)
+    x = torch.stack(rows)
+    idx = topk_indices(x.to(DEV), k, method="sample", sample_stride=stride, cap=cap).cpu()
+    assert check_topk(x, idx, k) is None
+    for r in range(x.shape[0]):
+        order = torch.sort(x[r], descending=True, stable=True).indices
+        want = order[:k].int().sort().values
+        got = idx[r]
+        assert (got >= 0).all() and torch.equal(got.sort().values, want), f"row {r}"

@@ -1,0 +1,84 @@
+"""The sample select (kernels/topk/sample_kernel.py) on the GPU server's prefill score-call
+shape, 742 causal rows over 22,600 keys, on rows like an indexer's after ReLU (a few hundred
+or thousand keys above 0, the rest exact zeros) and on tie-free rows, beside another version
+of the kernel (--before: a sample_kernel.py file, e.g. an earlier commit's, `git show
+COMMIT:kernels/topk/sample_kernel.py > before.py`); each launch checked by value and the two
+kept sets compared.
+
+    python benchmarks/kernels/topk_ties.py --before before.py --out topk_ties.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+import torch
+
+ROWS, WIDTH = 742, 22600   # a 64 MiB score call at 22,600 keys (serving/embedded/cuda/indexer.py score_rows)
+KINDS = ("relu-300-above-zero", "relu-3000-above-zero", "all-above-zero", "normal")
+
+
+def make_rows(kind: str, g: torch.Generator, dev: str) -> torch.Tensor:
+    """[ROWS, WIDTH] fp32, row i causal up to key WIDTH - ROWS + i (-inf past it, as clean logits)."""
+    if kind.startswith("relu-"):
+        above = int(kind.split("-")[1])
+        pick = torch.rand(ROWS, WIDTH, device=dev, generator=g) < above / WIDTH
+        x = torch.where(pick, torch.rand(ROWS, WIDTH, device=dev, generator=g) + 0.01, 0.0)
+    elif kind == "all-above-zero":
+        x = torch.randn(ROWS, WIDTH, device=dev, generator=g).abs() + 1e-3
+    else:
+        x = torch.randn(ROWS, WIDTH, device=dev, generator=g)
+    last = torch.arange(WIDTH - ROWS, WIDTH, device=dev)[:, None]
+    return x.masked_fill(torch.arange(WIDTH, device=dev)[None, :] > last, float("-inf"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import triton
+
+    from niah.kernels._common import next_pow2
+    from niah.kernels.topk.reference import check_topk_fast
+    from niah.kernels.topk.sample_kernel import sample_topk_kernel
+    from niah.kernels.topk.wrapper import SAMPLE_STRIDE, SAMPLE_TILE, SAMPLE_WARPS, sample_brackets
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="another sample_kernel.py to time beside this one")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    spec = importlib.util.spec_from_file_location("before_sample_kernel", a.before)
+    before = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(before)
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    out = []
+    for kind in KINDS:
+        x = make_rows(kind, g, dev)
+        for k in (512, 1024):
+            r_hi, r_lo = sample_brackets(k, SAMPLE_STRIDE)
+            res, kept = {}, {}
+            for name, kern in (("before", before.sample_topk_kernel), ("after", sample_topk_kernel)):
+                o = torch.empty(ROWS, k, dtype=torch.int32, device=dev)
+                sc = torch.empty(2, ROWS, 4096, dtype=torch.int32, device=dev)
+
+                def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo):
+                    kern[(ROWS,)](x, x, o, sc[0], sc[1], WIDTH, k, x.stride(0), r_hi, r_lo, TILE=SAMPLE_TILE,
+                                  NS=max(16, next_pow2(-(-WIDTH // SAMPLE_STRIDE))), STRIDE=SAMPLE_STRIDE,
+                                  CAP=4096, HAS_LEN=False, K_PAD=next_pow2(k), W_CONST=0, num_warps=SAMPLE_WARPS)
+
+                go()
+                torch.cuda.synchronize()
+                res[name + "_ok"] = check_topk_fast(x, o, k, None) is None
+                res[name + "_ms"] = round(triton.testing.do_bench(go, warmup=5, rep=50), 4)
+                kept[name] = o.sort(1).values
+            row = {"rows": kind, "shape": [ROWS, WIDTH], "k": k, **res,
+                   "ratio": round(res["before_ms"] / res["after_ms"], 2),
+                   "same_kept_sets": torch.equal(kept["before"], kept["after"])}
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    with open(a.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "results": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
