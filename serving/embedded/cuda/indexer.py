@@ -11,15 +11,14 @@ only), computed the way a DSA server computes it:
 - index query: quantised like SGLang's: fp8 e4m3 with one scale per (token, head) folded
   into the head weights (scales are positive, so they commute with the ReLU), or bf16;
   fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
-- scores: prefill through the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`: rows
-  of queries over the sequence's keys, gathered from its pages for each score call and kv
-  head, as SGLang's prefill does), as many rows a call as fit in `score_bytes` of fp32
-  scores (64 MiB: `score_rows`; each call's top-k taken before the next, the attention once
-  a chunk), so the read's working memory is bounded at any length (about three such
-  buffers live at once: the running sum over kv heads, one kv head's scores, the previous
-  call's scores); decode through the paged kernel (`fp8_paged_mqa_logits` /
-  `bf16_paged_mqa_logits`, the pages read in place through the block table). The 3 kv
-  heads are the kernels' batch: one launch (decode) or one per kv head (prefill), summed.
+- scores (scores.py, `IndexScores`): prefill through the ragged kernel (`fp8_mqa_logits` /
+  `bf16_mqa_logits`: rows of queries over the sequence's keys, gathered from its pages once
+  a chunk and kv head, as SGLang's prefill gathers them), as many rows a call as fit in
+  `score_bytes` of fp32 scores (64 MiB: `score_rows`; each call's top-k taken before the
+  next, the attention once a chunk), so the read's working memory is bounded at any length;
+  the kernel adds each kv head's logits into the running sum; decode through the paged
+  kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the pages read in place through
+  the block table, the 3 kv heads its batch).
 - `bf16_read="gather"` (bf16 only): the seed's naive read instead, every page copied once
   per query of the whole chunk ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same
   selection up to bf16 rounding of the products, and the memory that killed the seed's 22K
@@ -51,13 +50,13 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import (bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits, fp8_paged_mqa_logits,
-                          indexer_topk, store_index_keys, topk_indices)
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_topk, store_index_keys, topk_indices
 from niah.kernels import forms
 from niah.kernels.quant import quantize_fp8
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
 from niah.serving.embedded.cuda.paging import PAGE, IndexKeyPool
+from niah.serving.embedded.cuda.scores import SCORE_BYTES, IndexScores
 from niah.serving.embedded.model import LayerCache, dense_attention
 from niah.serving.embedded.probe import row_stats_tensor
 from niah.serving.sglang import attest
@@ -65,10 +64,9 @@ from niah.serving.sglang import attest
 BF16_READS = ("fused", "gather")
 TOPK_IMPLS = ("niah", "torch", "fused")
 KERNELS = "niah-cuda"      # the arm's kernels: niah's Triton kernels in the embedded server
-SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (rows = SCORE_BYTES / 4S)
 
 
-class CudaDSA:
+class CudaDSA(IndexScores):
     name = "dsa"
     owns_index_keys = True       # Transformer.set_attention allocates no cache.idx_k
 
@@ -135,124 +133,6 @@ class CudaDSA:
 
     def index_query(self, q: torch.Tensor) -> torch.Tensor:
         return rotate(q, self.rotation) if self.rotation != "none" else q
-
-    # -- scores -------------------------------------------------------------------------------
-    def _memoized(self, key, make):
-        got = self._memo.get(key)
-        if got is None:
-            got = self._memo[key] = make()
-        return got
-
-    def _weights(self, rows: int, G: int) -> torch.Tensor:
-        H = self.n_kv * G
-        return self._memoized(("w", rows, G), lambda: torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device))
-
-    def _causal(self, scores: torch.Tensor, p0: int) -> torch.Tensor:
-        C, S = scores.shape
-        cols = torch.arange(S, device=scores.device)[None, :]
-        rows = torch.arange(p0, p0 + C, device=scores.device)[:, None]
-        return scores.masked_fill_(cols > rows, float("-inf"))
-
-    def prefill_scores(self, layer: int, q: torch.Tensor, p0: int, path: str = "prefill_logits") -> torch.Tensor:
-        """q: [1, H, C, D] index query of positions p0..p0+C-1 -> I [C, p0 + C] fp32, -inf where s > p.
-        (path: what the call is attested as; decode steps of the gather and fp32 arms come here too.)"""
-        _, H, C, D = q.shape
-        if self.index_dtype in ("fp8", "bf16") and self.bf16_read == "fused":
-            return self._call_scores(layer, self._score_inputs(layer, q, p0 + C), p0, 0, C)
-        G, S = H // self.n_kv, p0 + C
-        qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
-        total = None
-        for g in range(self.n_kv):
-            if self.index_dtype == "bf16":
-                lg = self._gather_scores(layer, g, qg[g], p0)
-                attest.record(path, "bf16", "niah.bf16_gather_bmm")
-            else:
-                lg = self._causal(self._torch_scores(self.keys32[layer, g, :S], qg[g]), p0)
-                attest.record(path, "fp32", "torch.matmul")
-            total = lg if total is None else total.add_(lg)
-        return total
-
-    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple:
-        """What the ragged kernel reads for the rows of q ([1, H, C, D]) against the first S
-        keys (fp8 or bf16 keys, the fused read), made once a chunk and sliced by each score
-        call: the index query per kv head ([Hkv, C, G, D]: fp8 e4m3 with one scale per row
-        and head folded into the weights, or bf16), the weights ([Hkv, C, G] fp32) and each kv
-        head's keys gathered from its pages (as SGLang's prefill gathers them). fp32 keys: (q,),
-        each call scored by prefill_scores."""
-        if self.index_dtype not in ("fp8", "bf16") or self.bf16_read != "fused":
-            return (q,)                          # fp32 keys: each call scored by prefill_scores
-        _, H, C, D = q.shape
-        G = H // self.n_kv
-        qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
-        w = self._weights(C, G)[None]                                      # [1, C, G]
-        if self.index_dtype == "fp8":
-            qq, qs = quantize_fp8(qg)                                      # [Hkv, C, G, D], [Hkv, C, G]
-            w = w * qs
-        else:
-            qq = qg.to(torch.bfloat16)
-            w = w.expand(self.n_kv, C, G)
-        keys = [self.pool.contiguous(layer, g, S) for g in range(self.n_kv)]
-        return qq.contiguous(), w.contiguous(), keys
-
-    def _call_scores(self, layer: int, inputs: tuple, p0: int, r0: int, r1: int) -> torch.Tensor:
-        """One score call of the ragged kernel: rows r0..r1-1 of a chunk at p0 (positions
-        p0 + r0 ..) over the keys up to the last row's, the kv heads summed in order (the
-        kernel adds each kv head's logits to the sum so far where it writes them) ->
-        [r1 - r0, p0 + r1] fp32, -inf where s > p."""
-        if len(inputs) == 1:
-            return self.prefill_scores(layer, inputs[0][:, :, r0:r1], p0 + r0)
-        qq, w, keys = inputs
-        n, S = r1 - r0, p0 + r1
-        ks = self._memoized(("ks", n), lambda: torch.zeros(n, dtype=torch.int32, device=self.device))
-        ke = self._memoized(("ke", p0 + r0, n),
-                            lambda: torch.arange(p0 + r0 + 1, S + 1, dtype=torch.int32, device=self.device))
-        total = None                   # each kv head's logits added into the first's by the kernel
-        for g in range(self.n_kv):
-            if self.index_dtype == "fp8":
-                vals, scales = keys[g]
-                total = fp8_mqa_logits(qq[g, r0:r1], (vals[:S], scales[:S]), w[g, r0:r1], ks, ke,
-                                       accumulate_into=total)
-                attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
-            else:
-                total = bf16_mqa_logits(qq[g, r0:r1], keys[g][:S], w[g, r0:r1], ks, ke, accumulate_into=total)
-                attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
-        return total
-
-    def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
-        """q: [1, H, 1, D] index query of position S - 1 -> I [1, S] fp32."""
-        _, H, _, D = q.shape
-        G = H // self.n_kv
-        qg = q[0, :, 0].view(self.n_kv, 1, G, D)                          # [Hkv, next_n=1, G, D]
-        if self.index_dtype == "fp32" or self.bf16_read == "gather":
-            return self.prefill_scores(layer, q, S - 1, "decode_logits")
-        ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
-        if self.index_dtype == "fp8":
-            q8, qs = quantize_fp8(qg)                                      # [Hkv, 1, G, D], [Hkv, 1, G]
-            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._weights(self.n_kv, G) * qs[:, 0],
-                                       ctx, self.pool.block_table, None, S, clean_logits=True)
-            attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
-        else:
-            out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
-                                        self._weights(self.n_kv, G), ctx, self.pool.block_table, None, S,
-                                        clean_logits=True)
-            attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
-        return out.sum(0, keepdim=True)                                    # [1, S]
-
-    def _torch_scores(self, keys: torch.Tensor, qg: torch.Tensor) -> torch.Tensor:
-        """keys [S, D] fp32, qg [C, G, D] -> [C, S]: w * sum_h ReLU(q_h . k) in fp32."""
-        G = qg.shape[1]
-        raw = torch.matmul(qg, keys.t())                                   # [C, G, S]
-        return raw.relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
-
-    def _gather_scores(self, layer: int, g: int, qg: torch.Tensor, p0: int) -> torch.Tensor:
-        """The naive bf16 read: every page of kv head g copied for every query, then a bmm."""
-        C, G, _ = qg.shape
-        S = p0 + C
-        pages = self.pool.gather_per_query(layer, g, C, S)                 # [C, pages*64, D] bf16
-        raw = torch.bmm(qg.to(torch.bfloat16), pages.transpose(1, 2))[:, :, :S]   # [C, G, S] bf16
-        del pages
-        scores = raw.float().relu_().sum(1).mul_((self.n_kv * G * self.dim) ** -0.5)
-        return self._causal(scores, p0)
 
     # -- the decode step of a CUDA graph (graphs.py): the position on the device, width W ----
     def store_at(self, cache: LayerCache, k: torch.Tensor, pos: torch.Tensor) -> None:
@@ -339,14 +219,6 @@ class CudaDSA:
         return torch.where(torch.isneginf(top.values), -1, top.indices).to(torch.int32)
 
     # -- the attention (installed by Transformer.set_attention) ----------------------------
-    def score_rows(self, S: int) -> int:
-        """Query rows one score call takes over S keys: as many as fit in `score_bytes` of
-        fp32 [rows, S] scores (at most the chunk), so the read's working memory is bounded at
-        any length; the gather read takes the whole chunk (the seed's naive path)."""
-        if self.index_dtype == "bf16" and self.bf16_read == "gather":
-            return self.chunk
-        return max(1, min(self.chunk, self.score_bytes // (4 * S)))
-
     def _prefill_select(self, layer: int, iq: torch.Tensor, p0: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Kept positions of the C queries of iq ([1, H, C, D] at p0..p0+C-1): int32 [C, min(K, p0+C)]
         (-1 pads), scored `score_rows` rows at a time; and the last row's scores [p0 + C]."""
@@ -360,12 +232,13 @@ class CudaDSA:
             scores = self.prefill_scores(layer, iq, p0)
             return self.select(scores), scores[-1]
         # the fused read (the gather takes the whole chunk): the query quantised and each kv
-        # head's keys gathered once a chunk, each call a slice of the rows and a prefix of the keys
+        # head's keys gathered once a chunk, each call a slice of the rows and a prefix of the
+        # keys (fp32 keys: each call scored on its own)
         inputs = self._score_inputs(layer, iq, p0 + C)
         idx = torch.full((C, min(self.topk, p0 + C)), -1, dtype=torch.int32, device=iq.device)
         for r0 in range(0, C, rows):
             r1 = min(C, r0 + rows)
-            scores = self._call_scores(layer, inputs, p0, r0, r1)
+            scores = self._call_scores(layer, inputs, iq, p0, r0, r1)
             part = self.select(scores)
             idx[r0:r1, :part.shape[1]] = part
         return idx, scores[-1]
