@@ -31,6 +31,8 @@ SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (r
 
 
 class IndexScores:
+    """The index scores of CudaDSA (module doc: the attributes it reads from its subclass)."""
+
     def _memoized(self, key, make):
         got = self._memo.get(key)
         if got is None:
@@ -66,7 +68,7 @@ class IndexScores:
             total = lg if total is None else total.add_(lg)
         return total
 
-    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple:
+    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple | None:
         """What the ragged kernel reads for the rows of q ([1, H, C, D]) against the first S
         keys (fp8 or bf16 keys, the fused read), made once a chunk and sliced by each score
         call: the index query per kv head ([Hkv, C, G, D]: fp8 e4m3 with one scale per row
