@@ -110,7 +110,7 @@ def mqa_logits_kernel(
                 logits = logits * sf
             logits = tl.where(valid, logits, float("-inf"))
             o_ptrs = out_ptr + qi.to(tl.int64) * stride_out + offs_n
-            if ACCUM:
+            if ACCUM:   # (the tl.where above keeps the sum a plain add, not an FMA with the scale)
                 logits = tl.load(o_ptrs, mask=col_mask & q_ok, other=0.0) + logits
             tl.store(o_ptrs, logits, mask=col_mask & q_ok)
     else:

@@ -61,7 +61,8 @@ def _check(name, q, k, sf, weights, ks, ke, clean_logits, max_seqlen_k, fp8, acc
         if acc.dtype != torch.float32 or acc.shape != (seq, k.shape[0]) or acc.stride() != (stride, 1):
             raise ValueError(f"{name}: accumulate_into must be an earlier call's float32 [{seq}, {k.shape[0]}] "
                              f"logits (row stride {stride}), got {acc.dtype} {tuple(acc.shape)} strides {acc.stride()}")
-        check_device(q, acc)
+        if acc.device != q.device:
+            raise ValueError(f"{name}: accumulate_into must be on {q.device}, got {acc.device}")
     check_device(q, k, sf, weights, ks, ke)
 
 

@@ -158,7 +158,7 @@ def _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t
 
 
 @triton.jit
-def _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, W, lo, n_cand, n_gt, K,
+def _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K,
                CAP: tl.constexpr, TILE: tl.constexpr, HAS_LEN: tl.constexpr):
     """T = lo: every candidate (after the n_gt keys > hi), then the first ties, found by a pass
     from the row's start that stops once it has them (ties such as ReLU zeros are everywhere)."""
@@ -170,7 +170,7 @@ def _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, W, lo, 
     offs = tl.arange(0, TILE)
     got = 0
     t0 = 0
-    while (t0 < W) & (got < need):  # while, not range: the interpreter takes no run-time range bounds
+    while (t0 < limit) & (got < need):  # while, not range: the interpreter takes no run-time range bounds
         pos = t0 + offs
         eq = _keys(x_ptr, row_off, pos, limit, HAS_LEN) == lo
         r = got + tl.cumsum(eq.to(tl.int32), axis=0) - 1
@@ -234,8 +234,8 @@ def sample_topk_kernel(
     fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
     if fits & (n_gt + n_cand >= K):
         _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP)
-    elif fits & (n_gt + n_cand + n_eq >= K):
-        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, W, lo, n_cand, n_gt, K, CAP, TILE,
+    elif fits & (n_gt + n_cand + n_eq >= K) & (hi >= lo):   # hi < lo: no bracket to trust (NaN bit patterns)
+        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K, CAP, TILE,
                    HAS_LEN)
     else:
         _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD, TILE, HAS_LEN)

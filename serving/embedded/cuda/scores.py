@@ -86,9 +86,12 @@ class IndexScores:
             w = w * qs
         else:
             qq = qg.to(torch.bfloat16)
-            w = w.expand(self.n_kv, C, G)
+        # rows padded to a multiple of 4 floats, so every call's slice w[g, r0:r1] starts
+        # 16-byte aligned (the kernels' bound launch wants aligned pointers)
+        wp = torch.zeros(self.n_kv, C, -(-G // 4) * 4, device=q.device)
+        wp[:, :, :G] = w
         keys = [self.pool.contiguous(layer, g, S) for g in range(self.n_kv)]
-        return qq.contiguous(), w.contiguous(), keys
+        return qq.contiguous(), wp[:, :, :G], keys
 
     def _call_scores(self, layer: int, inputs: tuple | None, q: torch.Tensor, p0: int, r0: int,
                      r1: int) -> torch.Tensor:
