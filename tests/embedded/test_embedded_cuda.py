@@ -429,7 +429,9 @@ def test_graph_decode_step_equals_the_eager_step(arm):
 
 def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
     """One row at a time (row_stats_at) and all rows in one batch (rows_stats_at, what a
-    decode step's probe computes after its last layer) give row_stats_tensor's numbers."""
+    decode step's probe computes after its last layer) give row_stats_tensor's numbers, also
+    where the exact scores tie at their k-th (ReLU zeros: the fidelity counts the tied keys
+    the selection kept while the exact top-k has room, not whichever ones topk returned)."""
     from niah.serving.embedded.cuda.graphs import row_stats_at, rows_stats_at
     from niah.serving.embedded.probe import row_stats_tensor
 
@@ -441,6 +443,8 @@ def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
             scores, exact = torch.randn(S, generator=g), torch.randn(S, generator=g)
             if trial % 3 == 0:
                 scores[10:20] = 0.0                                     # ties at the ReLU's 0
+            if trial % 3 == 1:
+                exact = exact.clamp_min(1.5) - 1.5                      # fewer than k above 0: the exact k-th a tie at 0
             kept = torch.zeros(S, dtype=torch.bool)
             kept[scores.topk(k).indices] = True
             if trial % 4 == 1:

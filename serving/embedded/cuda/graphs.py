@@ -48,8 +48,9 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     scores, exact: fp32 [R, W] (-inf past each row's S candidates), kept: bool [R, W] (False
     past S), span: int64 [2] (a < b), k < S. -> fp64 [R, 5] in STAT_KEYS order, each row the
     same numbers as row_stats_tensor: ranks from counts (the best-ranked value token is the
-    highest-scoring one), the top-k overlap by marking instead of torch.isin (whose sort-based
-    path syncs the host). One launch per op for all R rows: a decode step's probe computes its
+    highest-scoring one), the top-k overlap by counts against the exact k-th score (as
+    probe._overlap, ties at it counted while the exact top-k has room; no torch.isin, whose
+    sort-based path syncs the host). One launch per op for all R rows: a decode step's probe computes its
     layers' stats together after the last layer, not a few dozen small launches a layer."""
     R, W = scores.shape
     pos = torch.arange(W, device=scores.device)
@@ -67,9 +68,12 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     spread = first - kth
     margin = torch.where(spread > 0, (worst_kept - kth) / torch.where(spread > 0, spread, 1.0), 0.0)
     margin = torch.where(kept_n.any(1), margin, torch.nan)
-    mark = torch.zeros(R, W, dtype=torch.bool, device=scores.device)
-    mark.scatter_(1, exact.topk(k, dim=1).indices, True)
-    overlap = mark.gather(1, top.indices).sum(1).double()
+    # probe._overlap row by row: the selected keys above the exact k-th score, plus those tied
+    # at it while the exact top-k has room (ReLU zeros tie there in many rows)
+    ekth = exact.topk(k, dim=1).values[:, -1:]                                    # [R, 1]
+    room = k - (exact > ekth).sum(1)
+    picked = exact.gather(1, top.indices)                                         # [R, k]
+    overlap = ((picked > ekth).sum(1) + torch.minimum((picked == ekth).sum(1), room)).double()
     return torch.stack([kept_n.sum(1).double() / n, rank_best / k, rank_worst / k, margin, overlap / k], dim=1)
 
 
