@@ -444,7 +444,7 @@ def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
             if trial % 3 == 0:
                 scores[10:20] = 0.0                                     # ties at the ReLU's 0
             if trial % 3 == 1:
-                exact = exact.clamp_min(1.5) - 1.5                      # fewer than k above 0: the exact k-th a tie at 0
+                exact = exact.clamp_min(1.5) - 1.5      # fewer than k above 0: the exact k-th a tie at 0
             kept = torch.zeros(S, dtype=torch.bool)
             kept[scores.topk(k).indices] = True
             if trial % 4 == 1:
