@@ -17,7 +17,8 @@
       of exact ties, e.g. an indexer's ReLU zeros (rows with fewer than k keys above 0: about
       a third of SmolLM2's prefill rows at 3.5K tokens, most of some layers'): however many
       keys tie, they need no scratch (the old rule stored them as candidates, overflowed the
-      scratch and fell back: 5.6x slower on such rows of 22,600 keys on the H200).
+      scratch and fell back: 6.6x slower on such rows of 22,600 keys on the H200,
+      docs/results/h200-bench-topk-ties.json).
     Otherwise (the bracket missed, too many candidates, or a row with <= k keys) the row
     falls back to a 32-pass search over the whole row and one selection pass: exact, slow,
     rare on real rows (adversarial rows: a tie run above the lower bracket, short rows).

@@ -428,11 +428,11 @@ def test_graph_decode_step_equals_the_eager_step(arm):
 
 
 def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
-    """One row at a time (row_stats_at) and all rows in one batch (rows_stats_at, what a
-    decode step's probe computes after its last layer) give row_stats_tensor's numbers, also
+    """rows_stats_at on one row at a time and on all rows in one batch (what a decode step's
+    probe computes after its last layer) gives row_stats_tensor's numbers, also
     where the exact scores tie at their k-th (ReLU zeros: the fidelity counts the tied keys
     the selection kept while the exact top-k has room, not whichever ones topk returned)."""
-    from niah.serving.embedded.cuda.graphs import row_stats_at, rows_stats_at
+    from niah.serving.embedded.cuda.graphs import rows_stats_at
     from niah.serving.embedded.probe import row_stats_tensor
 
     g = torch.Generator().manual_seed(6)
@@ -453,7 +453,8 @@ def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
             pad = torch.full((W - S,), float("-inf"))
             row = (torch.cat([scores, pad]), torch.cat([kept, torch.zeros(W - S, dtype=torch.bool)]),
                    torch.cat([exact, pad]))
-            torch.testing.assert_close(row_stats_at(*row, k, torch.tensor(span)), want, equal_nan=True)
+            one = rows_stats_at(*(t[None] for t in row), k, torch.tensor(span))[0]
+            torch.testing.assert_close(one, want, equal_nan=True)
             wants.append(want)
             padded.append(row)
         batch = rows_stats_at(*(torch.stack(t) for t in zip(*padded)), k, torch.tensor(span))

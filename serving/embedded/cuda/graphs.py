@@ -77,12 +77,6 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     return torch.stack([kept_n.sum(1).double() / n, rank_best / k, rank_worst / k, margin, overlap / k], dim=1)
 
 
-def row_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: int,
-                 span: torch.Tensor) -> torch.Tensor:
-    """rows_stats_at of one row: scores, exact fp32 [W], kept bool [W] -> fp64 [5]."""
-    return rows_stats_at(scores[None], kept[None], exact[None], k, span)[0]
-
-
 class ProbeRows:
     """A decode step's probe inputs, one row a layer, filled by the layers (the attention's
     decode_at) and turned into stats once after the last layer (`stats`).

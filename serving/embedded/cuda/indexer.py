@@ -178,7 +178,7 @@ class CudaDSA(IndexScores):
             scores = scores.masked_fill_(~valid[None, :], float("-inf"))       # [1, W]
         else:
             qg = iq[0, :, 0].view(self.n_kv, 1, G, D)
-            w = self._decode_weights(G, q.device)
+            w = self._decode_weights(G)
             if self.index_dtype == "fp8":
                 q8, qs = quantize_fp8(qg)
                 out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w * qs[:, 0], ctx, self.pool.block_table,
@@ -196,14 +196,6 @@ class CudaDSA(IndexScores):
             rows.hits[layer].zero_().index_add_(0, pick.clamp_min(0).long(), (pick >= 0).int())
             self.exact_scores(q, cache, W, out=rows.exact[layer])
         return sparse_attention(q, cache.k, cache.v, idx)
-
-    def _decode_weights(self, G: int, device) -> torch.Tensor:
-        """The head weights of a decode step, fp32 [Hkv, G]: made once (a graph reads it at every replay)."""
-        key = (G, str(device))
-        w = self._decode_w.get(key)
-        if w is None:
-            w = self._decode_w[key] = torch.full((self.n_kv, G), (self.n_kv * G * self.dim) ** -0.5, device=device)
-        return w
 
     # -- selection --------------------------------------------------------------------------
     def select(self, scores: torch.Tensor) -> torch.Tensor:

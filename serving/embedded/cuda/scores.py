@@ -14,7 +14,7 @@ that turns an index query into scores, kept apart so that each file holds one jo
   every page copied once per query, a bf16 bmm (the seed's naive read, no budget).
 
 Contract with the class that mixes it in: attributes n_kv, dim, device, index_dtype,
-bf16_read, chunk, score_bytes, pool (paging.IndexKeyPool, None for fp32), keys32 (fp32
+bf16_read, chunk, score_bytes, _decode_w (a dict), pool (paging.IndexKeyPool, None for fp32), keys32 (fp32
 [layers, n_kv, capacity, dim] when pool is None) and _memo (a dict emptied at each step's
 first layer). Every call is attested by kernel name (serving/sglang/attest.py).
 """
@@ -42,6 +42,15 @@ class IndexScores:
     def _weights(self, rows: int, G: int) -> torch.Tensor:
         H = self.n_kv * G
         return self._memoized(("w", rows, G), lambda: torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device))
+
+    def _decode_weights(self, G: int) -> torch.Tensor:
+        """A decode step's head weights, fp32 [Hkv, G]: made once and kept (a CUDA graph
+        captured over them reads them at every replay)."""
+        w = self._decode_w.get(G)
+        if w is None:
+            w = self._decode_w[G] = torch.full((self.n_kv, G), (self.n_kv * G * self.dim) ** -0.5,
+                                               device=self.device)
+        return w
 
     def _causal(self, scores: torch.Tensor, p0: int) -> torch.Tensor:
         C, S = scores.shape
@@ -128,12 +137,12 @@ class IndexScores:
         ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
         if self.index_dtype == "fp8":
             q8, qs = quantize_fp8(qg)                                      # [Hkv, 1, G, D], [Hkv, 1, G]
-            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._weights(self.n_kv, G) * qs[:, 0],
+            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._decode_weights(G) * qs[:, 0],
                                        ctx, self.pool.block_table, None, S, clean_logits=True)
             attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
         else:
             out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
-                                        self._weights(self.n_kv, G), ctx, self.pool.block_table, None, S,
+                                        self._decode_weights(G), ctx, self.pool.block_table, None, S,
                                         clean_logits=True)
             attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
         return out.sum(0, keepdim=True)                                    # [1, S]
