@@ -2,7 +2,7 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests kernel profile bench matrix single
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests logits kernel profile bench matrix single
 #                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
@@ -64,6 +64,14 @@ env() {   # a later call on the same machine: what setup left in /tmp
 tests() {
   (cd "$HERE" && python3 -m pytest -x -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py 2>&1 | tail -15)
   log "tests done"
+}
+
+logits() {   # the prefill logits: the fused indexer's and top-k's tests on CUDA, then indexer_logits.py
+  (cd "$HERE" && PYTHONPATH=$SITE:$HERE/tests python3 -m pytest -x -q -p no:cacheprovider \
+     tests/kernels/test_kernels_indexer_topk.py tests/kernels/test_kernels_topk.py 2>&1 | tail -8)
+  PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/indexer_logits.py" --tune --out "$OUT/indexer_logits.jsonl" \
+    || return 1
+  log "logits done"
 }
 
 kernel() {   # the sparse attention kernel beside its first version (benchmarks/kernels/sparse_attention.py)

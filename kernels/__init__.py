@@ -11,6 +11,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     store_v32_index_keys                           (DeepSeek-V3.2 indexer key store, SGLang's fused path)
     topk_indices                                                                (top-k)
     indexer_topk                       (prefill: fused index logits + top-k from the paged pool, no logits)
+    indexer_logits                     (prefill: the same index logits, every kv head in one pass, written)
     bf16_paged_rescore, fp8_bf16_two_stage_topk                  (two-stage selection: bf16 re-score)
     fp4_bf16_two_stage_topk                                      (two-stage selection from fp4 keys)
 They are resolved lazily: importing this package imports neither triton nor CUDA.
@@ -34,7 +35,8 @@ _EXPORTS = {
     "store_v4_index_keys": "niah.kernels.v4_store.wrapper",
     "store_v32_index_keys": "niah.kernels.v32_store.wrapper",
     "topk_indices": "niah.kernels.topk.wrapper",
-    "indexer_topk": "niah.kernels.indexer_topk.wrapper",
+    "indexer_topk": "niah.kernels.fused_indexer.wrapper",
+    "indexer_logits": "niah.kernels.fused_indexer.wrapper",
     "bf16_paged_rescore": "niah.kernels.rescore.wrapper",
     "fp8_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
     "fp4_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",

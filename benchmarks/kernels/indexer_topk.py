@@ -1,4 +1,4 @@
-"""The fused indexer + top-k (niah.kernels.indexer_topk) beside the unfused path it replaces.
+"""The fused indexer + top-k (niah.kernels.fused_indexer) beside the unfused path it replaces.
 
     python benchmarks/kernels/indexer_topk.py [--lengths 12000,22600] [--rows 4096] [--topk 512]
         [--dtypes fp8,bf16] [--scores random,relu] [--positive 0.02] [--out F] [--tune]
@@ -106,7 +106,7 @@ def check(kind, q, w, pages, table, p0, k):
     """The counts of one chunk (no timing): fallbacks by reason, served rows that differ, and
     the candidate buffer's own diagnostics."""
     from niah.kernels import topk_indices
-    from niah.kernels.indexer_topk.wrapper import brackets, candidates, select
+    from niah.kernels.fused_indexer.wrapper import brackets, candidates, select
 
     C = q.shape[0]
     lo = brackets(q, w, pages, table, p0, k, kind)
@@ -184,7 +184,7 @@ def tune(kind, q, w, pages, table, p0, k):
     import triton.testing
 
     from niah.kernels import indexer_topk
-    from niah.kernels.indexer_topk.wrapper import brackets
+    from niah.kernels.fused_indexer.wrapper import brackets
 
     lo = brackets(q, w, pages, table, p0, k, kind)
     out = {"brackets_ms": round(triton.testing.do_bench(lambda: brackets(q, w, pages, table, p0, k, kind),

@@ -1,4 +1,4 @@
-"""Fused indexer + top-k (niah.kernels.indexer_topk) against the float64 reference.
+"""Fused indexer + top-k (niah.kernels.fused_indexer) against the float64 reference.
 
 Without a GPU the kernel runs under TRITON_INTERPRET=1 on CPU tensors (tests/kernels/conftest.py);
 with one, the same tests run on CUDA. Integer-valued keys and queries with power-of-two weights and
@@ -10,9 +10,9 @@ exactly 0) hold the bracket at 0, where the ties at the bracket must cost the bu
 import pytest
 import torch
 
-from niah.kernels import indexer_topk
-from niah.kernels.indexer_topk.reference import reference_scores, reference_topk
-from niah.kernels.indexer_topk.wrapper import Candidates, brackets, candidates, capacity, select
+from niah.kernels import indexer_logits, indexer_topk, topk_indices
+from niah.kernels.fused_indexer.reference import reference_scores, reference_topk
+from niah.kernels.fused_indexer.wrapper import Candidates, brackets, candidates, capacity, select
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 PAGE = 64
@@ -270,3 +270,51 @@ def test_bad_arguments_are_one_clear_error(bad, match):
     args = dict(kind="bf16", k=4, p0=0) | bad
     with pytest.raises(ValueError, match=match):
         indexer_topk(q, w, pages, table, args["p0"], args["k"], args["kind"])
+
+
+# -- indexer_logits: the same scores, written ------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_logits_equal_float64_reference_and_select_its_top_k(kind, case):
+    """Exact scores: every written score is the reference's, -inf exactly past each row's
+    position, in a 1 KiB-aligned row; topk_indices over them keeps the reference's top-k."""
+    _, hkv, G, D, p0, C, k = case
+    gen = torch.Generator().manual_seed(hash(case[0]) % 1000 + 1)
+    pages, table, keys = make_pool(kind, hkv, D, p0 + C, gen)
+    q, w = make_query(kind, C, hkv, G, D, gen)
+    out = indexer_logits(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, kind)
+    ref = reference_scores(q.float(), w, keys, p0)
+    assert out.shape == (C, p0 + C) and out.stride(0) % 256 == 0
+    assert torch.equal(out.cpu().double(), ref)
+    assert_reference(topk_indices(out, min(k, p0 + C)), reference_topk(ref, k), p0, k)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_logits_are_the_scores_the_candidates_kernel_compares(kind):
+    """Real values (rounding in every sum): each candidate's score equals the written logit at its
+    position bit for bit, so a selection from the logits and the fused one see one score a key."""
+    gen = torch.Generator().manual_seed(5)
+    p0, C, k = 200, 40, 24
+    pages, table, keys = make_pool(kind, 3, 64, p0 + C, gen, integer=False)
+    q, w = make_query(kind, C, 3, 3, 64, gen, integer=False)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0)
+    out = indexer_logits(*args, kind).cpu()
+    cand = candidates(*args, k, kind, lo=torch.full((C,), float("-inf"), device=DEV))
+    n = cand.count(k).cpu()
+    pos, val = cand.pos.cpu(), cand.val.cpu()
+    for i in range(C):
+        assert n[i] == p0 + i + 1
+        assert torch.equal(val[i, :n[i]], out[i, pos[i, :n[i]].long()])
+    ref = reference_scores(q.float(), w, keys, p0).float()
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_logits_refuse_bad_arguments_in_their_own_name():
+    gen = torch.Generator().manual_seed(2)
+    pages, table, _ = make_pool("bf16", 1, 32, 64, gen)
+    q, w = make_query("bf16", 4, 1, 2, 32, gen)
+    with pytest.raises(ValueError, match="^indexer_logits: positions 0..3 exceed"):
+        indexer_logits(q, w, pages, table[:, :0], 0, "bf16")
+    with pytest.raises(ValueError, match="^indexer_logits: q must be"):
+        indexer_logits(q.float(), w, pages, table, 0, "bf16")

@@ -11,14 +11,13 @@ only), computed the way a DSA server computes it:
 - index query: quantised like SGLang's: fp8 e4m3 with one scale per (token, head) folded
   into the head weights (scales are positive, so they commute with the ReLU), or bf16;
   fp32 for fp32 keys. (The CPU emulation keeps the query fp32: there only the key varies.)
-- scores (scores.py, `IndexScores`): prefill through the ragged kernel (`fp8_mqa_logits` /
-  `bf16_mqa_logits`: rows of queries over the sequence's keys, gathered from its pages once
-  a chunk and kv head, as SGLang's prefill gathers them), as many rows a call as fit in
+- scores (scores.py, `IndexScores`): prefill through the fused indexer's logits
+  (`indexer_logits`: rows of queries over the sequence's keys, every kv head's pages read in
+  place and the kv heads summed inside the kernel), as many rows a call as fit in
   `score_bytes` of fp32 scores (64 MiB: `score_rows`; each call's top-k taken before the
   next, the attention once a chunk), so the read's working memory is bounded at any length;
-  the kernel adds each kv head's logits into the running sum; decode through the paged
-  kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the pages read in place through
-  the block table, the 3 kv heads its batch).
+  decode through the paged kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`, the
+  pages read in place through the block table, the kv heads its batch).
 - `bf16_read="gather"` (bf16 only): the seed's naive read instead, every page copied once
   per query of the whole chunk ([chunk, S, D] bf16) and scored by a bf16 torch bmm: same
   selection up to bf16 rounding of the products, and the memory that killed the seed's 22K
@@ -27,11 +26,10 @@ only), computed the way a DSA server computes it:
   the lowest positions (deterministic), rows with fewer candidates padded with -1 exactly
   as the attention kernel wants them; `topk="torch"` uses torch.topk (ties arbitrary).
 - `topk="fused"` (fp8 and bf16 keys, fused read): prefill rows go through
-  `niah.kernels.indexer_topk`, which scores the pages in place, sums the heads and kv heads
+  `niah.kernels.fused_indexer`, which scores the pages in place, sums the heads and kv heads
   inside one kernel and keeps only each row's candidates (no [rows, S] scores, so no
   `score_rows` split); the same selection rule as "niah" (ties at the cut keep the lowest
-  positions), with scores summed in another order, so a near tie at the cut may fall the
-  other way (benchmark arms only, not served by `niah serve` yet: docs/kernels.md says why).
+  positions) over the same scores (one tile function computes both kernels' scores).
   A chunk where a row's sampled bracket missed or its candidate buffer
   overflowed is scored again the unfused way (whose kernels attest their own calls;
   `fused_calls` counts them). Decode steps
@@ -239,15 +237,7 @@ class CudaDSA(IndexScores):
         """Kept positions of iq's C rows from the fused indexer + top-k, or None when a row is not
         ok (its bracket missed, its buffer overflowed or failed its check; the caller then scores
         the chunk unfused)."""
-        _, H, C, D = iq.shape
-        G = H // self.n_kv
-        q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D]
-        w = self._memoized(("wf", C, G), lambda: torch.full((C, self.n_kv, G), (H * D) ** -0.5, device=self.device))
-        if self.index_dtype == "fp8":
-            q, qs = quantize_fp8(q.contiguous())                           # [C, Hkv, G, D], [C, Hkv, G]
-            w = w * qs
-        else:
-            q = q.to(torch.bfloat16).contiguous()
+        q, w = self.kernel_query(iq)
         idx, ok = indexer_topk(q, w, self.pool.layer(layer), self.pool.block_table, p0, self.topk, self.index_dtype,
                                cap=self.fused_cap)
         attest.record("prefill_logits", self.index_dtype, "niah.indexer_topk")

@@ -1,13 +1,13 @@
 """The GPU sparse attention's index scores: `IndexScores`, the part of CudaDSA (indexer.py)
 that turns an index query into scores, kept apart so that each file holds one job.
 
-- prefill: the ragged kernel (`fp8_mqa_logits` / `bf16_mqa_logits`) over the sequence's keys,
-  gathered from its pages (what SGLang's prefill does), `score_rows` rows a call: as many as
-  fit in `score_bytes` of fp32 [rows, S] scores, so the read's working memory is bounded at
-  any length (about two such buffers live at once: the running sum over kv heads, which the
-  kernel adds each kv head's logits into as it writes them, and the previous call's scores).
-  The index query is quantised and each kv head's keys gathered once a chunk
-  (`_score_inputs`), each call slicing them (`_call_scores`);
+- prefill: the fused indexer's logits (`indexer_logits`): every kv head's pages read in place
+  through the block table and the kv heads summed inside the kernel (SGLang's prefill gathers
+  the keys and calls DeepGEMM's `fp8_mqa_logits` once per index kv head: one in DeepSeek's
+  indexer, Hkv in this model's), `score_rows` rows a call: as many as fit in `score_bytes` of
+  fp32 [rows, S] scores, so the read's working memory is bounded at any length. The index
+  query is quantised and padded once a chunk (`kernel_query`), each call slicing it
+  (`_call_scores`); the scores are those the fused top-k (`--topk fused`) compares;
 - decode: the paged kernel (`fp8_paged_mqa_logits` / `bf16_paged_mqa_logits`), the pages
   read in place through the block table, the kv heads the kernel's batch;
 - fp32 keys: torch matmul (no kernel takes fp32 keys); the gather read (`bf16_read="gather"`):
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import bf16_mqa_logits, bf16_paged_mqa_logits, fp8_mqa_logits, fp8_paged_mqa_logits
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits
+from niah.kernels._common import next_pow2
 from niah.kernels.quant import quantize_fp8
 from niah.serving.sglang import attest
 
@@ -38,10 +39,6 @@ class IndexScores:
         if got is None:
             got = self._memo[key] = make()
         return got
-
-    def _weights(self, rows: int, G: int) -> torch.Tensor:
-        H = self.n_kv * G
-        return self._memoized(("w", rows, G), lambda: torch.full((rows, G), (H * self.dim) ** -0.5, device=self.device))
 
     def _decode_weights(self, G: int) -> torch.Tensor:
         """A decode step's head weights, fp32 [Hkv, G]: made once and kept (a CUDA graph
@@ -77,55 +74,49 @@ class IndexScores:
             total = lg if total is None else total.add_(lg)
         return total
 
-    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple | None:
-        """What the ragged kernel reads for the rows of q ([1, H, C, D]) against the first S
-        keys (fp8 or bf16 keys, the fused read), made once a chunk and sliced by each score
-        call: the index query per kv head ([Hkv, C, G, D]: fp8 e4m3 with one scale per row
-        and head folded into the weights, or bf16), the weights ([Hkv, C, G] fp32) and each kv
-        head's keys gathered from its pages (as SGLang's prefill gathers them). None for fp32
-        keys and the gather read: _call_scores then scores each call's rows of q on their own."""
-        if self.index_dtype not in ("fp8", "bf16") or self.bf16_read != "fused":
-            return None
-        _, H, C, D = q.shape
+    def kernel_query(self, iq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The index query iq ([1, H, C, D]) as the fused indexer's kernels read it: q [C, Hkv, GP, D]
+        (fp8 e4m3 with one scale per row and head folded into the weights, or bf16) and the
+        weights [C, Hkv, GP] fp32, the G heads a kv head padded to GP = max(2, next_pow2(G)) with
+        zero queries and weights (a padded head adds an exact 0 to its row's sum), so that no
+        kernel call copies them again."""
+        _, H, C, D = iq.shape
         G = H // self.n_kv
-        qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
-        w = self._weights(C, G)[None]                                      # [1, C, G]
+        q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D]
+        w = self._memoized(("wf", C, G), lambda: torch.full((C, self.n_kv, G), (H * D) ** -0.5, device=self.device))
         if self.index_dtype == "fp8":
-            qq, qs = quantize_fp8(qg)                                      # [Hkv, C, G, D], [Hkv, C, G]
+            q, qs = quantize_fp8(q.contiguous())                           # [C, Hkv, G, D], [C, Hkv, G]
             w = w * qs
         else:
-            qq = qg.to(torch.bfloat16)
-        # rows padded to a multiple of 4 floats, so every call's slice w[g, r0:r1] starts
-        # 16-byte aligned (the kernels' bound launch wants aligned pointers)
-        wp = torch.zeros(self.n_kv, C, -(-G // 4) * 4, device=q.device)
+            q = q.to(torch.bfloat16)
+        GP = max(2, next_pow2(G))
+        qp = torch.zeros((C, self.n_kv, GP, D), dtype=q.dtype, device=q.device)
+        qp[:, :, :G] = q
+        wp = torch.zeros((C, self.n_kv, GP), device=q.device)
         wp[:, :, :G] = w
-        keys = [self.pool.contiguous(layer, g, S) for g in range(self.n_kv)]
-        return qq.contiguous(), wp[:, :, :G], keys
+        return qp, wp
+
+    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple | None:
+        """What the fused read's score calls read for the rows of q ([1, H, C, D]), made once a
+        chunk and sliced by each call: `kernel_query`'s query and weights. None for fp32 keys and
+        the gather read: _call_scores then scores each call's rows of q on their own."""
+        if self.index_dtype not in ("fp8", "bf16") or self.bf16_read != "fused":
+            return None
+        return self.kernel_query(q)
 
     def _call_scores(self, layer: int, inputs: tuple | None, q: torch.Tensor, p0: int, r0: int,
                      r1: int) -> torch.Tensor:
         """One score call: rows r0..r1-1 of the chunk q ([1, H, C, D]) at p0 (positions
-        p0 + r0 ..) over the keys up to the last row's, the kv heads summed in order (the
-        kernel adds each kv head's logits to the sum so far where it writes them) ->
-        [r1 - r0, p0 + r1] fp32, -inf where s > p."""
+        p0 + r0 ..) over the keys up to the last row's -> [r1 - r0, p0 + r1] fp32, -inf where
+        s > p. The fused read: `indexer_logits`, every kv head's pages read in place and the
+        kv heads summed in order inside the kernel, one call for all of them."""
         if inputs is None:                     # fp32 keys (or the gather read): rows r0..r1-1 on their own
             return self.prefill_scores(layer, q[:, :, r0:r1], p0 + r0)
-        qq, w, keys = inputs
-        n, S = r1 - r0, p0 + r1
-        ks = self._memoized(("ks", n), lambda: torch.zeros(n, dtype=torch.int32, device=self.device))
-        ke = self._memoized(("ke", p0 + r0, n),
-                            lambda: torch.arange(p0 + r0 + 1, S + 1, dtype=torch.int32, device=self.device))
-        total = None                   # each kv head's logits added into the first's by the kernel
-        for g in range(self.n_kv):
-            if self.index_dtype == "fp8":
-                vals, scales = keys[g]
-                total = fp8_mqa_logits(qq[g, r0:r1], (vals[:S], scales[:S]), w[g, r0:r1], ks, ke,
-                                       accumulate_into=total)
-                attest.record("prefill_logits", "fp8", "niah.fp8_mqa_logits")
-            else:
-                total = bf16_mqa_logits(qq[g, r0:r1], keys[g][:S], w[g, r0:r1], ks, ke, accumulate_into=total)
-                attest.record("prefill_logits", "bf16", "niah.bf16_mqa_logits")
-        return total
+        qk, w = inputs
+        out = indexer_logits(qk[r0:r1], w[r0:r1], self.pool.layer(layer), self.pool.block_table, p0 + r0,
+                             self.index_dtype)
+        attest.record("prefill_logits", self.index_dtype, "niah.indexer_logits")
+        return out
 
     def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
         """q: [1, H, 1, D] index query of position S - 1 -> I [1, S] fp32."""

@@ -1,4 +1,5 @@
-"""Triton kernel: the candidates of a fused indexer + top-k, read from the paged pool in place.
+"""Triton kernels: the fused indexer's scores read from the paged pool in place: its logits
+(`indexer_logits_kernel`) and the candidates of its top-k (`indexer_candidates_kernel`).
 
 For query row i (position p0 + i) and every key position s <= p0 + i:
 
@@ -30,6 +31,15 @@ in the tile, the product of the tile's 0/1 masks with the upper-triangular ones 
 tensor cores: a `tl.cumsum` here (beside the loop's `tl.sum`, a pattern with known wrong-result
 reports in Triton's scan lowering) ranked two keys into one slot in 1-98 of 4,096 rows on the
 H200 (random keys; the buffer check caught each), which the product does not do.
+
+`indexer_logits_kernel` writes I itself, for a caller that selects from it (the unfused
+prefill): one program = a [BLOCK_M rows, BLOCK_N keys] tile, scored by the same tile function
+(so the same fp32 operations in the same order as the candidates kernel's), -inf where
+s > p0 + i; a tile wholly past its last row's position is only written -inf. Against one
+ragged-logits call per kv head (DeepGEMM's `fp8_mqa_logits` form), summed: the kv heads' keys
+are read in place (no gather), the G heads of BLOCK_M rows share one tensor-core product (not
+one query's G heads padded to 16 rows) and [rows, keys] is written once, not read and
+written again per kv head.
 """
 
 from __future__ import annotations
@@ -141,3 +151,47 @@ def indexer_candidates_kernel(
         n0 += BLOCK_N
     tl.store(ngt_ptr + rows, ngt, mask=row_ok)
     tl.store(neq_ptr + rows, neq, mask=row_ok)
+
+
+@triton.jit
+def indexer_logits_kernel(
+    q_ptr,  # [C, HKV * GP, D] bf16 | e4m3 (padded heads: zeros)
+    w_ptr,  # [C, HKV * GP] fp32 (padded heads: 0)
+    kv_ptr,  # bf16: [pages, PAGE * D] | fp8: the page bytes viewed as e4m3
+    sf_ptr,  # fp8: the same bytes viewed as fp32; unused for bf16
+    bt_ptr,  # [HKV, max_pages] int32
+    out_ptr,  # [C, p0 + C] fp32 out, row stride stride_out
+    C,
+    p0,
+    stride_qc,
+    stride_wc,
+    stride_bt,
+    page_stride,
+    sf_page_stride,
+    stride_out,
+    HKV: tl.constexpr,
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    IS_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < C
+    pos = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    last = tl.minimum(p0 + pid_m * BLOCK_M + BLOCK_M, p0 + C)       # keys the tile's last row sees
+    o_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_out + pos[None, :]
+    o_mask = row_ok[:, None] & (pos < p0 + C)[None, :]
+    if pid_n * BLOCK_N < last:
+        live_pos = tl.minimum(pos, last - 1)                         # reads stay inside the block table
+        acc = _tile_scores(q_ptr, w_ptr, kv_ptr, sf_ptr, bt_ptr, rows, row_ok, live_pos, stride_qc, stride_wc,
+                           stride_bt, page_stride, sf_page_stride, HKV, GP, D, BLOCK_M, BLOCK_N, PAGE, IS_FP8,
+                           UPCAST)
+        acc = tl.where(pos[None, :] <= (p0 + rows)[:, None], acc, float("-inf"))
+        tl.store(o_ptrs, acc, mask=o_mask)
+    else:
+        tl.store(o_ptrs, tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32), mask=o_mask)

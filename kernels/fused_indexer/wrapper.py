@@ -1,4 +1,5 @@
-"""indexer_topk: the top-k key positions of prefill rows, read from the paged pool, no logits tensor.
+"""indexer_topk: the top-k key positions of prefill rows, read from the paged pool, no logits tensor
+(and indexer_logits: the same scores written out, for a caller that selects from them).
 
     indexer_topk(q [C, Hkv, G, D] bf16|e4m3, weights [C, Hkv, G] f32, pages, block_table [Hkv, P] i32,
                  p0, k, index_dtype) -> (idx int32 [C, min(k, p0 + C)], ok bool [C])
@@ -6,7 +7,7 @@
 Row i is the query at position p0 + i; its candidates are the keys at positions 0..p0 + i of
 every kv head g (pages: one layer's buffer of the paged pool, `[pages, 64 * row]`, uint8 for
 fp8 pages (64 x D e4m3, then 64 fp32 scales), bf16 for bf16 pages; block_table[g] lists kv
-head g's pages in position order). Scores as kernels/indexer_topk/reference.py; weights carry
+head g's pages in position order). Scores as kernels/fused_indexer/reference.py; weights carry
 the head weight (and, for fp8 queries, the query's scale). idx lists a row's kept positions in
 position order when it has at most k candidates (then -1), else in unspecified order; ties at
 the k-th score keep the lowest positions. No [C, S] tensor is written:
@@ -84,41 +85,63 @@ def brackets(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_
 
 @functools.cache
 def _kernel():
-    from niah.kernels.indexer_topk.kernel import indexer_candidates_kernel  # noqa: PLC0415 (imports triton lazily)
+    from niah.kernels.fused_indexer.kernel import indexer_candidates_kernel  # noqa: PLC0415 (imports triton lazily)
 
     return indexer_candidates_kernel
 
 
-def _check(q, weights, pages, block_table, p0, k, index_dtype):
+@functools.cache
+def _logits_kernel():
+    from niah.kernels.fused_indexer.kernel import indexer_logits_kernel  # noqa: PLC0415 (imports triton lazily)
+
+    return indexer_logits_kernel
+
+
+def _check(q, weights, pages, block_table, p0, k, index_dtype, name="indexer_topk"):
+    """k None: the logits (no top-k)."""
     if index_dtype not in DTYPES:
-        raise ValueError(f"indexer_topk: index_dtype must be one of {DTYPES}, got {index_dtype!r}")
+        raise ValueError(f"{name}: index_dtype must be one of {DTYPES}, got {index_dtype!r}")
     if q.dim() != 4:
-        raise ValueError(f"indexer_topk: q must be [C, Hkv, G, D], got {tuple(q.shape)}")
+        raise ValueError(f"{name}: q must be [C, Hkv, G, D], got {tuple(q.shape)}")
     C, Hkv, G, D = q.shape
     want = torch.float8_e4m3fn if index_dtype == "fp8" else torch.bfloat16
     if q.dtype != want:
-        raise ValueError(f"indexer_topk: q must be {want} for {index_dtype} keys, got {q.dtype}")
+        raise ValueError(f"{name}: q must be {want} for {index_dtype} keys, got {q.dtype}")
     if D < 16 or D & (D - 1):
-        raise ValueError(f"indexer_topk: head dim must be a power of two >= 16, got {D}")
+        raise ValueError(f"{name}: head dim must be a power of two >= 16, got {D}")
     if weights.shape != (C, Hkv, G) or weights.dtype != torch.float32:
-        raise ValueError(f"indexer_topk: weights must be float32 [{C}, {Hkv}, {G}], "
+        raise ValueError(f"{name}: weights must be float32 [{C}, {Hkv}, {G}], "
                          f"got {weights.dtype} {tuple(weights.shape)}")
     row = PAGE * (D + 4) if index_dtype == "fp8" else PAGE * D
     pdt = torch.uint8 if index_dtype == "fp8" else torch.bfloat16
     if pages.dim() != 2 or pages.shape[1] != row or pages.dtype != pdt:
-        raise ValueError(f"indexer_topk: pages must be {pdt} [pages, {row}], got {pages.dtype} {tuple(pages.shape)}")
+        raise ValueError(f"{name}: pages must be {pdt} [pages, {row}], got {pages.dtype} {tuple(pages.shape)}")
     if pages.stride(1) != 1:
-        raise ValueError(f"indexer_topk: a page's bytes must be contiguous (pages.stride(1) == 1), "
+        raise ValueError(f"{name}: a page's bytes must be contiguous (pages.stride(1) == 1), "
                          f"got strides {pages.stride()}")
     if block_table.dim() != 2 or block_table.shape[0] != Hkv or block_table.dtype != torch.int32:
-        raise ValueError(f"indexer_topk: block_table must be int32 [{Hkv}, pages], got "
+        raise ValueError(f"{name}: block_table must be int32 [{Hkv}, pages], got "
                          f"{block_table.dtype} {tuple(block_table.shape)}")
     if p0 < 0 or (p0 + C + PAGE - 1) // PAGE > block_table.shape[1]:
-        raise ValueError(f"indexer_topk: positions 0..{p0 + C - 1} exceed the block table's "
+        raise ValueError(f"{name}: positions 0..{p0 + C - 1} exceed the block table's "
                          f"{block_table.shape[1]} pages")
-    if int(k) < 1:
-        raise ValueError(f"indexer_topk: k must be >= 1, got {k}")
+    if k is not None and int(k) < 1:
+        raise ValueError(f"{name}: k must be >= 1, got {k}")
     check_device(q, weights, pages, block_table)
+
+
+def _padded(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and weights with G heads padded to GP = max(2, next_pow2(G)) (zero queries and weights)
+    and contiguous, as the kernels read them; no copy when they already are."""
+    C, Hkv, G, D = q.shape
+    GP = max(2, next_pow2(G))
+    if GP == G:
+        return q.contiguous(), weights.contiguous()
+    qp = torch.zeros((C, Hkv, GP, D), dtype=q.dtype, device=q.device)
+    qp[:, :, :G] = q
+    wp = torch.zeros((C, Hkv, GP), dtype=torch.float32, device=q.device)
+    wp[:, :, :G] = weights
+    return qp, wp
 
 
 class Candidates(NamedTuple):
@@ -143,11 +166,8 @@ def candidates(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bloc
     C, Hkv, G, D = q.shape
     k = int(k)
     cap = cap or capacity(k)
-    GP = max(2, next_pow2(G))
-    qp = torch.zeros((C, Hkv, GP, D), dtype=q.dtype, device=q.device)
-    qp[:, :, :G] = q
-    wp = torch.zeros((C, Hkv, GP), dtype=torch.float32, device=q.device)
-    wp[:, :, :G] = weights
+    qp, wp = _padded(q, weights)
+    GP = qp.shape[2]
     if lo is None:
         lo = brackets(q, weights, pages, block_table, p0, k, index_dtype)
     cval = torch.empty((C, cap), dtype=torch.float32, device=q.device)
@@ -208,6 +228,38 @@ def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bl
     cand = candidates(q, weights, pages, block_table, p0, k, index_dtype, cap=cap, block_m=block_m,
                       block_n=block_n, num_warps=num_warps, lo=lo)
     return select(cand, p0, k)
+
+
+def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
+                   index_dtype: str, block_m: int | None = None, block_n: int | None = None,
+                   num_warps: int | None = None) -> torch.Tensor:
+    """The fused indexer's scores, written: fp32 [C, p0 + C] (row stride a multiple of 256
+    floats, DeepGEMM's 1 KiB alignment), I[i, s] as in the module docstring for s <= p0 + i
+    and -inf past it; every kv head read in place from its pages and summed in the kernel, in
+    order g = 0, 1, ... (arguments as indexer_topk's, less k). The same tile scores as the
+    candidates kernel's: a key's score here is the score that kernel compares."""
+    _check(q, weights, pages, block_table, p0, None, index_dtype, name="indexer_logits")
+    C, Hkv, _, D = q.shape
+    S = p0 + C
+    stride = -(-S // 256) * 256
+    out = torch.empty_strided((C, S), (stride, 1), dtype=torch.float32, device=q.device)
+    if C == 0:
+        return out
+    qp, wp = _padded(q, weights)
+    fp8 = index_dtype == "fp8"
+    kv = pages.view(torch.float8_e4m3fn) if fp8 else pages
+    sf = pages.view(torch.float32) if fp8 else pages
+    interp = interpreting()
+    block_m = block_m or 16
+    block_n = block_n or (64 if interp else 128)
+    grid = (triton_cdiv(S, block_n), triton_cdiv(C, block_m))
+    _logits_kernel()[grid](
+        qp, wp, kv, sf, block_table, out,
+        C, p0, qp.stride(0), wp.stride(0), block_table.stride(0), kv.stride(0), sf.stride(0) if fp8 else 0, stride,
+        HKV=Hkv, GP=qp.shape[2], D=D, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE, IS_FP8=fp8, UPCAST=interp,
+        num_warps=num_warps or 4,
+    )
+    return out
 
 
 def triton_cdiv(a: int, b: int) -> int:
