@@ -7,13 +7,16 @@ TRITON_INTERPRET=1 without a GPU (tests/kernels/conftest.py): tiny shapes."""
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
+from niah.kernels._fp4 import fp4_halves
 from niah.kernels._common import compare_logits
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
 from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
 from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
-from niah.kernels.quant import fp4_sglang_layout, quantize_fp4
+from niah.kernels.quant import dequantize_fp4, fp4_sglang_layout, quantize_fp4
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -106,3 +109,26 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
     a = fp4_paged_mqa_logits(*args, mma="scaled")
     b = fp4_paged_mqa_logits(*args, mma="unpack")
     assert compare_logits(a, b)[0] < 1e-6
+
+
+@triton.jit
+def _decode(c_ptr, e_ptr, even_ptr, odd_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    even, odd = fp4_halves(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32)
+    tl.store(even_ptr + offs, even)
+    tl.store(odd_ptr + offs, odd)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply")   # 6 x 2^127 is inf, as it should be
+def test_every_code_byte_decodes_exactly():
+    """The kernels' decoding (kernels/_fp4.py: the code through the fp8 conversion) against
+    niah.kernels.quant.dequantize_fp4 on every byte (both nibbles, both signs, the
+    subnormal 0.5) at exponents from 1 to 254, bit for bit in fp32."""
+    codes = torch.arange(256, dtype=torch.uint8).repeat(4)                  # every byte, 4 times
+    exps = torch.tensor([1, 100, 127, 254], dtype=torch.uint8).repeat_interleave(256)
+    even, odd = (torch.empty(1024, device=DEV) for _ in range(2))
+    _decode[(1,)](codes.to(DEV), exps.to(DEV), even, odd, N=1024)
+    # rows of 16 bytes (one group of 32 values), one exponent a row
+    want = dequantize_fp4(codes.view(64, 16), exps.view(64, 16)[:, :1]).view(1024, 2)
+    assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
+    assert torch.isinf(want[-1, 1]) and (want[:, 0] == 0.5).any()       # the edges are in it: inf, subnormal 0.5
