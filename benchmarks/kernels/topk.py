@@ -13,12 +13,16 @@ def topk_configs(rows, width, k, tiny):
     if tiny:
         return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}]
     # the search kernel explicitly (its defaults), then the sample-bracketed select's variants
+    # (radix_bits: the threshold search's bits a step; 1 is the binary search the defaults replaced)
     sample = [{"method": "sample"}, {"method": "sample", "tile": 2048}, {"method": "sample", "num_warps": 8},
-              {"method": "sample", "tile": 8192}]
+              {"method": "sample", "tile": 8192}, {"method": "sample", "radix_bits": 1},
+              {"method": "sample", "radix_bits": 2}]
+    radix = [{"method": "search", "radix_bits": 1}, {"method": "search", "radix_bits": 4}]
     if rows >= 256:
-        cfgs = [{}, {"method": "search"}, {"split": True, "block": 4096}, {"split": False, "block": 8192}] + sample
+        cfgs = [{}, {"method": "search"}, {"split": True, "block": 4096}, {"split": False, "block": 8192}] + radix \
+            + sample
     else:
-        cfgs = [{}, {"method": "search"}, {"method": "search", "block": 8192}, {"split": True}] + sample
+        cfgs = [{}, {"method": "search"}, {"method": "search", "block": 8192}, {"split": True}] + radix + sample
     return [c for c in cfgs if c.get("block", 4096) >= 2 * (1 << max(0, (k - 1).bit_length()))]
 
 

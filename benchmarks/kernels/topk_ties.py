@@ -5,7 +5,10 @@ of the kernel (--before: a sample_kernel.py file, e.g. an earlier commit's, `git
 COMMIT:kernels/topk/sample_kernel.py > before.py`); each launch checked by value and the two
 kept sets compared.
 
-    python benchmarks/kernels/topk_ties.py --before before.py --out topk_ties.json
+    python benchmarks/kernels/topk_ties.py [--before before.py] [--radix-bits 1,2,4] --out topk_ties.json
+
+--radix-bits: this kernel's searches at 1 (binary), 2 and 4 bits a step (RADIX_BITS), each
+timed and its kept sets compared with the first variant's.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 
 import torch
 
@@ -43,12 +47,19 @@ def main(argv: list[str] | None = None) -> None:
     from niah.kernels.topk.wrapper import SAMPLE_STRIDE, SAMPLE_TILE, SAMPLE_WARPS, sample_brackets
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", required=True, help="another sample_kernel.py to time beside this one")
+    ap.add_argument("--before", default=None, help="another sample_kernel.py to time beside this one")
+    ap.add_argument("--radix-bits", default="1,2,4", help="this kernel's search widths to time (RADIX_BITS)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    spec = importlib.util.spec_from_file_location("before_sample_kernel", a.before)
-    before = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(before)
+    if not torch.cuda.is_available():
+        print("topk_ties.py: needs a CUDA GPU", file=sys.stderr)
+        raise SystemExit(2)
+    variants = [(f"radix{b}", sample_topk_kernel, int(b)) for b in a.radix_bits.split(",")]
+    if a.before:
+        spec = importlib.util.spec_from_file_location("before_sample_kernel", a.before)
+        before = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(before)
+        variants.insert(0, ("before", before.sample_topk_kernel, None))
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     out = []
@@ -57,23 +68,26 @@ def main(argv: list[str] | None = None) -> None:
         for k in (512, 1024):
             r_hi, r_lo = sample_brackets(k, SAMPLE_STRIDE)
             res, kept = {}, {}
-            for name, kern in (("before", before.sample_topk_kernel), ("after", sample_topk_kernel)):
+            for name, kern, bits in variants:
                 o = torch.empty(ROWS, k, dtype=torch.int32, device=dev)
                 sc = torch.empty(2, ROWS, 4096, dtype=torch.int32, device=dev)
+                extra = {} if bits is None else {"RADIX_BITS": bits}
 
-                def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo):
+                def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo, extra=extra):
                     kern[(ROWS,)](x, x, o, sc[0], sc[1], WIDTH, k, x.stride(0), r_hi, r_lo, TILE=SAMPLE_TILE,
                                   NS=max(16, next_pow2(-(-WIDTH // SAMPLE_STRIDE))), STRIDE=SAMPLE_STRIDE,
-                                  CAP=4096, HAS_LEN=False, K_PAD=next_pow2(k), W_CONST=0, num_warps=SAMPLE_WARPS)
+                                  CAP=4096, HAS_LEN=False, K_PAD=next_pow2(k), W_CONST=0, num_warps=SAMPLE_WARPS,
+                                  **extra)
 
                 go()
                 torch.cuda.synchronize()
                 res[name + "_ok"] = check_topk_fast(x, o, k, None) is None
                 res[name + "_ms"] = round(triton.testing.do_bench(go, warmup=5, rep=50), 4)
                 kept[name] = o.sort(1).values
+            first = variants[0][0]
             row = {"rows": kind, "shape": [ROWS, WIDTH], "k": k, **res,
-                   "ratio": round(res["before_ms"] / res["after_ms"], 2),
-                   "same_kept_sets": torch.equal(kept["before"], kept["after"])}
+                   "ratios_vs_" + first: {n: round(res[first + "_ms"] / res[n + "_ms"], 2) for n, _, _ in variants},
+                   "same_kept_sets": all(torch.equal(kept[first], kept[n]) for n, _, _ in variants)}
             print(json.dumps(row), flush=True)
             out.append(row)
     with open(a.out, "w") as f:

@@ -9,8 +9,9 @@
                             block_table, max_context_len, topk, factor=4) -> int32 [B, topk]
         fp8_paged_mqa_logits over every visible key (decode, next_n 1), topk_indices of the
         factor*topk best as candidates, their bf16 rows re-scored (bf16_paged_rescore: only
-        those rows are read), the topk best of those; -1 where a row has fewer keys. Both
-        caches share one block table (the store keeps both forms of every token).
+        those rows are read), the topk best of those (`topk_indices`, ties to the lowest candidate
+        slot; final_topk="torch": torch.topk, the first version's); -1 where a row has fewer
+        keys. Both caches share one block table (the store keeps both forms of every token).
     fp4_bf16_two_stage_topk(q_fp4, fp4_cache, w_fp4, q_bf16, bf16_cache, w_bf16, context_lens,
                             block_table, max_context_len, topk, factor=4, mma="auto") -> int32 [B, topk]
         the same with fp4_paged_mqa_logits as the coarse stage: q_fp4 bf16 [B, H, D] or an
@@ -30,6 +31,7 @@ import torch
 from niah.kernels._common import check_device, interpreting, next_pow2
 
 BLOCK_N = 64  # candidates a program
+FINAL_TOPK = ("niah", "torch")  # the two-stage selection's last top-k: topk_indices or torch.topk
 
 
 @functools.cache
@@ -92,8 +94,10 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _check_two_stage(name: str, q, topk: int, factor: int) -> int:
+def _check_two_stage(name: str, q, topk: int, factor: int, final_topk: str) -> int:
     """The batch size of a decode query (a tensor or the first of an MXFP4 pair), after the checks."""
+    if final_topk not in FINAL_TOPK:
+        raise ValueError(f"{name}: final_topk must be one of {FINAL_TOPK}, got {final_topk!r}")
     if topk < 1 or factor < 1:
         raise ValueError(f"{name}: topk and factor must be >= 1, got {topk}, {factor}")
     first = q[0] if isinstance(q, (tuple, list)) else q
@@ -103,8 +107,9 @@ def _check_two_stage(name: str, q, topk: int, factor: int) -> int:
 
 
 def _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk, factor,
-                 batch) -> torch.Tensor:
-    """Stages two and three: the factor*topk best coarse logits as candidates, their bf16 re-scores, the topk best."""
+                 batch, final_topk) -> torch.Tensor:
+    """Stages two and three: the factor*topk best coarse logits as candidates, their bf16 re-scores, the topk
+    best (final_topk "niah": topk_indices, ties to the lowest candidate slot; "torch": torch.topk, sorted)."""
     from niah.kernels.topk.wrapper import topk_indices  # noqa: PLC0415 (siblings, loaded lazily)
 
     m = min(factor * topk, max_context_len)
@@ -112,8 +117,12 @@ def _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, 
     cand = topk_indices(coarse, m, lens)                                               # [B, M], -1 padding
     resc = bf16_paged_rescore(q_bf16, bf16_cache, w_bf16, block_table, cand)           # -inf at -1
     k = min(topk, m)
-    vals, pick = resc.topk(k, dim=-1)
-    out = torch.where(torch.isneginf(vals), -1, cand.long().gather(1, pick)).int()
+    if final_topk == "niah":
+        pick = topk_indices(resc, k)                                                   # slots, -1 past the last
+        out = torch.where(pick >= 0, cand.gather(1, pick.clamp_min(0).long()), -1)
+    else:
+        vals, pick = resc.topk(k, dim=-1)
+        out = torch.where(torch.isneginf(vals), -1, cand.long().gather(1, pick)).int()
     if k < topk:
         out = torch.cat([out, torch.full((batch, topk - k), -1, dtype=torch.int32, device=out.device)], 1)
     return out
@@ -122,27 +131,27 @@ def _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, 
 def fp8_bf16_two_stage_topk(q_fp8: torch.Tensor, fp8_cache: torch.Tensor, w_fp8: torch.Tensor, q_bf16: torch.Tensor,
                             bf16_cache: torch.Tensor, w_bf16: torch.Tensor, context_lens: torch.Tensor,
                             block_table: torch.Tensor, max_context_len: int, topk: int,
-                            factor: int = 4) -> torch.Tensor:
+                            factor: int = 4, final_topk: str = "niah") -> torch.Tensor:
     """int32 [B, topk] positions selected by the two stages (module doc)."""
     from niah.kernels.paged_logits.wrapper import fp8_paged_mqa_logits  # noqa: PLC0415 (siblings, loaded lazily)
 
-    batch = _check_two_stage("fp8_bf16_two_stage_topk", q_fp8, topk, factor)
+    batch = _check_two_stage("fp8_bf16_two_stage_topk", q_fp8, topk, factor, final_topk)
     coarse = fp8_paged_mqa_logits(q_fp8[:, None], fp8_cache, w_fp8, context_lens, block_table, None,
                                   max_context_len, clean_logits=True)                  # [B, L]
     return _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk,
-                        factor, batch)
+                        factor, batch, final_topk)
 
 
 def fp4_bf16_two_stage_topk(q_fp4, fp4_cache: torch.Tensor, w_fp4: torch.Tensor, q_bf16: torch.Tensor,
                             bf16_cache: torch.Tensor, w_bf16: torch.Tensor, context_lens: torch.Tensor,
                             block_table: torch.Tensor, max_context_len: int, topk: int, factor: int = 4,
-                            mma: str = "auto") -> torch.Tensor:
+                            mma: str = "auto", final_topk: str = "niah") -> torch.Tensor:
     """int32 [B, topk] positions selected by the two stages, fp4 keys the coarse one (module doc)."""
     from niah.kernels.fp4_paged_logits.wrapper import fp4_paged_mqa_logits  # noqa: PLC0415 (as above)
 
-    batch = _check_two_stage("fp4_bf16_two_stage_topk", q_fp4, topk, factor)
+    batch = _check_two_stage("fp4_bf16_two_stage_topk", q_fp4, topk, factor, final_topk)
     q = tuple(t[:, None] for t in q_fp4) if isinstance(q_fp4, (tuple, list)) else q_fp4[:, None]
     coarse = fp4_paged_mqa_logits(q, fp4_cache, w_fp4, context_lens, block_table, None, max_context_len,
                                   clean_logits=True, mma=mma)                          # [B, L]
     return _rescore_top(coarse, q_bf16, bf16_cache, w_bf16, context_lens, block_table, max_context_len, topk,
-                        factor, batch)
+                        factor, batch, final_topk)

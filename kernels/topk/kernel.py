@@ -1,10 +1,11 @@
-"""Triton kernel: exact top-k selection per row by a 32-step threshold search.
+"""Triton kernel: exact top-k selection per row by a radix threshold search.
 
 One program holds ROWS independent segments (rows, or chunks of long rows) of BLOCK
 positions in registers, as order-preserving int32 keys (float bits, negatives flipped).
-A binary search over the key space finds, per segment, T = the k-th largest key
-(32 steps, each one compare + one count); the ROWS counts of a step share one block-wide
-reduction, so the reduction latency is paid once per ROWS segments. The program then
+A search over the key space finds, per segment, T = the k-th largest key, RADIX_BITS bits of
+it a step (32 / RADIX_BITS steps, each counting the keys at or above 2^RADIX_BITS - 1
+thresholds; 1 is a binary search); the ROWS x thresholds counts of a step share one
+block-wide reduction, so the reduction latency is paid once per step and ROWS segments. The program then
 keeps every key > T and the first (k - count(> T)) keys == T in index order, compacting
 the indices with one packed prefix sum (keys > T first, then the ties; equal keys stay in
 index order, so the lowest-index tie rule holds across rounds). A segment with <= k candidates returns all of them in
@@ -42,6 +43,7 @@ def topk_kernel(
     HAS_LEN: tl.constexpr,
     OUT_KEYS: tl.constexpr,
     PHASE: tl.constexpr,  # 0: search + select; 1: search only; 2: select only (fewer live registers each)
+    RADIX_BITS: tl.constexpr,  # bits of the threshold a search step finds: 1 (binary), 2, 4 or 8
 ):
     seg = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [ROWS] segment = (row, chunk)
     seg_ok = seg < n_rows * n_chunks
@@ -66,16 +68,18 @@ def topk_kernel(
         key = tl.where(valid, key, -2147483648)
 
     if PHASE != 2:
-        # per segment: largest t with count(key >= t) >= K, searched over int32 in int64
-        lo = tl.full([ROWS], -2147483648, tl.int64)
-        hi = tl.full([ROWS], 2147483647, tl.int64)
-        for _ in range(32):
-            mid = lo + ((hi - lo + 1) >> 1)  # > INT_MIN: invalid keys never count
-            cnt = tl.sum((key >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1)  # [ROWS]
-            ok = cnt >= K
-            lo = tl.where(ok, mid, lo)
-            hi = tl.where(ok, hi, mid - 1)
-        thr1 = lo.to(tl.int32)  # [ROWS]
+        # per segment: largest t with count(key >= t) >= K, searched over int32 in int64,
+        # RADIX_BITS of t a step: the 2^RADIX_BITS - 1 thresholds above the prefix found so
+        # far counted in one reduction (thresholds > INT_MIN: invalid keys never count)
+        NB: tl.constexpr = 1 << RADIX_BITS
+        j = tl.arange(0, NB).to(tl.int64)
+        pre = tl.full([ROWS], -2147483648, tl.int64)
+        for step in tl.static_range(32 // RADIX_BITS):
+            t = pre[:, None] + (j << (32 - RADIX_BITS * (step + 1)))[None, :]               # [ROWS, NB]
+            cnt = tl.sum((key[:, None, :] >= t.to(tl.int32)[:, :, None]).to(tl.int32), axis=2)
+            ok = (cnt >= K) & (j[None, :] > 0)
+            pre += tl.sum(ok.to(tl.int64), axis=1) << (32 - RADIX_BITS * (step + 1))
+        thr1 = pre.to(tl.int32)  # [ROWS]
         if PHASE == 1:
             tl.store(thr_ptr + seg, thr1, mask=seg_ok)
             return

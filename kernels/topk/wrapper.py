@@ -29,12 +29,26 @@ SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample w
 MAX_SAMPLE = 8192
 SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 sweep: 2048 x 8 warps best)
 SAMPLE_WARPS = 8
+# bits a step of the threshold searches (sample_kernel._kth, kernel.py): 4 -> 8 reductions a
+# search where a binary search (1) takes 32; the same answer at every value. Not yet timed on
+# the H200 (benchmarks/kernels/topk_ties.py --radix-bits 1,2,4 times the sample select's;
+# benchmarks/kernels/bench.py --only topk sweeps both methods at 1, 2 and 4).
+SAMPLE_RADIX_BITS = 4
+SEARCH_RADIX_BITS = 2   # the search kernel's (its segments hold 8-32x the sample's keys a program)
+RADIX_BITS = (1, 2, 4, 8)
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
 
 def _warps(block: int) -> int:
     return 4 if interpreting() else max(4, min(16, block // 1024))  # ~32 positions a thread
+
+
+def _radix(bits: int | None, default: int) -> int:
+    bits = bits or default
+    if bits not in RADIX_BITS:
+        raise ValueError(f"topk_indices: radix_bits must be one of {RADIX_BITS}, got {bits}")
+    return bits
 
 
 def _check_args(logits: torch.Tensor, k, lengths: torch.Tensor | None) -> int:
@@ -58,14 +72,16 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                  num_warps: int | None = None, rows_per_program: int | None = None,
                  final_warps: int | None = None, split: bool | None = None,
                  select_warps: int | None = None, method: str | None = None,
-                 tile: int | None = None, sample_stride: int | None = None, cap: int | None = None) -> torch.Tensor:
+                 tile: int | None = None, sample_stride: int | None = None, cap: int | None = None,
+                 radix_bits: int | None = None) -> torch.Tensor:
     """Top-k indices per row. Tuning (the defaults come from the H200 sweeps in docs/kernels.md):
     block: rows wider than this are cut into chunks of `block` that each keep their top-k;
     final_block: the survivors are selected by one program once they fit in it;
     num_warps / final_warps: warps of the chunk rounds / of the last launch;
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
-    method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps)."""
+    method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
+    radix_bits: bits of the threshold a search step finds, either method (1: binary)."""
     from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
@@ -78,10 +94,12 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if method not in ("search", "sample"):
         raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")
     if method == "sample":
-        return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps)
+        return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps,
+                           radix_bits=radix_bits)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
+    radix_bits = _radix(radix_bits, SEARCH_RADIX_BITS)
     out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
     if rows == 0:
         return out
@@ -114,7 +132,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                 rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0,
                 dst_idx.stride(0),
                 BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
-                HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase,
+                HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase, RADIX_BITS=radix_bits,
                 num_warps=(select_warps if phase == 2 and select_warps else None)
                 or (final_warps if final else num_warps) or _warps(blk * seg_rows),
             )
@@ -144,7 +162,8 @@ def sample_brackets(k: int, stride: int) -> tuple[int, int]:
 
 
 def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
-                stride: int | None = None, cap: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
+                radix_bits: int | None = None) -> torch.Tensor:
     """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
     sized from the shapes alone (graph-safe)."""
@@ -165,6 +184,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     for name, v in (("tile", tile), ("cap", cap)):
         if v & (v - 1) or v < 16 or v > MAX_BLOCK:
             raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
+    radix_bits = _radix(radix_bits, SAMPLE_RADIX_BITS)
     r_hi, r_lo = sample_brackets(k, stride)
     scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
     sample_topk_kernel[(rows,)](
@@ -172,6 +192,6 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         width, k, logits.stride(0), r_hi, r_lo,
         TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
         HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
-        num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
+        RADIX_BITS=radix_bits, num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out

@@ -141,14 +141,9 @@ def test_heavy_ties_keep_lowest_indices(method):
         assert torch.equal(idx[r].sort().values.long(), want.sort().values)
 
 
-@pytest.mark.parametrize("cap", [None, 16], ids=["bracketed", "forced-fallback"])
-def test_sample_select_adversarial_rows(cap):
-    """The sample select against the exact rule (lowest-index ties) on rows built to defeat a
-    sample: ascending and descending rows, the top values all off the sample's stride, the
-    candidates every 8th position (-inf elsewhere), a run of ties straddling the bracket."""
-    k, width, stride = 100, 1000, 8
+def adversarial_rows(width, stride):
     pos = torch.arange(width).float()
-    x = torch.stack([
+    return torch.stack([
         pos,  # ascending: the top k at the end
         -pos,  # descending: the top k at the start
         torch.where(pos % stride == 3, 10.0 + pos, -pos),  # the largest values never sampled
@@ -156,6 +151,15 @@ def test_sample_select_adversarial_rows(cap):
         torch.where(pos < 300, 1.0, torch.where(pos < 900, 0.5, 0.25)),  # 300 ties at the top
         torch.randn(width, generator=torch.Generator().manual_seed(7)),
     ])
+
+
+@pytest.mark.parametrize("cap", [None, 16], ids=["bracketed", "forced-fallback"])
+def test_sample_select_adversarial_rows(cap):
+    """The sample select against the exact rule (lowest-index ties) on rows built to defeat a
+    sample: ascending and descending rows, the top values all off the sample's stride, the
+    candidates every 8th position (-inf elsewhere), a run of ties straddling the bracket."""
+    k, width, stride = 100, 1000, 8
+    x = adversarial_rows(width, stride)
     idx = topk_indices(x.to(DEV), k, method="sample", sample_stride=stride, cap=cap).cpu()
     problem = check_topk(x, idx, k)
     assert problem is None, problem
@@ -165,6 +169,27 @@ def test_sample_select_adversarial_rows(cap):
         want = order[: min(k, int(cand.sum()))].int().sort().values
         got = idx[r]
         assert torch.equal(got[got >= 0].sort().values, want), f"row {r}"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_searches_alike_at_every_radix(method):
+    """The threshold searches (kernel.py's; sample_kernel._kth, the sample select's bracket and
+    scratch searches) find the unique largest threshold with k keys at or above it, whatever
+    bits a step they take: the same output, in the same order, at 1 (a binary search), 2, 4
+    and 8 bits a step, on rows whose brackets land on ties, on the rows built to defeat a
+    sample, and on rows with fewer than k keys."""
+    g = torch.Generator().manual_seed(3)
+    relu = torch.where(torch.rand(4, 1000, generator=g) < 0.05, torch.rand(4, 1000, generator=g), 0.0)
+    short = torch.where(torch.arange(1000) < 60, torch.randn(2, 1000, generator=g), float("-inf"))
+    x = torch.cat([adversarial_rows(1000, 8), relu, short, -relu]).to(DEV)
+    for k in (40, 100):
+        opts = {"sample_stride": 8} if method == "sample" else {"block": 256}     # search: rounds of 256
+        runs = {b: topk_indices(x, k, method=method, radix_bits=b, **opts).cpu() for b in (1, 2, 4, 8)}
+        assert check_topk(x.cpu(), runs[1], k) is None
+        for b in (2, 4, 8):
+            assert torch.equal(runs[b], runs[1]), (k, b)
+    with pytest.raises(ValueError, match="radix_bits must be one of"):
+        topk_indices(x, 4, method=method, radix_bits=3)
 
 
 def test_sample_select_rejects_bad_tile():
