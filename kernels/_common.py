@@ -15,6 +15,14 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def has_fp8_conversion(device: torch.device) -> bool:
+    """The GPU converts fp8 (e4m3) in hardware (compute capability 8.9 and up), or the kernels
+    run interpreted (CPU tensors)."""
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def check_device(*tensors: torch.Tensor) -> None:
     """The kernels run on CUDA tensors, or on CPU tensors under TRITON_INTERPRET=1."""
     for t in tensors:

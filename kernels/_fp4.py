@@ -3,8 +3,8 @@
 An MXFP4 row of D values is D/2 code bytes (element 2i in the low nibble of byte i, 2i+1 in
 the high one) and D/32 ue8m0 exponent bytes; byte i belongs to group i // 16. `fp4_halves`
 decodes rows in registers into their even and odd elements, each value e2m1 x 2^(e - 127)
-built from its bits (the code through the fp8 conversion, `e2m1_value`; the exponent as
-fp32 bits): exact in fp32 and in bf16 (a one-bit mantissa, fp32's exponent range), so the
+built from its bits (the code through the fp8 conversion where the GPU has one, `e2m1_value`;
+the exponent as fp32 bits): exact in fp32 and in bf16 (a one-bit mantissa, fp32's exponent range), so the
 unpack path's only rounding is the dot product's fp32 accumulation.
 """
 
@@ -15,16 +15,26 @@ import triton.language as tl
 
 
 @triton.jit
-def e2m1_value(code):
+def e2m1_value(code, FP8_CVT: tl.constexpr):
     """e2m1 codes (0..15, uint8) -> fp32 values {0, .5, 1, 1.5, 2, 3, 4, 6} x sign, exact.
 
-    The code's bits s e1 e0 m placed as e4m3's sign (bit 7) and bits 4..2 make the e4m3
-    number of the same value x 2^-6, subnormals included (e = 0: m/2 x 2^-6 either way), so
-    the hardware's fp8 conversion does the decoding: two ands, two shifts and an or a value,
-    then the conversion and the exact x 64."""
-    c = code.to(tl.uint8)
-    bits = ((c & 7) << 2) | ((c & 8) << 4)
-    return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+    FP8_CVT (GPUs with fp8 conversions, compute capability 8.9 and up; the interpreter): the
+    code's bits s e1 e0 m placed as e4m3's sign (bit 7) and bits 4..2 make the e4m3 number of
+    the same value x 2^-6, subnormals included (e = 0: m/2 x 2^-6 either way), so the
+    hardware's fp8 conversion decodes it: two ands, two shifts and an or a value, then the
+    conversion and the exact x 64. Otherwise the fp32 bits are built with integer operations."""
+    if FP8_CVT:
+        c = code.to(tl.uint8)
+        bits = ((c & 7) << 2) | ((c & 8) << 4)
+        return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+    else:
+        c = code.to(tl.int32)
+        e = (c >> 1) & 3
+        m = c & 1
+        # e > 0: (1 + m/2) 2^(e-1) -> exponent field e + 126, mantissa bit 22 = m; e == 0: m/2
+        field = tl.where(e > 0, e + 126, tl.where(m == 1, 126, 0))
+        mant = tl.where(e > 0, m << 22, 0)
+        return (((c >> 3) << 31) | (field << 23) | mant).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -34,10 +44,11 @@ def ue8m0_scale(exp):
 
 
 @triton.jit
-def fp4_halves(codes, exps, OUT: tl.constexpr):
+def fp4_halves(codes, exps, OUT: tl.constexpr, FP8_CVT: tl.constexpr):
     """codes [R, D/2] uint8 and their exponents gathered per byte [R, D/2] -> (even, odd)
-    elements [R, D/2] in OUT (tl.bfloat16 for the tensor cores, tl.float32 in the interpreter)."""
+    elements [R, D/2] in OUT (tl.bfloat16 for the tensor cores, tl.float32 in the interpreter);
+    FP8_CVT: e2m1_value's."""
     scale = ue8m0_scale(exps)
-    even = (e2m1_value(codes & 0x0F) * scale).to(OUT)
-    odd = (e2m1_value((codes >> 4) & 0x0F) * scale).to(OUT)
+    even = (e2m1_value(codes & 0x0F, FP8_CVT) * scale).to(OUT)
+    odd = (e2m1_value((codes >> 4) & 0x0F, FP8_CVT) * scale).to(OUT)
     return even, odd

@@ -23,7 +23,8 @@ def compile_(mod, name, sig, consts):
     try:
         k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
                            options={"num_warps": 4})
-        print("OK", name, {k2: v for k2, v in consts.items() if k2 in ("Q_FP4", "SCALED")}, len(k.asm.get("ptx", "")))
+        print("OK", name, {k2: v for k2, v in consts.items() if k2 in ("Q_FP4", "SCALED", "FP8_CVT")},
+              len(k.asm.get("ptx", "")))
     except Exception as e:  # noqa: BLE001 (report every kernel's result)
         failed += 1
         print("FAIL", name, consts, type(e).__name__, str(e)[:1500])
@@ -36,20 +37,21 @@ compile_("niah.kernels.fp4_store.kernel", "store_fp4_index_keys_kernel", store_s
          {"D": 128, "BLOCK_T": 16, "BLOCK_KV": 64, "RNE": False})
 names = ["q_ptr", "qe_ptr", "kv_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr"]
 types_ = ["*bf16", "*u8", "*u8", "*fp32", "*i32", "*i32", "*fp32"]
-for q_fp4, scaled in ((False, False), (True, False), (True, True)):
+CVTS = (True, False) if target.arch >= 89 else (False,)   # the fp8-conversion decode needs sm_89+
+for (q_fp4, scaled), cvt in ((v, c) for v in ((False, False), (True, False), (True, True)) for c in CVTS):
     sig = dict(zip(names, types_))
     if q_fp4:
         sig["q_ptr"] = "*u8"
     sig.update({k: "i32" for k in ["H", "max_context_len", "max_pages", "stride_ctx", "stride_bt", "page_stride"]})
     consts = dict(PAGES_PER_SPLIT=8, NEXT_N=1, CTX_2D=False, D=128, BLOCK_H=64, BLOCK_KV=64, Q_FP4=q_fp4, SCALED=scaled,
-                  CLEAN=False, UPCAST=False, LIVE_LOOP=True)
+                  CLEAN=False, UPCAST=False, LIVE_LOOP=True, FP8_CVT=cvt)
     sig.update({k: "constexpr" for k in consts})
     compile_("niah.kernels.fp4_paged_logits.kernel", "fp4_paged_mqa_logits_kernel", sig, consts)
-for q_fp4 in (False, True):
+for q_fp4, cvt in ((q, c) for q in (False, True) for c in CVTS):
     sig = {"q_ptr": "*u8" if q_fp4 else "*bf16", "qe_ptr": "*u8", "kc_ptr": "*u8", "ke8_ptr": "*u8", "w_ptr": "*fp32",
            "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "S": "i32", "Skv": "i32", "H": "i32",
            "stride_out": "i32"}
-    consts = dict(D=128, BLOCK_H=64, BLOCK_N=128, BLOCK_Q=16, Q_FP4=q_fp4, CLEAN=True, UPCAST=False)
+    consts = dict(D=128, BLOCK_H=64, BLOCK_N=128, BLOCK_Q=16, Q_FP4=q_fp4, CLEAN=True, UPCAST=False, FP8_CVT=cvt)
     sig.update({k: "constexpr" for k in consts})
     compile_("niah.kernels.fp4_mqa_logits.kernel", "fp4_mqa_logits_kernel", sig, consts)
 sys.exit(1 if failed else 0)

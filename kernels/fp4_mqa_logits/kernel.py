@@ -39,6 +39,7 @@ def fp4_mqa_logits_kernel(
     Q_FP4: tl.constexpr,
     CLEAN: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: decode to fp32 and dot in fp32
+    FP8_CVT: tl.constexpr,  # decode through the fp8 conversion (_fp4.e2m1_value)
 ):
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
     n0 = tl.program_id(0) * BLOCK_N
@@ -56,7 +57,7 @@ def fp4_mqa_logits_kernel(
         kn = offs_n.to(tl.int64)
         codes = tl.load(kc_ptr + kn[:, None] * (D // 2) + offs_b[None, :], mask=col_ok[:, None], other=0)
         exps = tl.load(ke8_ptr + kn[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=col_ok[:, None], other=127)
-        k_even, k_odd = fp4_halves(codes, exps, OUT)  # [BLOCK_N, D/2]
+        k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)  # [BLOCK_N, D/2]
         for qq in range(0, BLOCK_Q):
             qi = tl.minimum(q0 + qq, S - 1)
             q_ok = q0 + qq < S
@@ -67,7 +68,7 @@ def fp4_mqa_logits_kernel(
                 qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
                 qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
                              other=127)
-                q_even, q_odd = fp4_halves(qc, qx, OUT)
+                q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
             else:
                 q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None],
                                  other=0.0).to(OUT)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels._common import check_device, next_pow2
+from niah.kernels._common import check_device, has_fp8_conversion, next_pow2
 from niah.kernels._launch import launcher_of
 from niah.kernels.fp4_paged_logits.wrapper import split_fp4_query
 
@@ -62,6 +62,7 @@ def fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
         values, values if qexps is None else qexps, kcodes, kexps, weights.contiguous(),
         cu_seq_len_k_start.contiguous(), cu_seq_len_k_end.contiguous(), out, seq, skv, heads, stride,
         D=dim, BLOCK_H=max(16, next_pow2(heads)), BLOCK_N=block_n, BLOCK_Q=block_q, Q_FP4=qexps is not None,
-        CLEAN=bool(clean_logits), UPCAST=interp, num_warps=4, num_stages=1 if interp else 2,
+        CLEAN=bool(clean_logits), UPCAST=interp,
+        FP8_CVT=has_fp8_conversion(values.device), num_warps=4, num_stages=1 if interp else 2,
     )
     return out

@@ -28,7 +28,8 @@ from niah.kernels._fp4 import fp4_halves
 @triton.jit
 def _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
                  page_stride, offs_t, offs_b, offs_g,
-                 D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr):
+                 D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
+                 FP8_CVT: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
@@ -41,7 +42,7 @@ def _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, st
     else:
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
-        k_even, k_odd = fp4_halves(codes, exps, OUT)
+        k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
         s = tl.dot(k_even, tl.trans(q_even)) + tl.dot(k_odd, tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H] fp32
     logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     pos = p_start + offs_t
@@ -75,6 +76,7 @@ def fp4_paged_mqa_logits_kernel(
     CLEAN: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter: decode to fp32 and dot in fp32 (its bf16 dot is wrong)
     LIVE_LOOP: tl.constexpr,  # loop to the last live page (a runtime bound: not under the interpreter)
+    FP8_CVT: tl.constexpr,  # decode through the fp8 conversion (_fp4.e2m1_value)
 ):
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
     j = tl.program_id(0)
@@ -109,7 +111,7 @@ def fp4_paged_mqa_logits_kernel(
             else:
                 qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
                              other=127)
-                q_even, q_odd = fp4_halves(qc, qx, OUT)
+                q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
         else:
             q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None], other=0.0).to(OUT)
             q_odd = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :] + 1, mask=h_ok[:, None],
@@ -119,11 +121,13 @@ def fp4_paged_mqa_logits_kernel(
             n_live = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)
             for i in range(0, n_live):
                 _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
-                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED)
+                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
+                             FP8_CVT)
         else:
             for i in range(0, PAGES_PER_SPLIT):
                 _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
-                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED)
+                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
+                             FP8_CVT)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t

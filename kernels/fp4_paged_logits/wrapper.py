@@ -27,7 +27,7 @@ import functools
 
 import torch
 
-from niah.kernels._common import calc_diff, check_device, next_pow2, zero_masked
+from niah.kernels._common import calc_diff, check_device, has_fp8_conversion, next_pow2, zero_masked
 from niah.kernels._launch import launcher_of
 from niah.kernels.fp4_store.wrapper import fp4_page_layout
 
@@ -120,7 +120,8 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         heads, max_context_len, block_table.shape[1], ctx.stride(0), block_table.stride(0), kv_cache.stride(0),
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)),
         BLOCK_KV=block_kv, Q_FP4=exps is not None, SCALED=bool(scaled), CLEAN=bool(clean_logits),
-        UPCAST=interp, LIVE_LOOP=not interp, num_warps=4, num_stages=1 if interp else 2,
+        UPCAST=interp, LIVE_LOOP=not interp,
+        FP8_CVT=has_fp8_conversion(values.device), num_warps=4, num_stages=1 if interp else 2,
     )
     return out
 

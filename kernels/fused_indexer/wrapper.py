@@ -257,7 +257,9 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
         qp, wp, kv, sf, block_table, out,
         C, p0, qp.stride(0), wp.stride(0), block_table.stride(0), kv.stride(0), sf.stride(0) if fp8 else 0, stride,
         HKV=Hkv, GP=qp.shape[2], D=D, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE, IS_FP8=fp8, UPCAST=interp,
-        num_warps=num_warps or 4,
+        # 16 x 128 for sm_90 (ptxas): 4 warps 227 (fp8) / 255 (bf16) registers a thread, 8 warps
+        # 216 / 142, none spilled; not yet timed (benchmarks/kernels/indexer_logits.py --tune)
+        num_warps=num_warps or 8,
     )
     return out
 

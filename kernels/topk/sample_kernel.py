@@ -54,17 +54,26 @@ def _kth(key, kk, BITS: tl.constexpr):
 
     A radix search, BITS bits of t a step (32 / BITS steps): the 2^BITS - 1 thresholds above
     the prefix found so far are counted in one reduction, and the prefix moves past every one
-    that still has kk keys at or above it (count falls as t rises). BITS = 1 is a binary
-    search; each step is one reduction of [M, 2^BITS, N], so 4 bits take 8 reductions, not 32,
-    for 16x the comparisons. The answer is unique, so every BITS gives the same t."""
-    NB: tl.constexpr = 1 << BITS
-    j = tl.arange(0, NB).to(tl.int64)
+    that still has kk keys at or above it (count falls as t rises). BITS = 1 is the binary
+    search (one threshold a step, [M, N]); each step of the others is one reduction of
+    [M, 2^BITS, N], so 4 bits take 8 reductions, not 32, for 16x the comparisons. The answer
+    is unique, so every BITS gives the same t."""
     pre = tl.zeros(kk.shape, tl.int64) - 2147483648
-    for step in tl.static_range(32 // BITS):
-        t = pre[:, None] + (j << (32 - BITS * (step + 1)))[None, :]        # [M, NB], <= INT_MAX
-        cnt = tl.sum((key[None, None, :] >= t.to(tl.int32)[:, :, None]).to(tl.int32), axis=2)
-        ok = (cnt >= kk[:, None]) & (j[None, :] > 0)                      # j = 0: the prefix itself
-        pre += tl.sum(ok.to(tl.int64), axis=1) << (32 - BITS * (step + 1))
+    if BITS == 1:
+        hi = tl.zeros(kk.shape, tl.int64) + 2147483647
+        for _ in range(32):
+            mid = pre + ((hi - pre + 1) >> 1)
+            ok1 = tl.sum((key[None, :] >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1) >= kk
+            pre = tl.where(ok1, mid, pre)
+            hi = tl.where(ok1, hi, mid - 1)
+    else:
+        NB: tl.constexpr = 1 << BITS
+        j = tl.arange(0, NB).to(tl.int64)
+        for step in tl.static_range(32 // BITS):
+            t = pre[:, None] + (j << (32 - BITS * (step + 1)))[None, :]        # [M, NB], <= INT_MAX
+            cnt = tl.sum((key[None, None, :] >= t.to(tl.int32)[:, :, None]).to(tl.int32), axis=2)
+            ok = (cnt >= kk[:, None]) & (j[None, :] > 0)                      # j = 0: the prefix itself
+            pre += tl.sum(ok.to(tl.int64), axis=1) << (32 - BITS * (step + 1))
     return pre.to(tl.int32)
 
 
@@ -207,7 +216,7 @@ def sample_topk_kernel(
     HAS_LEN: tl.constexpr,
     K_PAD: tl.constexpr,  # next_pow2(K)
     W_CONST: tl.constexpr,  # under the interpreter: W (a constant loop bound); else 0 (W at run time)
-    RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_kth): 1, 2, 4 or 8
+    RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_kth): 1, 2 or 4
 ):
     row = tl.program_id(0).to(tl.int64)
     row_off = row * stride_x

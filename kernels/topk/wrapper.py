@@ -35,7 +35,8 @@ SAMPLE_WARPS = 8
 # benchmarks/kernels/bench.py --only topk sweeps both methods at 1, 2 and 4).
 SAMPLE_RADIX_BITS = 4
 SEARCH_RADIX_BITS = 2   # the search kernel's (its segments hold 8-32x the sample's keys a program)
-RADIX_BITS = (1, 2, 4, 8)
+RADIX_BITS = (1, 2, 4)
+MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
@@ -48,6 +49,16 @@ def _radix(bits: int | None, default: int) -> int:
     bits = bits or default
     if bits not in RADIX_BITS:
         raise ValueError(f"topk_indices: radix_bits must be one of {RADIX_BITS}, got {bits}")
+    return bits
+
+
+def fit_radix(bits: int, keys: int) -> int:
+    """The most bits a step, at most `bits`, whose comparisons ([2^bits, keys] a step: `keys`
+    counts every search's keys a program; the binary search, 1, compares [keys]) stay within
+    Triton's largest tensor. Fewer bits a step find the same threshold (in more steps), so
+    this changes no result."""
+    while bits > 1 and (keys << bits) > MAX_NUMEL:
+        bits //= 2
     return bits
 
 
@@ -81,7 +92,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
-    radix_bits: bits of the threshold a search step finds, either method (1: binary)."""
+    radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
+    fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
     from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
@@ -132,7 +144,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                 rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0,
                 dst_idx.stride(0),
                 BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
-                HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase, RADIX_BITS=radix_bits,
+                HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase,
+                RADIX_BITS=fit_radix(radix_bits, seg_rows * blk),
                 num_warps=(select_warps if phase == 2 and select_warps else None)
                 or (final_warps if final else num_warps) or _warps(blk * seg_rows),
             )
@@ -186,12 +199,14 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
             raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
     radix_bits = _radix(radix_bits, SAMPLE_RADIX_BITS)
     r_hi, r_lo = sample_brackets(k, stride)
+    ns = max(16, next_pow2((width + stride - 1) // stride))
     scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
     sample_topk_kernel[(rows,)](
         logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
         width, k, logits.stride(0), r_hi, r_lo,
-        TILE=tile, NS=max(16, next_pow2((width + stride - 1) // stride)), STRIDE=stride, CAP=cap,
+        TILE=tile, NS=ns, STRIDE=stride, CAP=cap,
         HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
-        RADIX_BITS=radix_bits, num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
+        RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)),
+        num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
 from niah.kernels._fp4 import fp4_halves
-from niah.kernels._common import compare_logits
+from niah.kernels._common import compare_logits, has_fp8_conversion
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
 from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
 from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
@@ -112,22 +112,26 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
 
 
 @triton.jit
-def _decode(c_ptr, e_ptr, even_ptr, odd_ptr, N: tl.constexpr):
+def _decode(c_ptr, e_ptr, even_ptr, odd_ptr, N: tl.constexpr, FP8_CVT: tl.constexpr):
     offs = tl.arange(0, N)
-    even, odd = fp4_halves(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32)
+    even, odd = fp4_halves(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32, FP8_CVT)
     tl.store(even_ptr + offs, even)
     tl.store(odd_ptr + offs, odd)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in multiply")   # 6 x 2^127 is inf, as it should be
-def test_every_code_byte_decodes_exactly():
-    """The kernels' decoding (kernels/_fp4.py: the code through the fp8 conversion) against
-    niah.kernels.quant.dequantize_fp4 on every byte (both nibbles, both signs, the
-    subnormal 0.5) at exponents from 1 to 254, bit for bit in fp32."""
+@pytest.mark.parametrize("fp8_cvt", [True, False], ids=["fp8-conversion", "integer-bits"])
+def test_every_code_byte_decodes_exactly(fp8_cvt):
+    """The kernels' decoding (kernels/_fp4.py: the code through the fp8 conversion, or, on GPUs
+    without one, its fp32 bits built with integer operations) against
+    niah.kernels.quant.dequantize_fp4 on every byte (both nibbles, both signs, the subnormal
+    0.5) at exponents from 1 to 254, bit for bit in fp32."""
     codes = torch.arange(256, dtype=torch.uint8).repeat(4)                  # every byte, 4 times
     exps = torch.tensor([1, 100, 127, 254], dtype=torch.uint8).repeat_interleave(256)
     even, odd = (torch.empty(1024, device=DEV) for _ in range(2))
-    _decode[(1,)](codes.to(DEV), exps.to(DEV), even, odd, N=1024)
+    if fp8_cvt and not has_fp8_conversion(torch.device(DEV)):
+        pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): its kernels decode with integers")
+    _decode[(1,)](codes.to(DEV), exps.to(DEV), even, odd, N=1024, FP8_CVT=fp8_cvt)
     # rows of 16 bytes (one group of 32 values), one exponent a row
     want = dequantize_fp4(codes.view(64, 16), exps.view(64, 16)[:, :1]).view(1024, 2)
     assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])

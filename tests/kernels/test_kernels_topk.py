@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from niah.kernels import topk_indices
+from niah.kernels.topk.wrapper import fit_radix
 from niah.kernels.topk.reference import check_topk, ref_topk_indices
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -175,8 +176,8 @@ def test_sample_select_adversarial_rows(cap):
 def test_searches_alike_at_every_radix(method):
     """The threshold searches (kernel.py's; sample_kernel._kth, the sample select's bracket and
     scratch searches) find the unique largest threshold with k keys at or above it, whatever
-    bits a step they take: the same output, in the same order, at 1 (a binary search), 2, 4
-    (and 8: the sample select) bits a step, on rows whose brackets land on ties, on the rows built to defeat a
+    bits a step they take: the same output, in the same order, at 1 (a binary search), 2 and 4
+    bits a step, on rows whose brackets land on ties, on the rows built to defeat a
     sample, and on rows with fewer than k keys."""
     g = torch.Generator().manual_seed(3)
     relu = torch.where(torch.rand(4, 1000, generator=g) < 0.05, torch.rand(4, 1000, generator=g), 0.0)
@@ -184,13 +185,23 @@ def test_searches_alike_at_every_radix(method):
     x = torch.cat([adversarial_rows(1000, 8), relu, short, -relu]).to(DEV)
     for k in ((40, 100) if method == "sample" else (100,)):
         opts = {"sample_stride": 8} if method == "sample" else {"block": 256}     # search: rounds of 256
-        widths = (1, 2, 4, 8) if method == "sample" else (1, 2, 4)   # (the search at 8: minutes interpreted)
+        widths = (1, 2, 4)
         runs = {b: topk_indices(x, k, method=method, radix_bits=b, **opts).cpu() for b in widths}
         assert check_topk(x.cpu(), runs[1], k) is None
         for b in widths[1:]:
             assert torch.equal(runs[b], runs[1]), (k, b)
     with pytest.raises(ValueError, match="radix_bits must be one of"):
-        topk_indices(x, 4, method=method, radix_bits=3)
+        topk_indices(x, 4, method=method, radix_bits=8)
+
+
+def test_a_wide_search_takes_fewer_bits_a_step_within_tritons_largest_tensor():
+    """[searches x 2^bits x keys] comparisons a step must stay <= 2^20 elements (Triton's
+    largest tensor): wider programs take fewer bits, down to the binary search, which
+    compares [keys] alone."""
+    assert fit_radix(4, 1 << 16) == 4                 # 2^20
+    assert fit_radix(4, 1 << 17) == 2                 # 16 rows x 8,192 keys a program
+    assert fit_radix(2, 32768) == 2
+    assert fit_radix(2, 16 * 32768) == 1              # rows_per_program 16 at the widest block
 
 
 def test_sample_select_rejects_bad_tile():

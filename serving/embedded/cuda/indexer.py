@@ -224,7 +224,7 @@ class CudaDSA(IndexScores):
         # the fused read (the gather takes the whole chunk): the query quantised and each kv
         # head's keys gathered once a chunk, each call a slice of the rows and a prefix of the
         # keys (fp32 keys: each call scored on its own)
-        inputs = self._score_inputs(layer, iq, p0 + C)
+        inputs = self._score_inputs(iq)
         idx = torch.full((C, min(self.topk, p0 + C)), -1, dtype=torch.int32, device=iq.device)
         for r0 in range(0, C, rows):
             r1 = min(C, r0 + rows)

@@ -60,7 +60,7 @@ class IndexScores:
         (path: what the call is attested as; decode steps of the gather and fp32 arms come here too.)"""
         _, H, C, D = q.shape
         if self.index_dtype in ("fp8", "bf16") and self.bf16_read == "fused":
-            return self._call_scores(layer, self._score_inputs(layer, q, p0 + C), q, p0, 0, C)
+            return self._call_scores(layer, self._score_inputs(q), q, p0, 0, C)
         G, S = H // self.n_kv, p0 + C
         qg = q[0].view(self.n_kv, G, C, D).transpose(1, 2)                 # [Hkv, C, G, D]
         total = None
@@ -96,7 +96,7 @@ class IndexScores:
         wp[:, :, :G] = w
         return qp, wp
 
-    def _score_inputs(self, layer: int, q: torch.Tensor, S: int) -> tuple | None:
+    def _score_inputs(self, q: torch.Tensor) -> tuple | None:
         """What the fused read's score calls read for the rows of q ([1, H, C, D]), made once a
         chunk and sliced by each call: `kernel_query`'s query and weights. None for fp32 keys and
         the gather read: _call_scores then scores each call's rows of q on their own."""
