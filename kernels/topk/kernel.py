@@ -20,6 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from niah.kernels.topk._search import kth_threshold
+
 
 @triton.jit
 def topk_kernel(
@@ -68,27 +70,8 @@ def topk_kernel(
         key = tl.where(valid, key, -2147483648)
 
     if PHASE != 2:
-        # per segment: largest t with count(key >= t) >= K, searched over int32 in int64,
-        # RADIX_BITS of t a step: the 2^RADIX_BITS - 1 thresholds above the prefix found so
-        # far counted in one reduction (thresholds > INT_MIN: invalid keys never count);
-        # 1 bit: the binary search, one threshold a step
-        pre = tl.full([ROWS], -2147483648, tl.int64)
-        if RADIX_BITS == 1:
-            hi = tl.full([ROWS], 2147483647, tl.int64)
-            for _ in range(32):
-                mid = pre + ((hi - pre + 1) >> 1)
-                ok1 = tl.sum((key >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1) >= K   # [ROWS]
-                pre = tl.where(ok1, mid, pre)
-                hi = tl.where(ok1, hi, mid - 1)
-        else:
-            NB: tl.constexpr = 1 << RADIX_BITS
-            j = tl.arange(0, NB).to(tl.int64)
-            for step in tl.static_range(32 // RADIX_BITS):
-                t = pre[:, None] + (j << (32 - RADIX_BITS * (step + 1)))[None, :]               # [ROWS, NB]
-                cnt = tl.sum((key[:, None, :] >= t.to(tl.int32)[:, :, None]).to(tl.int32), axis=2)
-                ok = (cnt >= K) & (j[None, :] > 0)
-                pre += tl.sum(ok.to(tl.int64), axis=1) << (32 - RADIX_BITS * (step + 1))
-        thr1 = pre.to(tl.int32)  # [ROWS]
+        # per segment: the largest t with count(key >= t) >= K, RADIX_BITS of it a step
+        thr1 = kth_threshold(key, tl.zeros([ROWS], tl.int32) + K, RADIX_BITS)  # [ROWS]
         if PHASE == 1:
             tl.store(thr_ptr + seg, thr1, mask=seg_ok)
             return

@@ -1,7 +1,7 @@
 """Triton kernel: exact top-k per row by a sample-bracketed select (one program per row).
 
 (a) Every STRIDE-th key of the row (NS of them, in registers) gives two bracket keys by a
-    joint radix search on the sample (`_kth`, RADIX_BITS a step): hi = the R_HI-th largest
+    joint radix search on the sample (`_search.kth_threshold`, RADIX_BITS a step): hi = the R_HI-th largest
     sample key, lo = the R_LO-th
     (R_HI < k / STRIDE < R_LO, about 4 standard deviations of the sampled rank apart).
 (b) One pass over the row in TILE-wide tiles: keys > hi go straight to the output in index
@@ -33,6 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from niah.kernels.topk._search import kth_threshold
+
 
 @triton.jit
 def _keys(x_ptr, row_off, pos, limit, HAS_LEN: tl.constexpr):
@@ -45,36 +47,6 @@ def _keys(x_ptr, row_off, pos, limit, HAS_LEN: tl.constexpr):
     else:
         valid = inb & (x != float("-inf"))
     return tl.where(valid, key, -2147483648)
-
-
-@triton.jit
-def _kth(key, kk, BITS: tl.constexpr):
-    """key [N] (INT_MIN = empty), kk [M]: per m the largest t with count(key >= t) >= kk[m]
-    (INT_MIN when fewer than kk[m] keys; INT_MAX when kk[m] <= 0). M searches share each reduction.
-
-    A radix search, BITS bits of t a step (32 / BITS steps): the 2^BITS - 1 thresholds above
-    the prefix found so far are counted in one reduction, and the prefix moves past every one
-    that still has kk keys at or above it (count falls as t rises). BITS = 1 is the binary
-    search (one threshold a step, [M, N]); each step of the others is one reduction of
-    [M, 2^BITS, N], so 4 bits take 8 reductions, not 32, for 16x the comparisons. The answer
-    is unique, so every BITS gives the same t."""
-    pre = tl.zeros(kk.shape, tl.int64) - 2147483648
-    if BITS == 1:
-        hi = tl.zeros(kk.shape, tl.int64) + 2147483647
-        for _ in range(32):
-            mid = pre + ((hi - pre + 1) >> 1)
-            ok1 = tl.sum((key[None, :] >= mid.to(tl.int32)[:, None]).to(tl.int32), axis=1) >= kk
-            pre = tl.where(ok1, mid, pre)
-            hi = tl.where(ok1, hi, mid - 1)
-    else:
-        NB: tl.constexpr = 1 << BITS
-        j = tl.arange(0, NB).to(tl.int64)
-        for step in tl.static_range(32 // BITS):
-            t = pre[:, None] + (j << (32 - BITS * (step + 1)))[None, :]        # [M, NB], <= INT_MAX
-            cnt = tl.sum((key[None, None, :] >= t.to(tl.int32)[:, :, None]).to(tl.int32), axis=2)
-            ok = (cnt >= kk[:, None]) & (j[None, :] > 0)                      # j = 0: the prefix itself
-            pre += tl.sum(ok.to(tl.int64), axis=1) << (32 - BITS * (step + 1))
-    return pre.to(tl.int32)
 
 
 @triton.jit
@@ -134,7 +106,7 @@ def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, 
     cp = tl.arange(0, CAP)
     ckey = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
     need = K - n_gt
-    thr = tl.sum(_kth(ckey, tl.zeros([1], tl.int32) + need, BITS), axis=0)
+    thr = tl.sum(kth_threshold(ckey[None, :], tl.zeros([1], tl.int32) + need, BITS), axis=0)
     gt = ckey > thr
     eq = ckey == thr
     c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)
@@ -216,7 +188,7 @@ def sample_topk_kernel(
     HAS_LEN: tl.constexpr,
     K_PAD: tl.constexpr,  # next_pow2(K)
     W_CONST: tl.constexpr,  # under the interpreter: W (a constant loop bound); else 0 (W at run time)
-    RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_kth): 1, 2 or 4
+    RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_search.kth_threshold): 1, 2 or 4
 ):
     row = tl.program_id(0).to(tl.int64)
     row_off = row * stride_x
@@ -229,7 +201,7 @@ def sample_topk_kernel(
     # (a) bracket the k-th key from the sample: one joint search for both ranks
     skey = _keys(x_ptr, row_off, tl.arange(0, NS) * STRIDE, limit, HAS_LEN)
     two = tl.arange(0, 2)
-    br = _kth(skey, tl.where(two == 0, R_HI, R_LO), RADIX_BITS)
+    br = kth_threshold(skey[None, :], tl.where(two == 0, R_HI, R_LO), RADIX_BITS)
     hi = tl.sum(tl.where(two == 0, br, 0), axis=0)
     lo = tl.maximum(tl.sum(tl.where(two == 1, br, 0), axis=0), -2147483647)
     # (b) one pass: keys > hi to the output, candidates in (lo, hi] to the scratch, ties at lo counted

@@ -29,7 +29,7 @@ SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample w
 MAX_SAMPLE = 8192
 SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 sweep: 2048 x 8 warps best)
 SAMPLE_WARPS = 8
-# bits a step of the threshold searches (sample_kernel._kth, kernel.py): 4 -> 8 reductions a
+# bits a step of the threshold searches (_search.kth_threshold): 4 -> 8 reductions a
 # search where a binary search (1) takes 32; the same answer at every value. Not yet timed on
 # the H200 (benchmarks/kernels/topk_ties.py --radix-bits 1,2,4 times the sample select's;
 # benchmarks/kernels/bench.py --only topk sweeps both methods at 1, 2 and 4).

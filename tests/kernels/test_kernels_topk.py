@@ -174,7 +174,7 @@ def test_sample_select_adversarial_rows(cap):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_searches_alike_at_every_radix(method):
-    """The threshold searches (kernel.py's; sample_kernel._kth, the sample select's bracket and
+    """The threshold searches (topk/_search.kth_threshold: the search kernel's, the sample select's bracket and
     scratch searches) find the unique largest threshold with k keys at or above it, whatever
     bits a step they take: the same output, in the same order, at 1 (a binary search), 2 and 4
     bits a step, on rows whose brackets land on ties, on the rows built to defeat a
