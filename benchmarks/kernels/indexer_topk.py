@@ -5,9 +5,11 @@
     TRITON_INTERPRET=1 python benchmarks/kernels/indexer_topk.py --smoke    # CPU: tiny shapes, the counts only
 
 Shape: SmolLM2-135M's indexer (3 kv heads x 3 heads x 64 dims) on the GPU server's paged pool.
-Unfused, as the server runs it: per kv head `fp8_mqa_logits` / `bf16_mqa_logits` over the
-gathered pages (`score_rows` rows a call, 64 MiB of scores), the kv heads summed,
-`topk_indices` per call. Fused: `indexer_topk` (sampled brackets, one candidate pass over the
+Unfused, as the server runs it: `indexer_logits` (the same tile scores, written; `score_rows`
+rows a call, 64 MiB of scores), `topk_indices` per call. (The committed H200 results predate
+it: their unfused path was one `fp8_mqa_logits` / `bf16_mqa_logits` call per kv head over the
+gathered pages, the kv heads summed; benchmarks/kernels/indexer_logits.py times the two.)
+Fused: `indexer_topk` (sampled brackets, one candidate pass over the
 pages in place, a top-k over the candidates).
 
 Scores: "random" (randn keys and queries) or "relu": queries >= 0 and all but a fraction
@@ -71,33 +73,16 @@ def queries(kind, C, gen, relu, device):
 
 
 def unfused(kind, q, w, pages, table, p0, k):
-    """The server's unfused selection: int32 [C, min(k, p0 + C)]."""
-    from niah.kernels import bf16_mqa_logits, fp8_mqa_logits, topk_indices
+    """The server's unfused selection: int32 [C, min(k, p0 + C)], `indexer_logits` a score call
+    (64 MiB of scores), `topk_indices` over each call's rows."""
+    from niah.kernels import indexer_logits, topk_indices
 
     C, S = q.shape[0], p0 + q.shape[0]
-    device = q.device
     rows = max(1, min(C, (64 << 20) // (4 * S)))
-    n_pages = -(-S // 64)
-    kk = min(k, S)
-
-    def contiguous(g):
-        pg = pages.index_select(0, table[g, :n_pages].long())
-        if kind == "bf16":
-            return pg.view(-1, D)[:S]
-        return (pg[:, :64 * D].contiguous().view(torch.float8_e4m3fn).view(-1, D)[:S],
-                pg[:, 64 * D:].contiguous().view(torch.float32).view(-1)[:S])
-
-    idx = torch.full((C, kk), -1, dtype=torch.int32, device=device)
-    f = fp8_mqa_logits if kind == "fp8" else bf16_mqa_logits
+    idx = torch.full((C, min(k, S)), -1, dtype=torch.int32, device=q.device)
     for r0 in range(0, C, rows):
         r1 = min(C, r0 + rows)
-        ks = torch.zeros(r1 - r0, dtype=torch.int32, device=device)
-        ke = torch.arange(p0 + r0 + 1, p0 + r1 + 1, dtype=torch.int32, device=device)
-        total = None
-        for g in range(HKV):
-            lg = f(q[r0:r1, g].contiguous(), contiguous(g), w[r0:r1, g].contiguous(), ks, ke)
-            total = lg[:, :p0 + r1] if total is None else total.add_(lg[:, :p0 + r1])
-        part = topk_indices(total.contiguous(), min(k, p0 + r1))
+        part = topk_indices(indexer_logits(q[r0:r1], w[r0:r1], pages, table, p0 + r0, kind), min(k, p0 + r1))
         idx[r0:r1, :part.shape[1]] = part
     return idx
 

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import torch
 
 from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels._launch import launcher_of
 from niah.kernels.topk.wrapper import SAMPLE_STRIDE, sample_brackets, topk_indices
 
 PAGE = 64
@@ -90,11 +91,7 @@ def _kernel():
     return indexer_candidates_kernel
 
 
-@functools.cache
-def _logits_kernel():
-    from niah.kernels.fused_indexer.kernel import indexer_logits_kernel  # noqa: PLC0415 (imports triton lazily)
-
-    return indexer_logits_kernel
+_LOGITS_KERNEL = ("niah.kernels.fused_indexer.kernel", "indexer_logits_kernel")   # loaded at first launch
 
 
 def _check(q, weights, pages, block_table, p0, k, index_dtype, name="indexer_topk"):
@@ -130,7 +127,7 @@ def _check(q, weights, pages, block_table, p0, k, index_dtype, name="indexer_top
     check_device(q, weights, pages, block_table)
 
 
-def _padded(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_query(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """q and weights with G heads padded to GP = max(2, next_pow2(G)) (zero queries and weights)
     and contiguous, as the kernels read them; no copy when they already are."""
     C, Hkv, G, D = q.shape
@@ -166,7 +163,7 @@ def candidates(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bloc
     C, Hkv, G, D = q.shape
     k = int(k)
     cap = cap or capacity(k)
-    qp, wp = _padded(q, weights)
+    qp, wp = padded_query(q, weights)
     GP = qp.shape[2]
     if lo is None:
         lo = brackets(q, weights, pages, block_table, p0, k, index_dtype)
@@ -245,7 +242,7 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     out = torch.empty_strided((C, S), (stride, 1), dtype=torch.float32, device=q.device)
     if C == 0:
         return out
-    qp, wp = _padded(q, weights)
+    qp, wp = padded_query(q, weights)
     fp8 = index_dtype == "fp8"
     kv = pages.view(torch.float8_e4m3fn) if fp8 else pages
     sf = pages.view(torch.float32) if fp8 else pages
@@ -253,12 +250,12 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     block_m = block_m or 16
     block_n = block_n or (64 if interp else 128)
     grid = (triton_cdiv(S, block_n), triton_cdiv(C, block_m))
-    _logits_kernel()[grid](
+    launcher_of(*_LOGITS_KERNEL)(grid,   # the compiled launch, not Triton's ~40 us launcher (_launch.py)
         qp, wp, kv, sf, block_table, out,
         C, p0, qp.stride(0), wp.stride(0), block_table.stride(0), kv.stride(0), sf.stride(0) if fp8 else 0, stride,
         HKV=Hkv, GP=qp.shape[2], D=D, BLOCK_M=block_m, BLOCK_N=block_n, PAGE=PAGE, IS_FP8=fp8, UPCAST=interp,
-        # 16 x 128 for sm_90 (ptxas): 4 warps 227 (fp8) / 255 (bf16) registers a thread, 8 warps
-        # 216 / 142, none spilled; not yet timed (benchmarks/kernels/indexer_logits.py --tune)
+        # 16 x 128 for sm_90 (benchmarks/kernels/registers.py): 4 warps 227 (fp8) / 255 (bf16)
+        # registers a thread, 8 warps 216 / 142, none spilled; not yet timed (indexer_logits.py --tune)
         num_warps=num_warps or 8,
     )
     return out

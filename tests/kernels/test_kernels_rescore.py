@@ -85,6 +85,10 @@ def test_two_stage_matches_its_reference_and_is_bf16s_selection_when_every_key_i
     whole = _sets(fp8_bf16_two_stage_topk(*args, 640, k, factor=40).cpu())
     bf16 = ref_paged_mqa_logits(p["qb"][:, None], p["bf16"], p["w"], p["ctx"], p["bt"], 640)
     assert whole == _sets(bf16.topk(k, -1).indices)
+    # the final top-k either way (topk_indices, or torch.topk as the first version): the same sets
+    assert _sets(fp8_bf16_two_stage_topk(*args, 640, k, factor=4, final_topk="torch").cpu()) == got
+    with pytest.raises(ValueError, match="final_topk must be one of"):
+        fp8_bf16_two_stage_topk(*args, 640, k, final_topk="radix")
 
 
 def test_two_stage_keeps_bf16s_share_of_the_exact_top_k():

@@ -221,9 +221,9 @@ class CudaDSA(IndexScores):
         if rows >= C:
             scores = self.prefill_scores(layer, iq, p0)
             return self.select(scores), scores[-1]
-        # the fused read (the gather takes the whole chunk): the query quantised and each kv
-        # head's keys gathered once a chunk, each call a slice of the rows and a prefix of the
-        # keys (fp32 keys: each call scored on its own)
+        # the fused read (the gather takes the whole chunk): the query quantised and padded once
+        # a chunk, each call a slice of its rows over the keys up to its last row's (fp32 keys:
+        # each call scored on its own)
         inputs = self._score_inputs(iq)
         idx = torch.full((C, min(self.topk, p0 + C)), -1, dtype=torch.int32, device=iq.device)
         for r0 in range(0, C, rows):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits
-from niah.kernels._common import next_pow2
+from niah.kernels.fused_indexer.wrapper import padded_query
 from niah.kernels.quant import quantize_fp8
 from niah.serving.sglang import attest
 
@@ -89,12 +89,7 @@ class IndexScores:
             w = w * qs
         else:
             q = q.to(torch.bfloat16)
-        GP = max(2, next_pow2(G))
-        qp = torch.zeros((C, self.n_kv, GP, D), dtype=q.dtype, device=q.device)
-        qp[:, :, :G] = q
-        wp = torch.zeros((C, self.n_kv, GP), device=q.device)
-        wp[:, :, :G] = w
-        return qp, wp
+        return padded_query(q, w)
 
     def _score_inputs(self, q: torch.Tensor) -> tuple | None:
         """What the fused read's score calls read for the rows of q ([1, H, C, D]), made once a
