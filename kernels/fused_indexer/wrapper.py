@@ -233,8 +233,10 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     """The fused indexer's scores, written: fp32 [C, p0 + C] (row stride a multiple of 256
     floats, DeepGEMM's 1 KiB alignment), I[i, s] as in the module docstring for s <= p0 + i
     and -inf past it; every kv head read in place from its pages and summed in the kernel, in
-    order g = 0, 1, ... (arguments as indexer_topk's, less k). The same tile scores as the
-    candidates kernel's: a key's score here is the score that kernel compares."""
+    order g = 0, 1, ... (arguments as indexer_topk's, less k). The candidates kernel's tile
+    function: under the interpreter a key's score here is, bit for bit, the score that kernel
+    compares; on a GPU their launches (8 warps here, 4 there) may round the head sum another
+    way, in the last bits (seen on the H200)."""
     _check(q, weights, pages, block_table, p0, None, index_dtype, name="indexer_logits")
     C, Hkv, _, D = q.shape
     S = p0 + C

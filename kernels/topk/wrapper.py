@@ -29,12 +29,14 @@ SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample w
 MAX_SAMPLE = 8192
 SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 sweep: 2048 x 8 warps best)
 SAMPLE_WARPS = 8
-# bits a step of the threshold searches (_search.kth_threshold): 4 -> 8 reductions a
-# search where a binary search (1) takes 32; the same answer at every value. Not yet timed on
-# the H200 (benchmarks/kernels/topk_ties.py --radix-bits 1,2,4 times the sample select's;
-# benchmarks/kernels/bench.py --only topk sweeps both methods at 1, 2 and 4).
-SAMPLE_RADIX_BITS = 4
-SEARCH_RADIX_BITS = 2   # the search kernel's (its segments hold 8-32x the sample's keys a program)
+# bits a step of the threshold searches (_search.kth_threshold): 1 is the binary search (32
+# block-wide reductions a search), 2 and 4 take 16 and 8 wider ones; every width finds the
+# same threshold. On the H200 the binary search was the fastest for both kernels at every
+# shape timed (docs/kernels.md, "Top-k": the sample select 1.6x faster at 1 bit than at 4 on
+# [742, 22600] rows, the search 2-4x faster at 1 than at 4): the wider steps' comparisons
+# cost more than the reductions they save.
+SAMPLE_RADIX_BITS = 1
+SEARCH_RADIX_BITS = 1
 RADIX_BITS = (1, 2, 4)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks

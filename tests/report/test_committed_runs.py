@@ -131,6 +131,25 @@ def test_the_one_arm_runs_after_the_glue_changes_keep_the_prompts_and_what_they_
             assert r["answer"] == matrix[key]["answer"]
 
 
+def test_the_one_arm_run_after_the_logits_kernel_moves_only_the_arms_that_use_it():
+    """device/one-arm-12k-22k-logits/: the same trials after the prefill's scores moved to
+    indexer_logits (the kv heads summed inside one kernel, in another order than the per-kv-head
+    kernel's). Every prompt is the matrix's; the arms whose prefill scores did not change
+    (dense, the gather arm) answer as the run before; every other sparse arm attests
+    niah.indexer_logits for its prefill; what changed answers only there."""
+    dev = H200 / "device"
+    before, after = [{(r["config"], r["length"], r["depth"], r["trial"]): r
+                      for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+                     for name in ("one-arm-12k-22k", "one-arm-12k-22k-logits")]
+    assert len(after) == 180 and before.keys() == after.keys()
+    configs = json.loads((dev / "one-arm-12k-22k-logits" / "manifest.json").read_text())["configs"]
+    moved = {name for name, c in configs.items() if "niah.indexer_logits" in json.dumps(c["attestation"])}
+    assert moved == {"fp8-k512", "fp8-k1024", "bf16-k512", "bf16-k1024"}
+    changed = {key[0] for key, r in after.items() if r["answer"] != before[key]["answer"]}
+    assert changed and changed <= moved
+    assert all(r["prompt_sha256"] == before[key]["prompt_sha256"] for key, r in after.items())
+
+
 def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
     """results/baselines/field-prompts.jsonl (built with --coverage field against the embedded
     server) names its residue plan on every line; field-embedded.json is its sweep (cache state
