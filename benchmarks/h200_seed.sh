@@ -58,13 +58,18 @@ tests() {
 }
 
 indexer() {   # the prefill's indexer kernels: their tests on CUDA, indexer_logits.py and topk_ties.py
-  (cd "$HERE" && PYTHONPATH=$SITE:$HERE/tests python3 -m pytest -x -q -p no:cacheprovider \
-     tests/kernels/test_kernels_indexer_topk.py tests/kernels/test_kernels_topk.py 2>&1 | tail -8)
+  # (each part runs whatever the one before did; a failed part is named in the log line
+  # "indexer: FAILED: ...", and the call's later steps still run: a lease is not lost to one benchmark)
+  local failed=
+  (cd "$HERE" && PYTHONPATH=$SITE:$HERE/tests python3 -m pytest -q -p no:cacheprovider \
+     tests/kernels/test_kernels_indexer_topk.py tests/kernels/test_kernels_topk.py > "$OUT/indexer_tests.log" 2>&1) \
+    || failed="$failed tests"
+  tail -8 "$OUT/indexer_tests.log"
   PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/indexer_logits.py" --tune --out "$OUT/indexer_logits.jsonl" \
-    || return 1
+    || failed="$failed indexer_logits.py"
   PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/topk_ties.py" --radix-bits 1,2,4 --out "$OUT/topk_radix.json" \
-    || return 1
-  log "indexer done"
+    || failed="$failed topk_ties.py"
+  if [ -n "$failed" ]; then log "indexer: FAILED:$failed"; else log "indexer done"; fi
 }
 
 kernel() {   # the sparse attention kernel beside its first version (benchmarks/kernels/sparse_attention.py)
