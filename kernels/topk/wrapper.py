@@ -32,9 +32,9 @@ SAMPLE_WARPS = 8
 # bits a step of the threshold searches (_search.kth_threshold): 1 is the binary search (32
 # block-wide reductions a search), 2 and 4 take 16 and 8 wider ones; every width finds the
 # same threshold. On the H200 the binary search was the fastest for both kernels at every
-# shape timed but one (tied rows: within 3 %) (docs/kernels.md, "Top-k": the sample select 1.6x faster at 1 bit than at 4 on
-# [742, 22600] rows, the search 2.4-4.5x faster at 1 than at 4): the wider steps' comparisons
-# cost more than the reductions they save.
+# shape timed but one (tied rows: within 3 %; docs/kernels.md, "Top-k": the sample select
+# 1.6x faster at 1 bit than at 4 on [742, 22600] rows, the search 2.4-3.6x): the wider
+# steps' comparisons cost more than the reductions they save.
 SAMPLE_RADIX_BITS = 1
 SEARCH_RADIX_BITS = 1
 RADIX_BITS = (1, 2, 4)
