@@ -59,7 +59,7 @@ tests() {
 
 indexer() {   # the prefill's indexer kernels: their tests on CUDA, indexer_logits.py and topk_ties.py
   # (each part runs whatever the one before did; a failed part is named in the log line
-  # "indexer: FAILED: ...", and the call's later steps still run: a lease is not lost to one benchmark)
+  # "indexer: FAILED: ...", and the call's later steps still run: GPU time is not lost to one benchmark)
   local failed=
   (cd "$HERE" && PYTHONPATH=$SITE:$HERE/tests python3 -m pytest -q -p no:cacheprovider \
      tests/kernels/test_kernels_indexer_topk.py tests/kernels/test_kernels_topk.py > "$OUT/indexer_tests.log" 2>&1) \
