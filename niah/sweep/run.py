@@ -84,6 +84,19 @@ class _TargetRun:
                 self.died.append(str(cause))
         return self.died[0] if self.died else None
 
+    async def death_after_error(self, wait_s: float = 2.0) -> str | None:
+        """check_dead after a failed request, given the time to see it: a killed server's
+        sockets close before its process can be reaped, so the first look can miss the death
+        that refused the connection. Waits only where there is a process to watch."""
+        cause = self.check_dead()
+        steps = int(wait_s / 0.05) if self.dead is not None else 0
+        for _ in range(steps):
+            if cause:
+                break
+            await asyncio.sleep(0.05)
+            cause = self.check_dead()
+        return cause
+
     async def unreachable(self, client) -> str | None:
         try:
             r = await client.get(self.p.endpoint + "/models", timeout=min(10.0, self.spec.timeout_s))
@@ -138,7 +151,8 @@ class _TargetRun:
         try:
             entry = await self.prompt(length, depth, trial, seed, control, state)
         except Exception as e:  # ServerError or httpx errors from the counter
-            cause = self.check_dead()
+            talked = isinstance(e, (ServerError, httpx.HTTPError))   # a request failed: the server may be dying
+            cause = await self.death_after_error() if talked else self.check_dead()
             if cause is None and self.dead is None and (lost := await self.unreachable(client)):
                 self.gone.append(lost)
                 return None
@@ -156,7 +170,7 @@ class _TargetRun:
         for k, v in facts.items():
             setattr(rec, k, v)
         if reply.error and reply.connection_error:
-            cause = self.check_dead()
+            cause = await self.death_after_error()
             if cause:
                 reply.error = f"server died: {cause}"
             elif self.dead is None and (lost := await self.unreachable(client)):
