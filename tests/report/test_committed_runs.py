@@ -150,6 +150,19 @@ def test_the_one_arm_run_after_the_logits_kernel_moves_only_the_arms_that_use_it
     assert all(r["prompt_sha256"] == before[key]["prompt_sha256"] for key, r in after.items())
 
 
+def test_the_one_arm_run_after_the_binary_search_answers_as_the_run_before():
+    """device/one-arm-12k-22k-radix/: the same trials after both top-k kernels' searches went to
+    1 bit a step. The k-th score is unique, so the width of a search step cannot change what is
+    kept: every one of the 180 answers is the logits round's, on the same prompts."""
+    dev = H200 / "device"
+    before, after = [{(r["config"], r["length"], r["depth"], r["trial"]): r
+                      for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+                     for name in ("one-arm-12k-22k-logits", "one-arm-12k-22k-radix")]
+    assert len(after) == 180 and before.keys() == after.keys()
+    for key, r in after.items():
+        assert (r["prompt_sha256"], r["answer"]) == (before[key]["prompt_sha256"], before[key]["answer"])
+
+
 def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
     """results/baselines/field-prompts.jsonl (built with --coverage field against the embedded
     server) names its residue plan on every line; field-embedded.json is its sweep (cache state
