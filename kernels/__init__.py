@@ -4,6 +4,7 @@ Public functions (DeepGEMM's argument order where DeepGEMM has one):
     fp8_paged_mqa_logits, bf16_paged_mqa_logits, get_paged_mqa_logits_metadata   (decode)
     fp8_mqa_logits, bf16_mqa_logits                                             (prefill)
     store_index_keys                                                            (key store)
+    quantize_query                        (the index query: fp8 with its scales in the weights, or bf16)
     store_fp4_index_keys                              (MXFP4 key store, SGLang's DeepSeek-V4 fp4 page)
     fp4_paged_mqa_logits                                               (decode, fp4 keys)
     fp4_mqa_logits                                                     (prefill, fp4 keys)
@@ -29,6 +30,7 @@ _EXPORTS = {
     "fp8_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "bf16_mqa_logits": "niah.kernels.mqa_logits.wrapper",
     "store_index_keys": "niah.kernels.store.wrapper",
+    "quantize_query": "niah.kernels.query_quant.wrapper",
     "store_fp4_index_keys": "niah.kernels.fp4_store.wrapper",
     "fp4_paged_mqa_logits": "niah.kernels.fp4_paged_logits.wrapper",
     "fp4_mqa_logits": "niah.kernels.fp4_mqa_logits.wrapper",

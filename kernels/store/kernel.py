@@ -26,7 +26,8 @@ def _round_to_e4m3_grid(x):
     quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
     y = x / quantum  # exact: power-of-two division
     r = (y + 12582912.0) - 12582912.0  # 1.5 * 2**23: round half to even for |y| < 2**22
-    return r * quantum
+    out = r * quantum
+    return tl.where(out == 0.0, x * 0.0, out)  # a value rounded to zero keeps its sign (-0), as the cast does
 
 
 @triton.jit

@@ -37,7 +37,12 @@ SAMPLE_WARPS = 8
 # steps' comparisons cost more than the reductions they save.
 SAMPLE_RADIX_BITS = 1
 SEARCH_RADIX_BITS = 1
-RADIX_BITS = (1, 2, 4)
+# radix_bits 8: the search's threshold by byte histograms (tl.histogram, 4 steps), one segment
+# a program only (the search launches for few rows): the default there (decode's one row a
+# layer, where the binary search's 32 block-wide reductions are the launch's latency)
+HISTOGRAM_BITS = 8
+FEW_ROWS_RADIX_BITS = HISTOGRAM_BITS
+RADIX_BITS = (1, 2, 4, HISTOGRAM_BITS)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
@@ -54,11 +59,16 @@ def _radix(bits: int | None, default: int) -> int:
     return bits
 
 
-def fit_radix(bits: int, keys: int) -> int:
+def fit_radix(bits: int, keys: int, one_segment: bool = False) -> int:
     """The most bits a step, at most `bits`, whose comparisons ([2^bits, keys] a step: `keys`
     counts every search's keys a program; the binary search, 1, compares [keys]) stay within
-    Triton's largest tensor. Fewer bits a step find the same threshold (in more steps), so
-    this changes no result."""
+    Triton's largest tensor; the histograms (HISTOGRAM_BITS) where a program searches one
+    segment (`one_segment`), else 4. Fewer bits a step find the same threshold (in more
+    steps), so this changes no result."""
+    if bits == HISTOGRAM_BITS:
+        if one_segment:
+            return bits
+        bits = 4
     while bits > 1 and (keys << bits) > MAX_NUMEL:
         bits //= 2
     return bits
@@ -95,7 +105,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     launch and select in a second (the search then holds few registers), with select_warps.
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
-    fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
+    fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`; 8: byte
+    histograms where a program searches one segment, the default for few rows, else 4)."""
     from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
@@ -113,7 +124,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
-    radix_bits = _radix(radix_bits, SEARCH_RADIX_BITS)
+    radix_bits = _radix(radix_bits, SEARCH_RADIX_BITS if many else FEW_ROWS_RADIX_BITS)
     out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
     if rows == 0:
         return out
@@ -147,7 +158,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                 dst_idx.stride(0),
                 BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
                 HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase,
-                RADIX_BITS=fit_radix(radix_bits, seg_rows * blk),
+                RADIX_BITS=fit_radix(radix_bits, seg_rows * blk, one_segment=seg_rows == 1),
                 num_warps=(select_warps if phase == 2 and select_warps else None)
                 or (final_warps if final else num_warps) or _warps(blk * seg_rows),
             )

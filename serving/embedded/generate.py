@@ -85,7 +85,12 @@ def selection_recall(model, stats: dict) -> list[float | None] | None:
     if model.attention_name == "dense":
         return None
     got = stats.get("selection_recall", {})
-    return [None if got.get(i) is None else float(got[i]) for i in range(model.args.n_layer)]
+    vals = [got.get(i) for i in range(model.args.n_layer)]
+    on_device = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor)]
+    if on_device:                         # the layers' device scalars: one copy, not one sync each
+        for i, v in zip(on_device, torch.stack([vals[i] for i in on_device]).tolist()):
+            vals[i] = v
+    return [None if v is None else float(v) for v in vals]
 
 
 def new_probe(model, value_positions: tuple[int, int] | None):

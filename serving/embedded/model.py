@@ -62,12 +62,15 @@ class ModelArgs:
 class LayerCache:
     """One layer's caches. k, v: [1, Hkv, block_size, D]. idx_k: the index keys as the
     indexer reads them back (after the fp8/bf16/fp32 store round-trip), [Hkv, block_size, D];
-    allocated only when the attention needs it."""
+    allocated only when the attention needs it. k_all: every layer's k, [layers, 1, Hkv,
+    block_size, D], of which k is row layer_id (Transformer.setup_caches: one tensor, so that
+    a step's probe reads every layer's keys in one call); None for a cache made on its own."""
     k: torch.Tensor
     v: torch.Tensor
     idx_k: torch.Tensor | None = None
     layer_id: int = 0
     stats: dict = field(default_factory=dict)   # per-request diagnostics (selection recall)
+    k_all: torch.Tensor | None = None
 
 
 def dense_attention(q: torch.Tensor, cache: LayerCache, start: int) -> torch.Tensor:
@@ -209,9 +212,11 @@ class Transformer(nn.Module):
         a = self.args
         shape = (1, a.n_local_heads, a.block_size, a.head_dim)
         dev = self.device
+        k_all = torch.zeros((a.n_layer, *shape), device=dev)
+        v_all = torch.zeros((a.n_layer, *shape), device=dev)
         self.caches = [
-            LayerCache(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev),
-                       torch.zeros(shape[1:], device=dev) if index_keys else None, layer_id=i)
+            LayerCache(k_all[i], v_all[i], torch.zeros(shape[1:], device=dev) if index_keys else None, layer_id=i,
+                       k_all=k_all)
             for i in range(a.n_layer)
         ]
 

@@ -17,7 +17,7 @@ captured graph instead, with everything that changes from step to step read on t
   concurrently). Modes: "dense" (dense arm), "short" (DSA arm while every key is kept,
   pos + 1 <= top-k: dense attention, index keys still stored), "dsa" (selection), "probe"
   (selection and the indexer probe's five stats per layer: each layer leaves its scores,
-  kept keys and exact-key scores in a row of `ProbeRows`, and `rows_stats_at` turns all the
+  kept keys and query row in a row of `ProbeRows` (probe_rows.py), which turns all the
   layers' rows into stats at once after the last layer).
 - host work left a step: pages handed out when the token starts a page (pool.ensure, the
   block table written in place), four tiny fills, the replay, one copy of the logits (and of
@@ -35,64 +35,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from niah.serving.embedded.cuda.probe_rows import ProbeRows
 from niah.serving.embedded.model import apply_rope
 
 WIDTH_STEP = 2048
 MAX_GRAPHS = 64
-
-
-def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor, k: int,
-                  span: torch.Tensor) -> torch.Tensor:
-    """probe.row_stats_tensor of R rows at once, padded to a fixed width, the span on the device.
-
-    scores, exact: fp32 [R, W] (-inf past each row's S candidates), kept: bool [R, W] (False
-    past S), span: int64 [2] (a < b), k < S. -> fp64 [R, 5] in STAT_KEYS order, each row the
-    same numbers as row_stats_tensor: ranks from counts (the best-ranked value token is the
-    highest-scoring one), the top-k overlap by counts against the exact k-th score (as
-    probe._overlap, ties at it counted while the exact top-k has room; no torch.isin, whose
-    sort-based path syncs the host). One launch per op for all R rows: a decode step's probe computes its
-    layers' stats together after the last layer, not a few dozen small launches a layer."""
-    R, W = scores.shape
-    pos = torch.arange(W, device=scores.device)
-    inspan = ((pos >= span[0]) & (pos < span[1]))[None, :]                      # [1, W]
-    n = (span[1] - span[0]).double()
-    top = scores.topk(k, dim=1)
-    vals = top.values.double()
-    kth, first = vals[:, -1], vals[:, 0]                                          # [R]
-    hi = torch.where(inspan, scores, float("-inf")).amax(1)
-    lo = torch.where(inspan, scores, float("inf")).amin(1)
-    rank_best = (scores >= hi[:, None]).sum(1).double()
-    rank_worst = (scores >= lo[:, None]).sum(1).double()
-    kept_n = kept & inspan
-    worst_kept = torch.where(kept_n, scores.double(), torch.inf).amin(1)
-    spread = first - kth
-    margin = torch.where(spread > 0, (worst_kept - kth) / torch.where(spread > 0, spread, 1.0), 0.0)
-    margin = torch.where(kept_n.any(1), margin, torch.nan)
-    # probe._overlap row by row: the selected keys above the exact k-th score, plus those tied
-    # at it while the exact top-k has room (ReLU zeros tie there in many rows)
-    ekth = exact.topk(k, dim=1).values[:, -1:]                                    # [R, 1]
-    room = k - (exact > ekth).sum(1)
-    picked = exact.gather(1, top.indices)                                         # [R, k]
-    overlap = ((picked > ekth).sum(1) + torch.minimum((picked == ekth).sum(1), room)).double()
-    return torch.stack([kept_n.sum(1).double() / n, rank_best / k, rank_worst / k, margin, overlap / k], dim=1)
-
-
-class ProbeRows:
-    """A decode step's probe inputs, one row a layer, filled by the layers (the attention's
-    decode_at) and turned into stats once after the last layer (`stats`).
-
-    scores, exact: fp32 [L, W] (the selection's index scores, the exact-key scores; each row
-    masked past the position by `stats`), hits: int32 [L, W] (> 0: kept)."""
-
-    def __init__(self, layers: int, W: int, device):
-        self.scores = torch.empty(layers, W, device=device)
-        self.exact = torch.empty(layers, W, device=device)
-        self.hits = torch.zeros(layers, W, dtype=torch.int32, device=device)
-
-    def stats(self, valid: torch.Tensor, k: int, span: torch.Tensor) -> torch.Tensor:
-        """fp64 [L, 5]; valid: bool [W] (s <= pos)."""
-        exact = self.exact.masked_fill_(~valid[None, :], float("-inf"))
-        return rows_stats_at(self.scores, self.hits > 0, exact, k, span)
 
 
 class DecodeGraphs:
@@ -177,7 +124,7 @@ class DecodeGraphs:
         H, Hkv, D = a.n_head, a.n_local_heads, a.head_dim
         cos, sin = m.cos.index_select(0, pos), m.sin.index_select(0, pos)          # [1, D]
         valid = torch.arange(W, device=pos.device) <= pos                           # [W]
-        rows = ProbeRows(a.n_layer, W, pos.device) if mode == "probe" else None
+        rows = ProbeRows(a.n_layer, W, self.attn.topk, H, D, pos.device) if mode == "probe" else None
         x = m.tok_embeddings(self.tok)                                              # [1, 1, dim]
         for i, (layer, cache) in enumerate(zip(m.layers, m.caches)):
             att = layer.attention
@@ -197,5 +144,5 @@ class DecodeGraphs:
                 y = self.attn.decode_at(q, cache, self.ctx, valid, W, rows)
             h = x + att.wo(y.transpose(1, 2).reshape(1, 1, H * D))
             x = h + layer.feed_forward(layer.ffn_norm(h))
-        stats = None if rows is None else rows.stats(valid, self.attn.topk, self.span)
+        stats = None if rows is None else rows.stats(Hkv, self.attn.topk, self.span, valid)
         return m.output(m.norm(x)), stats

@@ -48,15 +48,15 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_topk, store_index_keys, topk_indices
-from niah.kernels import forms
-from niah.kernels.quant import quantize_fp8
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_topk, quantize_query, store_index_keys
+from niah.kernels import forms, topk_indices
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
 from niah.serving.embedded.cuda.paging import PAGE, IndexKeyPool
 from niah.serving.embedded.cuda.scores import SCORE_BYTES, IndexScores
 from niah.serving.embedded.model import LayerCache, dense_attention
-from niah.serving.embedded.probe import row_stats_tensor
+from niah.serving.embedded.cuda.probe_rows import ProbeRows
+from niah.serving.embedded.probe import STAT_KEYS
 from niah.serving.sglang import attest
 
 BF16_READS = ("fused", "gather")
@@ -90,7 +90,8 @@ class CudaDSA(IndexScores):
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
         self.bf16_read, self.topk_impl, self.dense_when_short = bf16_read, topk_impl, dense_when_short
         self.window = 0
-        self.n_kv, self.dim = n_kv, dim
+        self.n_layer, self.n_kv, self.dim = n_layer, n_kv, dim
+        self._rows: ProbeRows | None = None     # the last prompt row of each layer so far (_last_row)
         self.device = torch.device(device)
         self._memo: dict = {}          # small per-shape tensors reused across layers (weights, lengths, slots)
         self._decode_w: dict = {}      # the decode step's head weights (kept: graphs read them)
@@ -153,13 +154,14 @@ class CudaDSA(IndexScores):
         """The selection and sparse attention of one decode query (q [1, H, 1, D]) at the
         position where `valid` ([W] bool, s <= pos) ends; ctx: int32 [Hkv] = pos + 1.
         Scores over W positions (-inf past pos), the top-k; with the probe's `rows`
-        (graphs.ProbeRows) this layer's index scores, kept keys and exact-key scores go into
+        (probe_rows.ProbeRows) this layer's index scores, kept keys and query row go into
         its row (the stats are computed for every layer at once after the last). Needs
         pos + 1 > top-k (graphs.py serves shorter rows dense)."""
         layer = cache.layer_id
         _, H, _, D = q.shape
         G = H // self.n_kv
         iq = self.index_query(q)
+        in_place = False
         if self.index_dtype == "fp32" or self.bf16_read == "gather":
             qg = iq[0].view(self.n_kv, G, 1, D).transpose(1, 2)               # [Hkv, 1, G, D]
             scores = None
@@ -176,23 +178,24 @@ class CudaDSA(IndexScores):
             scores = scores.masked_fill_(~valid[None, :], float("-inf"))       # [1, W]
         else:
             qg = iq[0, :, 0].view(self.n_kv, 1, G, D)
-            w = self._decode_weights(G)
             if self.index_dtype == "fp8":
-                q8, qs = quantize_fp8(qg)
-                out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w * qs[:, 0], ctx, self.pool.block_table,
+                q8, w = quantize_query(qg, (H * D) ** -0.5, "fp8")                  # [Hkv, 1, G, D], [Hkv, 1, G]
+                out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w[:, 0], ctx, self.pool.block_table,
                                            None, W, clean_logits=True)
                 attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
             else:
-                out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer), w, ctx,
-                                            self.pool.block_table, None, W, clean_logits=True)
+                out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
+                                            self._decode_weights(G), ctx, self.pool.block_table, None, W,
+                                            clean_logits=True)
                 attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
-            scores = out.sum(0, keepdim=True)                                  # [1, W]
+            if rows is not None:                   # the probe's row written in place: no copy
+                scores = torch.sum(out, 0, keepdim=True, out=rows.scores[layer:layer + 1])
+                in_place = True
+            else:
+                scores = out.sum(0, keepdim=True)                                  # [1, W]
         idx = self.select(scores)                                              # [1, K]
         if rows is not None:
-            rows.scores[layer].copy_(scores[0])
-            pick = idx[0]
-            rows.hits[layer].zero_().index_add_(0, pick.clamp_min(0).long(), (pick >= 0).int())
-            self.exact_scores(q, cache, W, out=rows.exact[layer])
+            rows.put(layer, cache, idx[0], q[0, :, 0], None if in_place else scores[0])
         return sparse_attention(q, cache.k, cache.v, idx)
 
     # -- selection --------------------------------------------------------------------------
@@ -271,26 +274,41 @@ class CudaDSA(IndexScores):
             else:
                 idx, last = self._prefill_select(cache.layer_id, iq[:, :, c0:c1], p0)      # [C, K], [p0 + C]
             if c1 == T and (needle is not None or probe is not None):
-                kept = self._kept_row(idx[-1], p0 + c1 - c0)
-                if needle is not None:
-                    a, b = needle
-                    # a device scalar, read once after the prefill (generate.selection_recall): no host sync a layer
-                    cache.stats.setdefault("selection_recall", {})[cache.layer_id] = (
-                        kept[a:b].float().mean() if b > a else 1.0)
-                if probe is not None:
-                    Sr = kept.shape[0]
-                    if last is None:       # the fused select wrote no scores: the last row's, unfused
-                        last = self.prefill_scores(cache.layer_id, iq[:, :, c1 - 1:c1], p0 + c1 - c0 - 1)[-1]
-                    probe.record(cache.layer_id, Sr - 1, Sr, row_stats_tensor(
-                        last[:Sr], kept, self.exact_scores(q[:, :, c1 - 1:c1], cache, Sr), self.topk, probe.span))
+                if probe is not None and last is None:   # the fused select wrote no scores: the last row's, unfused
+                    last = self.prefill_scores(cache.layer_id, iq[:, :, c1 - 1:c1], p0 + c1 - c0 - 1)[-1]
+                self._last_row(cache, idx[-1], q[0, :, c1 - 1], last if probe is not None else None,
+                               p0 + c1 - c0, needle, probe)
             out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
         return out
 
-    def _kept_row(self, idx_row: torch.Tensor, S: int) -> torch.Tensor:
-        """[S] bool of the kept positions (no host sync: -1 pads add 0 at position 0)."""
-        hits = torch.zeros(S, dtype=torch.int32, device=idx_row.device)
-        hits.index_add_(0, idx_row.clamp_min(0).long(), (idx_row >= 0).int())
-        return hits > 0
+    def _last_row(self, cache: LayerCache, idx_row: torch.Tensor, q_row: torch.Tensor,
+                  scores_row: torch.Tensor | None, S: int, needle, probe) -> None:
+        """The last prompt row of a layer into this forward's ProbeRows (made at layer 0);
+        after the last layer every layer's selection recall (a device scalar each, read once
+        after the prefill: generate.selection_recall) and probe stats, all layers at once."""
+        layer = cache.layer_id
+        if layer == 0 or self._rows is None:
+            self._rows = ProbeRows(self.n_layer, S, idx_row.shape[0], q_row.shape[0], q_row.shape[1], q_row.device)
+        rows = self._rows
+        rows.put(layer, cache, idx_row, q_row, scores_row)
+        if layer != self.n_layer - 1:
+            return
+        self._rows = None
+        if needle is not None:
+            a, b = needle
+            rec = rows.recall(a, b) if b > a else None
+            got = cache.stats.setdefault("selection_recall", {})
+            for i in range(self.n_layer):
+                got[i] = 1.0 if rec is None else rec[i]
+        if probe is not None:
+            a, b = probe.span
+            if b > a:
+                stats = rows.stats(self.n_kv, self.topk, torch.tensor([a, b], device=q_row.device))
+            else:
+                stats = torch.full((self.n_layer, len(STAT_KEYS)), float("nan"), dtype=torch.float64,
+                                   device=q_row.device)
+            for i in range(self.n_layer):
+                probe.record(i, S - 1, S, stats[i])
 
     def exact_scores(self, q_row: torch.Tensor, cache: LayerCache, S: int,
                      out: torch.Tensor | None = None) -> torch.Tensor:

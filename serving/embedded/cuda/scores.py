@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits
-from niah.kernels.fused_indexer.wrapper import padded_query
-from niah.kernels.quant import quantize_fp8
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits, quantize_query
+from niah.kernels._common import next_pow2
 from niah.serving.sglang import attest
 
 SCORE_BYTES = 64 * 2**20   # fp32 [rows, S] scores a prefill score call holds (rows = SCORE_BYTES / 4S)
@@ -79,17 +78,11 @@ class IndexScores:
         (fp8 e4m3 with one scale per row and head folded into the weights, or bf16) and the
         weights [C, Hkv, GP] fp32, the G heads a kv head padded to GP = max(2, next_pow2(G)) with
         zero queries and weights (a padded head adds an exact 0 to its row's sum), so that no
-        kernel call copies them again."""
+        kernel call copies them again: one launch (`niah.kernels.quantize_query`)."""
         _, H, C, D = iq.shape
         G = H // self.n_kv
-        q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D]
-        w = self._memoized(("wf", C, G), lambda: torch.full((C, self.n_kv, G), (H * D) ** -0.5, device=self.device))
-        if self.index_dtype == "fp8":
-            q, qs = quantize_fp8(q.contiguous())                           # [C, Hkv, G, D], [C, Hkv, G]
-            w = w * qs
-        else:
-            q = q.to(torch.bfloat16)
-        return padded_query(q, w)
+        q = iq[0].view(self.n_kv, G, C, D).permute(2, 0, 1, 3)             # [C, Hkv, G, D] (a view)
+        return quantize_query(q, (H * D) ** -0.5, self.index_dtype, pad_to=max(2, next_pow2(G)))
 
     def _score_inputs(self, q: torch.Tensor) -> tuple | None:
         """What the fused read's score calls read for the rows of q ([1, H, C, D]), made once a
@@ -122,9 +115,9 @@ class IndexScores:
             return self.prefill_scores(layer, q, S - 1, "decode_logits")
         ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
         if self.index_dtype == "fp8":
-            q8, qs = quantize_fp8(qg)                                      # [Hkv, 1, G, D], [Hkv, 1, G]
-            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), self._decode_weights(G) * qs[:, 0],
-                                       ctx, self.pool.block_table, None, S, clean_logits=True)
+            q8, w = quantize_query(qg, (H * D) ** -0.5, "fp8")              # [Hkv, 1, G, D], [Hkv, 1, G]
+            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w[:, 0], ctx, self.pool.block_table, None, S,
+                                       clean_logits=True)
             attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
         else:
             out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
