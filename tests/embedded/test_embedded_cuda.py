@@ -144,6 +144,31 @@ def test_sparse_attention_kernel_matches_masked_sdpa(precision):
         sparse_attention(q, k, v, idx, precision="tf32")
 
 
+@pytest.mark.parametrize("precision", ["tf32x3", "broadcast"])
+def test_one_program_a_head_attends_as_one_a_kv_head(precision):
+    """A few queries (a decode step's one) take a program per query head: the same output as
+    the kv-head launch (bitwise on a GPU, each head a row of its own tile computed alike; the
+    interpreter's numpy products may round a row otherwise, to fp32 rounding), and masked SDPA's."""
+    from niah.serving.embedded.cuda.attend import ONE_HEAD_ROWS
+
+    g = torch.Generator().manual_seed(8)
+    T, S, K = 3, 300, 70
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    idx[2, 50:] = -1                                 # a short row
+    idx = idx.to(DEV)
+    assert T < ONE_HEAD_ROWS
+    one = sparse_attention(q, k, v, idx, precision=precision)
+    grouped = sparse_attention(q, k, v, idx, precision=precision, one_head=False)
+    if DEV == "cuda":
+        assert torch.equal(one, grouped)
+    else:
+        torch.testing.assert_close(one, grouped, rtol=0, atol=1e-6)
+    torch.testing.assert_close(one, sparse_attention_reference(q, k, v, idx), rtol=1e-4, atol=1e-5)
+
+
 def test_a_prefill_chunk_launches_tuned_and_attends_as_the_4_warp_launch():
     """At PREFILL_ROWS queries and more a "tf32x3" launch takes PREFILL_LAUNCH's warps and
     stages (below: 4 warps, Triton's stages; other precisions always; a caller's choice wins),

@@ -5,7 +5,8 @@ q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
 Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
 products, "tf32x3" (default), "ieee" or "broadcast" (the first version, a benchmark's
-baseline; sparse_kernel.py says what each is).
+baseline; sparse_kernel.py says what each is). `one_head`: a program per query head instead
+of per kv head (default: for fewer than ONE_HEAD_ROWS queries).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ PRECISIONS = ("tf32x3", "ieee", "broadcast")
 # Decode (one query a launch) keeps 4 warps: the sweep did not time it.
 PREFILL_ROWS = 256
 PREFILL_LAUNCH = {"num_warps": 2, "num_stages": 2}
+# Fewer queries than this (a decode step's one): one program a query head, not a kv head
+# (`one_head`; sparse_kernel.py: the same output, G times the programs walking the keys).
+ONE_HEAD_ROWS = 16
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -41,7 +45,8 @@ def launch_options(precision: str, T: int, num_warps: int | None = None, num_sta
 
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None,
-                     precision: str = "tf32x3", num_stages: int | None = None) -> torch.Tensor:
+                     precision: str = "tf32x3", num_stages: int | None = None,
+                     one_head: bool | None = None) -> torch.Tensor:
     from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel  # noqa: PLC0415 (imports triton: at first launch)
 
     _, H, T, D = q.shape
@@ -65,12 +70,13 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     K = idx.shape[1]
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
-    sparse_attention_kernel[(T, Hkv)](
+    one_head = T < ONE_HEAD_ROWS if one_head is None else one_head
+    sparse_attention_kernel[(T, H if one_head else Hkv)](
         qt, kk, vv, idx, out, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         idx.stride(0), out.stride(0), out.stride(1),
         K=K, G=G, BLOCK_G=next_pow2(G) if broadcast else max(16, next_pow2(G)), D=D, BLOCK_N=block_n,
-        PRECISION=precision,
+        PRECISION=precision, ONE_HEAD=one_head,
         **launch_options(precision, T, num_warps, num_stages),
     )
     return out.transpose(0, 1)[None]                             # [1, H, T, D]

@@ -6,7 +6,11 @@ idx [T, K] int32 holds the kept key positions of query t (-1 = none: rows shorte
 One program = one (query t, kv head g): the G query heads of the group as the rows of a
 [BLOCK_G, D] tile (rows past G are zero and never stored; BLOCK_G >= 16 for `tl.dot`, the
 smallest tile it takes), K keys walked BLOCK_N at a time, rows of k and v loaded by index straight
-from the KV cache (no gather is materialised), online softmax in fp32.
+from the KV cache (no gather is materialised), online softmax in fp32. With ONE_HEAD (few
+queries: a decode step's one query has Hkv programs otherwise, each walking all K keys alone)
+one program = one (query t, query head h), its head the tile's only row: G times the programs,
+each row computed as in the group's tile (a tile row's products and softmax read no other
+row), so the same output.
 
 Both products are `tl.dot` at `PRECISION`: "tf32x3" (the default: three tf32 tensor-core
 products per fp32 product, the small parts' cross terms included, fp32-level accuracy, the
@@ -41,14 +45,21 @@ def sparse_attention_kernel(
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,  # "tf32x3", "ieee" or "broadcast"
+    ONE_HEAD: tl.constexpr,   # one query head a program (program_id(1) = the head): few queries
 ):
     t = tl.program_id(0)
-    g = tl.program_id(1)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, BLOCK_N)
-    g_mask = offs_g < G
-    heads = g * G + offs_g
+    if ONE_HEAD:
+        h = tl.program_id(1)
+        g = h // G
+        g_mask = offs_g < 1
+        heads = h + offs_g
+    else:
+        g = tl.program_id(1)
+        g_mask = offs_g < G
+        heads = g * G + offs_g
     q = tl.load(q_ptr + t.to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
                 mask=g_mask[:, None], other=0.0)                                  # [BLOCK_G, D]
     q = q * scale
