@@ -6,7 +6,9 @@ replays its decode steps from graphs, so a piece costs its device time, launches
   (radix_bits 8, the default for few rows), checked to keep the same keys in the same order;
 - the index query's fp8 quantisation (SmolLM2-135M: 3 kv heads x 3 heads, D 64) by
   `quantize_query`'s one launch and by the torch chain it replaced (quantize_fp8, then the
-  weights times the scales), checked bitwise.
+  weights times the scales), checked bitwise;
+- the sparse attention of one query over its k kept keys, one program a query head (the
+  default for a decode step) and one a kv head (as before), checked equal.
 
     python benchmarks/kernels/decode_step.py [--widths 12288,24576] [--k 512,1024] --out decode_step.jsonl
 
@@ -61,6 +63,23 @@ def quant_case(dev):
             "torch_over_kernel": round(tt / tk, 2), "bitwise_equal": same}
 
 
+def attention_cases(ks, dev, S=12288):
+    from niah.serving.embedded.cuda.attend import sparse_attention
+
+    g = torch.Generator(device=dev).manual_seed(5)
+    q = torch.randn(1, 9, 1, 64, device=dev, generator=g)
+    k = torch.randn(1, 3, S, 64, device=dev, generator=g)
+    v = torch.randn(1, 3, S, 64, device=dev, generator=g)
+    for K in ks:
+        idx = torch.randperm(S, device=dev, generator=g)[:K].int()[None]
+        one = sparse_attention(q, k, v, idx, one_head=True)
+        same = bool(torch.equal(one, sparse_attention(q, k, v, idx, one_head=False)))
+        th = timeit_graph([lambda idx=idx: sparse_attention(q, k, v, idx, one_head=True)])
+        tg = timeit_graph([lambda idx=idx: sparse_attention(q, k, v, idx, one_head=False)])
+        yield {"case": f"sparse attention, 1 query x 9 heads over {K} of {S} keys", "one_head_us": round(1e3 * th, 2),
+               "kv_head_us": round(1e3 * tg, 2), "kv_head_over_one_head": round(tg / th, 2), "equal": same}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--widths", default="12288,24576")
@@ -71,6 +90,7 @@ def main(argv=None):
         raise SystemExit("decode_step.py: times CUDA graphs; no CUDA device here")
     rows = list(topk_cases([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
     rows.append(quant_case("cuda"))
+    rows += list(attention_cases([int(k) for k in a.k.split(",")], "cuda"))
     with Path(a.out).open("w") as f:
         for r in rows:
             print(json.dumps(r), flush=True)
