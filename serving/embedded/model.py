@@ -243,7 +243,9 @@ class Transformer(nn.Module):
         if not self.caches:
             self.setup_caches()
         cos, sin = self.cos[start:start + T], self.sin[start:start + T]
-        x = self.tok_embeddings(idx.to(self.device))                                # [1, T, dim]
+        # non_blocking: a host-to-GPU copy otherwise waits for the GPU's queued work (a sync a
+        # prefill chunk); from pageable memory the copy is staged before the call returns
+        x = self.tok_embeddings(idx.to(self.device, non_blocking=True))             # [1, T, dim]
         for layer, cache in zip(self.layers, self.caches):
             cache.stats = stats if stats is not None else {}
             x = layer(x, cos, sin, cache, start)

@@ -73,7 +73,7 @@ class IndexKeyPool:
             return
         new = torch.tensor([[self._free.pop() for _ in range(need - self.pages_used)] for _ in range(self.n_kv)],
                            dtype=torch.int32)
-        self.block_table[:, self.pages_used:need] = new.to(self.block_table.device)
+        self.block_table[:, self.pages_used:need] = new.to(self.block_table.device, non_blocking=True)   # no sync
         self.pages_used = need
 
     def slots(self, start: int, n: int) -> torch.Tensor:
