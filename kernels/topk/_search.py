@@ -21,8 +21,18 @@ def kth_threshold(key, kk, BITS: tl.constexpr):
     of [M, 2^BITS, N], so 4 bits take 8 reductions, not 32, for 16x the comparisons. BITS = 8
     (one search over one segment: R = M = 1) counts with histograms instead
     (`_histogram_threshold`). The answer is unique, so every BITS gives the same t."""
+    # one return, after a full if/else: compiled Triton still builds the statements after a
+    # return inside a constexpr branch, whose [M, 256, N] comparisons can pass Triton's largest tensor
     if BITS == 8:
-        return _histogram_threshold(key, kk)
+        t = _histogram_threshold(key, kk)
+    else:
+        t = _radix_threshold(key, kk, BITS)
+    return t
+
+
+@triton.jit
+def _radix_threshold(key, kk, BITS: tl.constexpr):
+    """kth_threshold by 2^BITS - 1 counted thresholds a step (BITS = 1: the binary search)."""
     pre = tl.zeros(kk.shape, tl.int64) - 2147483648
     if BITS == 1:
         hi = tl.zeros(kk.shape, tl.int64) + 2147483647
