@@ -38,10 +38,11 @@ SAMPLE_WARPS = 8
 SAMPLE_RADIX_BITS = 1
 SEARCH_RADIX_BITS = 1
 # radix_bits 8: the search's threshold by byte histograms (tl.histogram, 4 steps), one segment
-# a program only (the search launches for few rows): the default there (decode's one row a
-# layer, where the binary search's 32 block-wide reductions are the launch's latency)
+# a program only (the search launches for few rows). Not the default there: on one H100 a
+# decode row ([1, 12288] and [1, 24576], k 512 and 1024; benchmarks/kernels/decode_step.py)
+# took 40-57 us by histograms and 27-39 us by the binary search, the same keys in the same order
 HISTOGRAM_BITS = 8
-FEW_ROWS_RADIX_BITS = HISTOGRAM_BITS
+FEW_ROWS_RADIX_BITS = SEARCH_RADIX_BITS
 RADIX_BITS = (1, 2, 4, HISTOGRAM_BITS)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
@@ -106,7 +107,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
     fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`; 8: byte
-    histograms where a program searches one segment, the default for few rows, else 4)."""
+    histograms where a program searches one segment, else 4)."""
     from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)

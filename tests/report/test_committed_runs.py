@@ -184,3 +184,27 @@ def test_the_committed_field_set_and_its_baseline_agree_and_gate_by_residue():
     assert r.returncode == 0, r.stderr
     residues = {c["residue"] for c in json.loads(r.stdout)["cases"] if "residue" in c}
     assert residues == {"0 mod 4", "1 mod 4", "2 mod 4", "3 mod 4"}
+
+
+def test_the_h100_runs_answer_as_the_h200_runs_with_the_same_kernels():
+    """device/h100-one-arm-12k-22k/ and device/h100-matrix/: the one-arm trials and the whole
+    matrix on one H100 after the probe's rows, the one-launch query quantisation and the
+    per-head decode attention. The one-arm answers are the radix round's (an H200, one change of
+    card and three of code: none moves a kept key or a sum); the matrix's 12,189- and
+    22,600-token answers are the one-arm run's (six servers on the card at once change no
+    answer); its prompts are the committed matrix's, and the dense control answers as there."""
+    dev = H200 / "device"
+    radix, alone, matrix = [{(r["config"], r["length"], r["depth"], r["trial"]): r
+                             for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+                            for name in ("one-arm-12k-22k-radix", "h100-one-arm-12k-22k", "h100-matrix")]
+    committed = {(r["config"], r["length"], r["depth"], r["trial"]): r
+                 for r in map(json.loads, (H200 / "trials.jsonl").read_text().splitlines())}
+    assert len(alone) == 180 and alone.keys() == radix.keys()
+    assert len(matrix) == 720 and matrix.keys() == committed.keys()
+    for key, r in alone.items():
+        assert (r["prompt_sha256"], r["answer"]) == (radix[key]["prompt_sha256"], radix[key]["answer"])
+        assert matrix[key]["answer"] == r["answer"]
+    for key, r in matrix.items():
+        assert r["prompt_sha256"] == committed[key]["prompt_sha256"]
+        if key[0] == "dense":
+            assert r["answer"] == committed[key]["answer"]
