@@ -2,13 +2,15 @@
 replays its decode steps from graphs, so a piece costs its device time, launches included):
 
 - the top-k of one row (the indexer's scores of one decode query over the graph's width W,
-  -inf past the position) by the binary search (radix_bits 1) and by byte histograms
-  (radix_bits 8, the default for few rows), checked to keep the same keys in the same order;
+  -inf past the position) by the binary search (radix_bits 1, the default) and by byte
+  histograms (radix_bits 8), checked to keep the same keys in the same order; then at other
+  chunk widths (several programs a row, then one over their survivors) and warps;
 - the index query's fp8 quantisation (SmolLM2-135M: 3 kv heads x 3 heads, D 64) by
   `quantize_query`'s one launch and by the torch chain it replaced (quantize_fp8, then the
   weights times the scales), checked bitwise;
-- the sparse attention of one query over its k kept keys, one program a query head (the
-  default for a decode step) and one a kv head (as before), checked equal.
+- the sparse attention of one query over its k kept keys: one program a kv head walking all k
+  keys (the baseline), one a query head, and each with the keys split over programs of 64, 128
+  or 256 (`split_keys`: split-K, a second launch combining), the largest difference reported.
 
     python benchmarks/kernels/decode_step.py [--widths 12288,24576] [--k 512,1024] --out decode_step.jsonl
 
@@ -44,6 +46,32 @@ def topk_cases(widths, ks, dev):
                        "same_keys_same_order": same}
 
 
+TOPK_FORMS = {"block 2048": {"block": 2048}, "block 4096": {"block": 4096}, "block 8192": {"block": 8192},
+              "final_warps 8": {"final_warps": 8}, "final_warps 32": {"final_warps": 32}}
+
+
+def topk_tune(widths, ks, dev):
+    """The decode row's top-k at other chunk widths (several programs a row, then one over the
+    survivors) and warps, against the default launch; the same keys in the same order or not."""
+    from niah.kernels import topk_indices
+
+    g = torch.Generator(device=dev).manual_seed(6)
+    for W in widths:
+        for k in ks:
+            x = torch.randn(1, W, device=dev, generator=g)
+            x[:, int(W * 0.93):] = float("-inf")
+            base = topk_indices(x, k)
+            t0 = timeit_graph([lambda x=x, k=k: topk_indices(x, k)])
+            for name, opts in TOPK_FORMS.items():
+                if opts.get("block", 4096) < 2 * k:
+                    continue
+                same = bool(torch.equal(topk_indices(x, k, **opts), base))
+                t = timeit_graph([lambda x=x, k=k, opts=opts: topk_indices(x, k, **opts)])
+                yield {"case": f"topk [1, {W}] k={k}", "form": name, "us": round(1e3 * t, 2),
+                       "default_us": round(1e3 * t0, 2), "default_over_form": round(t0 / t, 2),
+                       "same_keys_same_order": same}
+
+
 def quant_case(dev):
     from niah.kernels import quantize_query
     from niah.kernels.quant import quantize_fp8
@@ -63,7 +91,8 @@ def quant_case(dev):
             "torch_over_kernel": round(tt / tk, 2), "bitwise_equal": same}
 
 
-def attention_cases(ks, dev, S=12288):
+def attention_cases(ks, dev, S=12288, splits=(64, 128, 256)):
+    """Each form of the decode attention against one program a kv head walking all K keys."""
     from niah.serving.embedded.cuda.attend import sparse_attention
 
     g = torch.Generator(device=dev).manual_seed(5)
@@ -72,12 +101,20 @@ def attention_cases(ks, dev, S=12288):
     v = torch.randn(1, 3, S, 64, device=dev, generator=g)
     for K in ks:
         idx = torch.randperm(S, device=dev, generator=g)[:K].int()[None]
-        one = sparse_attention(q, k, v, idx, one_head=True)
-        same = bool(torch.equal(one, sparse_attention(q, k, v, idx, one_head=False)))
-        th = timeit_graph([lambda idx=idx: sparse_attention(q, k, v, idx, one_head=True)])
-        tg = timeit_graph([lambda idx=idx: sparse_attention(q, k, v, idx, one_head=False)])
-        yield {"case": f"sparse attention, 1 query x 9 heads over {K} of {S} keys", "one_head_us": round(1e3 * th, 2),
-               "kv_head_us": round(1e3 * tg, 2), "kv_head_over_one_head": round(tg / th, 2), "equal": same}
+        forms = {"kv_head": {"one_head": False, "split_keys": 0}, "one_head": {"one_head": True, "split_keys": 0}}
+        for sk in splits:
+            if sk < K:
+                forms[f"kv_head_split{sk}"] = {"one_head": False, "split_keys": sk}
+                forms[f"one_head_split{sk}"] = {"one_head": True, "split_keys": sk}
+        base = sparse_attention(q, k, v, idx, **forms["kv_head"])
+        t_base = timeit_graph([lambda idx=idx: sparse_attention(q, k, v, idx, **forms["kv_head"])])
+        for name, opts in forms.items():
+            out = sparse_attention(q, k, v, idx, **opts)
+            t = timeit_graph([lambda idx=idx, opts=opts: sparse_attention(q, k, v, idx, **opts)])
+            yield {"case": f"sparse attention, 1 query x 9 heads over {K} of {S} keys", "form": name,
+                   "us": round(1e3 * t, 2), "kv_head_us": round(1e3 * t_base, 2),
+                   "kv_head_over_form": round(t_base / t, 2),
+                   "max_abs_diff": float((out - base).abs().max()), "equal": bool(torch.equal(out, base))}
 
 
 def main(argv=None):
@@ -89,6 +126,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         raise SystemExit("decode_step.py: times CUDA graphs; no CUDA device here")
     rows = list(topk_cases([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
+    rows += list(topk_tune([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
     rows.append(quant_case("cuda"))
     rows += list(attention_cases([int(k) for k in a.k.split(",")], "cuda"))
     with Path(a.out).open("w") as f:

@@ -169,6 +169,35 @@ def test_one_program_a_head_attends_as_one_a_kv_head(precision):
     torch.testing.assert_close(one, sparse_attention_reference(q, k, v, idx), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("one_head", [True, False])
+def test_split_keys_attend_as_one_program_a_row(one_head):
+    """Split-K (each query's kept keys over several programs, their partial softmaxes rescaled
+    to a common max and summed by a second launch) gives the one-program output to fp32
+    rounding, and masked SDPA's: splits of 16 and 32 keys over 70 (the last split partly past
+    K), a short row whose later splits hold no key, a row with no key at all (0 out, as without
+    splits); 0 or a split at least K runs unsplit; a negative split is refused."""
+    g = torch.Generator().manual_seed(9)
+    T, S, K = 4, 300, 70
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    idx[2, 20:] = -1                                 # a short row: the splits past 20 hold no key
+    idx[3, :] = -1                                   # no key
+    idx = idx.to(DEV)
+    whole = sparse_attention(q, k, v, idx, one_head=one_head, split_keys=0)
+    assert torch.equal(whole[:, :, 3], torch.zeros_like(whole[:, :, 3]))
+    ref = sparse_attention_reference(q[:, :, :3], k, v, idx[:3])
+    for split in (16, 32):
+        got = sparse_attention(q, k, v, idx, one_head=one_head, split_keys=split)
+        torch.testing.assert_close(got, whole, rtol=0, atol=2e-6)
+        torch.testing.assert_close(got[:, :, :3], ref, rtol=1e-4, atol=1e-5)
+        assert torch.equal(got[:, :, 3], whole[:, :, 3])
+    assert torch.equal(sparse_attention(q, k, v, idx, one_head=one_head, split_keys=K), whole)
+    with pytest.raises(ValueError, match="split_keys"):
+        sparse_attention(q, k, v, idx, split_keys=-1)
+
+
 def test_a_prefill_chunk_launches_tuned_and_attends_as_the_4_warp_launch():
     """At PREFILL_ROWS queries and more a "tf32x3" launch takes PREFILL_LAUNCH's warps and
     stages (below: 4 warps, Triton's stages; other precisions always; a caller's choice wins),

@@ -6,7 +6,9 @@ idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
 Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
 products, "tf32x3" (default), "ieee" or "broadcast" (the first version, a benchmark's
 baseline; sparse_kernel.py says what each is). `one_head`: a program per query head instead
-of per kv head (default: for fewer than ONE_HEAD_ROWS queries).
+of per kv head (default: for fewer than ONE_HEAD_ROWS queries). `split_keys`: for those few
+queries, split each query's K keys into programs of that many (split-K, partials combined by a
+second launch; default DECODE_SPLIT_KEYS); 0 or >= K: no split.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ PREFILL_LAUNCH = {"num_warps": 2, "num_stages": 2}
 # Fewer queries than this (a decode step's one): one program a query head, not a kv head
 # (`one_head`; sparse_kernel.py: the same output, G times the programs walking the keys).
 ONE_HEAD_ROWS = 16
+# Keys a program for those few queries when split (`split_keys`: split-K, sparse_kernel.py;
+# 0: each program walks all K keys, the default until a GPU has timed the split).
+DECODE_SPLIT_KEYS = 0
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -46,8 +51,11 @@ def launch_options(precision: str, T: int, num_warps: int | None = None, num_sta
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None,
-                     one_head: bool | None = None) -> torch.Tensor:
-    from niah.serving.embedded.cuda.sparse_kernel import sparse_attention_kernel  # noqa: PLC0415 (imports triton: at first launch)
+                     one_head: bool | None = None, split_keys: int | None = None) -> torch.Tensor:
+    from niah.serving.embedded.cuda.sparse_kernel import (  # noqa: PLC0415 (imports triton: at first launch)
+        sparse_attention_combine_kernel,
+        sparse_attention_kernel,
+    )
 
     _, H, T, D = q.shape
     Hkv = k.shape[1]
@@ -70,16 +78,31 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     K = idx.shape[1]
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
-    one_head = T < ONE_HEAD_ROWS if one_head is None else one_head
-    sparse_attention_kernel[(T, H if one_head else Hkv)](
-        qt, kk, vv, idx, out, D ** -0.5,
+    few = T < ONE_HEAD_ROWS
+    one_head = few if one_head is None else one_head
+    split = _split_keys(DECODE_SPLIT_KEYS if split_keys is None and few else split_keys or 0, K, block_n)
+    n_split = -(-K // split) if split else 1
+    part = torch.empty((T, H, n_split, D + 2) if split else (1,), dtype=torch.float32, device=q.device)
+    sparse_attention_kernel[(T, H if one_head else Hkv, n_split)](
+        qt, kk, vv, idx, out, part, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
-        idx.stride(0), out.stride(0), out.stride(1),
+        idx.stride(0), out.stride(0), out.stride(1), part.stride(0) if split else 0,
         K=K, G=G, BLOCK_G=next_pow2(G) if broadcast else max(16, next_pow2(G)), D=D, BLOCK_N=block_n,
-        PRECISION=precision, ONE_HEAD=one_head,
+        PRECISION=precision, ONE_HEAD=one_head, SPLIT_KEYS=split,
         **launch_options(precision, T, num_warps, num_stages),
     )
+    if split:
+        sparse_attention_combine_kernel[(T, H)](part, out, out.stride(0), out.stride(1),
+                                                H=H, NS=n_split, BLOCK_S=next_pow2(n_split), D=D)
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
+
+
+def _split_keys(split: int, K: int, block_n: int) -> int:
+    """Keys a program (a multiple of block_n), 0 where one program walks all K anyway."""
+    if split < 0:
+        raise ValueError(f"sparse_attention: split_keys must be >= 0, got {split}")
+    split = -(-split // block_n) * block_n if split else 0
+    return split if 0 < split < K else 0
 
 
 def sparse_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,13 @@ one program = one (query t, query head h), its head the tile's only row: G times
 each row computed as in the group's tile (a tile row's products and softmax read no other
 row), so the same output.
 
+With SPLIT_KEYS (> 0: a decode step's few queries, whose programs would each walk all K keys
+in K / BLOCK_N dependent steps) the keys are split too: program_id(2) = s walks keys
+[s * SPLIT_KEYS, (s + 1) * SPLIT_KEYS) only and leaves its running max, its softmax sum and its
+unnormalised output in a partial row; `sparse_attention_combine_kernel` (one program a query
+head) rescales the partials to their common max and sums them (flash-decoding's split-K): the
+same softmax, its sums in another order (fp32 rounding apart, the same output).
+
 Both products are `tl.dot` at `PRECISION`: "tf32x3" (the default: three tf32 tensor-core
 products per fp32 product, the small parts' cross terms included, fp32-level accuracy, the
 CPU server's SDPA to ~1e-6) or "ieee" (fp32 FMA); or "broadcast", this kernel's first
@@ -33,12 +40,14 @@ def sparse_attention_kernel(
     v_ptr,      # [Hkv, S_cap, D] fp32
     idx_ptr,    # [T, K] int32
     out_ptr,    # [T, H, D] fp32
+    part_ptr,   # SPLIT_KEYS > 0: [T, H, NS, D + 2] fp32 partials (acc, then max and sum); else unused
     scale,
     stride_qt, stride_qh,
     stride_kh, stride_ks,
     stride_vh, stride_vs,
     stride_it,
     stride_ot, stride_oh,
+    stride_pt,  # SPLIT_KEYS > 0: part_ptr's stride a query (H * NS * (D + 2))
     K: tl.constexpr,          # kept keys per query (the top-k: one compile per value)
     G: tl.constexpr,
     BLOCK_G: tl.constexpr,    # >= G (and >= 16 for tl.dot)
@@ -46,6 +55,7 @@ def sparse_attention_kernel(
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,  # "tf32x3", "ieee" or "broadcast"
     ONE_HEAD: tl.constexpr,   # one query head a program (program_id(1) = the head): few queries
+    SPLIT_KEYS: tl.constexpr = 0,  # > 0: keys a program (program_id(2) = the split), partials out
 ):
     t = tl.program_id(0)
     offs_g = tl.arange(0, BLOCK_G)
@@ -69,8 +79,10 @@ def sparse_attention_kernel(
     k_base = k_ptr + g.to(tl.int64) * stride_kh
     v_base = v_ptr + g.to(tl.int64) * stride_vh
     idx_row = idx_ptr + t.to(tl.int64) * stride_it
-    for n0 in range(0, K, BLOCK_N):
-        n = n0 + offs_n
+    SPAN: tl.constexpr = SPLIT_KEYS if SPLIT_KEYS > 0 else K               # keys this program walks
+    n_lo = tl.program_id(2) * SPLIT_KEYS                                    # 0 unsplit
+    for n0 in range(0, SPAN, BLOCK_N):
+        n = n_lo + n0 + offs_n
         idx = tl.load(idx_row + n, mask=n < K, other=-1)
         valid = idx >= 0
         rows = tl.where(valid, idx, 0).to(tl.int64)
@@ -91,6 +103,43 @@ def sparse_attention_kernel(
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         denom = denom * alpha + tl.sum(p, axis=1)
         m = m_new
-    out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
-    tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], out,
-             mask=g_mask[:, None])
+    if SPLIT_KEYS > 0:
+        # the partial row of (t, head, split): [T, H, NS, D + 2] contiguous, stride_pt = H * NS * (D + 2)
+        NS = tl.num_programs(2)
+        row = t.to(tl.int64) * stride_pt + (heads * NS + tl.program_id(2)) * (D + 2)          # [BLOCK_G]
+        tl.store(part_ptr + row[:, None] + offs_d[None, :], acc, mask=g_mask[:, None])
+        tl.store(part_ptr + row + D, m, mask=g_mask)
+        tl.store(part_ptr + row + D + 1, denom, mask=g_mask)
+    else:
+        out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
+        tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], out,
+                 mask=g_mask[:, None])
+
+
+@triton.jit
+def sparse_attention_combine_kernel(
+    part_ptr,   # [T, H, NS, D + 2] fp32: each split's unnormalised output, running max, softmax sum
+    out_ptr,    # [T, H, D] fp32
+    stride_ot, stride_oh,
+    H: tl.constexpr,
+    NS: tl.constexpr,
+    BLOCK_S: tl.constexpr,    # next_pow2(NS)
+    D: tl.constexpr,
+):
+    """One program a (query t, head h): out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
+    M the largest m_s (a split with no kept key: m_s = -inf, weight 0; none at all: 0 out)."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, D)
+    s_ok = offs_s < NS
+    base = part_ptr + (t.to(tl.int64) * H + h) * NS * (D + 2)
+    m = tl.load(base + offs_s * (D + 2) + D, mask=s_ok, other=float("-inf"))            # [BLOCK_S]
+    den = tl.load(base + offs_s * (D + 2) + D + 1, mask=s_ok, other=0.0)
+    acc = tl.load(base + offs_s[:, None] * (D + 2) + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+    m_all = tl.max(m, axis=0)
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    w = tl.exp(m - m_safe)                                                                # 0 where m = -inf
+    total = tl.sum(w * den, axis=0)
+    out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d, out)
