@@ -3,7 +3,7 @@
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
 #   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests indexer kernel profile bench matrix single
-#                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
+#                                                   decode detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
@@ -114,6 +114,13 @@ single() {   # the matrix's longest trials (SINGLE_LENGTHS: 22600), one arm at a
   (cd /tmp && python3 -m niah report "$run") 2>&1 | tail -2
   (cd /tmp && tar czf "$OUT/h200-one-arm-at-a-time.tgz" h200-one-arm-at-a-time)
   log "single done"
+}
+
+decode() {   # the decode step's pieces (benchmarks/kernels/decode_step.py) and their CUDA tests: split-K, top-k forms
+  (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py \
+     -k "split_keys or one_program or masked_sdpa or graph_decode" 2>&1 | tail -3)
+  PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/decode_step.py" --out "$OUT/decode_step.jsonl" 2>&1 | tail -40
+  log "decode done"
 }
 
 detection() {   # the detection benchmark's CPU arms side by side, 2 cores each (benchmarks/detection.py)
