@@ -4,7 +4,8 @@ replays its decode steps from graphs, so a piece costs its device time, launches
 - the top-k of one row (the indexer's scores of one decode query over the graph's width W,
   -inf past the position) by the binary search (radix_bits 1, the default) and by byte
   histograms (radix_bits 8), checked to keep the same keys in the same order; then at other
-  chunk widths (several programs a row, then one over their survivors) and warps;
+  chunk widths (several programs a row, then one over their survivors), warps, and by the
+  sample select (method "sample", the many-rows default);
 - the index query's fp8 quantisation (SmolLM2-135M: 3 kv heads x 3 heads, D 64) by
   `quantize_query`'s one launch and by the torch chain it replaced (quantize_fp8, then the
   weights times the scales), checked bitwise;
@@ -47,7 +48,8 @@ def topk_cases(widths, ks, dev):
 
 
 TOPK_FORMS = {"block 2048": {"block": 2048}, "block 4096": {"block": 4096}, "block 8192": {"block": 8192},
-              "final_warps 8": {"final_warps": 8}, "final_warps 32": {"final_warps": 32}}
+              "final_warps 8": {"final_warps": 8}, "final_warps 32": {"final_warps": 32},
+              "sample": {"method": "sample"}}
 
 
 def topk_tune(widths, ks, dev):
