@@ -37,8 +37,8 @@ SAMPLE_WARPS = 8
 # steps' comparisons cost more than the reductions they save.
 SAMPLE_RADIX_BITS = 1
 SEARCH_RADIX_BITS = 1
-# radix_bits 8: the search's threshold by byte histograms (tl.histogram, 4 steps), one segment
-# a program only (the search launches for few rows). Not the default there: on one H100 a
+# radix_bits 8: the search's threshold by byte histograms (tl.histogram, 4 steps), where a
+# program searches one segment (rows_per_program 1, the default; else 4 bits). Not the default: on one H100 a
 # decode row ([1, 12288] and [1, 24576], k 512 and 1024; benchmarks/kernels/decode_step.py)
 # took 40-57 us by histograms and 27-39 us by the binary search, the same keys in the same order
 HISTOGRAM_BITS = 8

@@ -170,12 +170,23 @@ def test_one_program_a_head_attends_as_one_a_kv_head(precision):
 
 
 @pytest.mark.parametrize("one_head", [True, False])
-def test_split_keys_attend_as_one_program_a_row(one_head):
+def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
     """Split-K (each query's kept keys over several programs, their partial softmaxes rescaled
     to a common max and summed by a second launch) gives the one-program output to fp32
     rounding, and masked SDPA's: splits of 16 and 32 keys over 70 (the last split partly past
     K), a short row whose later splits hold no key, a row with no key at all (0 out, as without
-    splits); 0 or a split at least K runs unsplit; a negative split is refused."""
+    splits); 0 or a split at least K runs unsplit (no combine launch); a negative split is refused."""
+    from niah.serving.embedded.cuda import sparse_kernel
+
+    combines = []
+    real = sparse_kernel.sparse_attention_combine_kernel
+
+    class Spy:                                       # counts the combine launches, then launches
+        def __getitem__(self, grid):
+            combines.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(sparse_kernel, "sparse_attention_combine_kernel", Spy())
     g = torch.Generator().manual_seed(9)
     T, S, K = 4, 300, 70
     q = torch.randn(1, H, T, D, generator=g).to(DEV)
@@ -186,14 +197,16 @@ def test_split_keys_attend_as_one_program_a_row(one_head):
     idx[3, :] = -1                                   # no key
     idx = idx.to(DEV)
     whole = sparse_attention(q, k, v, idx, one_head=one_head, split_keys=0)
-    assert torch.equal(whole[:, :, 3], torch.zeros_like(whole[:, :, 3]))
+    assert torch.equal(whole[:, :, 3], torch.zeros_like(whole[:, :, 3])) and combines == []
     ref = sparse_attention_reference(q[:, :, :3], k, v, idx[:3])
     for split in (16, 32):
         got = sparse_attention(q, k, v, idx, one_head=one_head, split_keys=split)
         torch.testing.assert_close(got, whole, rtol=0, atol=2e-6)
         torch.testing.assert_close(got[:, :, :3], ref, rtol=1e-4, atol=1e-5)
         assert torch.equal(got[:, :, 3], whole[:, :, 3])
+    assert combines == [(T, H), (T, H)]              # both splits ran split, combined once each
     assert torch.equal(sparse_attention(q, k, v, idx, one_head=one_head, split_keys=K), whole)
+    assert len(combines) == 2
     with pytest.raises(ValueError, match="split_keys"):
         sparse_attention(q, k, v, idx, split_keys=-1)
 
@@ -537,6 +550,13 @@ def test_row_stats_at_equals_row_stats_tensor_on_padded_rows():
             padded.append(row)
         batch = rows_stats_at(*(torch.stack(t) for t in zip(*padded)), k, torch.tensor(span))
         torch.testing.assert_close(batch, torch.stack(wants), equal_nan=True)
+    # an unpadded row no wider than k (a prompt of <= k tokens probed through the indexer):
+    # every key is the top-k, as row_stats_tensor's min(k, S)
+    scores, exact = torch.randn(6, generator=g), torch.randn(6, generator=g)
+    kept = torch.ones(6, dtype=torch.bool)
+    want = row_stats_tensor(scores, kept, exact, k, (2, 4))
+    torch.testing.assert_close(rows_stats_at(scores[None], kept[None], exact[None], k, torch.tensor((2, 4)))[0],
+                               want, equal_nan=True)
 
 
 def test_lengths_auto_reads_the_yarn_context_of_the_gpu_matrix():

@@ -6,9 +6,10 @@ idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
 Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
 products, "tf32x3" (default), "ieee" or "broadcast" (the first version, a benchmark's
 baseline; sparse_kernel.py says what each is). `one_head`: a program per query head instead
-of per kv head (default: for fewer than ONE_HEAD_ROWS queries). `split_keys`: for those few
-queries, split each query's K keys into programs of that many (split-K, partials combined by a
-second launch; default DECODE_SPLIT_KEYS); 0 or >= K: no split.
+of per kv head (default: for fewer than ONE_HEAD_ROWS queries). `split_keys`: split each
+query's K keys into programs of that many, rounded up to the key tile (split-K, partials
+combined by a second launch; any number of queries when given, DECODE_SPLIT_KEYS by default for
+fewer than ONE_HEAD_ROWS); 0, or a rounded split >= K: no split.
 """
 
 from __future__ import annotations

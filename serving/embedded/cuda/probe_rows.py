@@ -26,7 +26,8 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     """probe.row_stats_tensor of R rows at once, padded to a fixed width, the span on the device.
 
     scores, exact: fp32 [R, W] (-inf past each row's S candidates), kept: bool [R, W] (False
-    past S), span: int64 [2] (a < b), k < S. -> fp64 [R, 5] in STAT_KEYS order, each row the
+    past S), span: int64 [2] (a < b), k < S, or W <= k (unpadded rows: the top-k then every
+    key, as row_stats_tensor's min(k, S)). -> fp64 [R, 5] in STAT_KEYS order, each row the
     same numbers as row_stats_tensor: ranks from counts (the best-ranked value token is the
     highest-scoring one), the top-k overlap by counts against the exact k-th score (as
     probe._overlap, ties at it counted while the exact top-k has room; no torch.isin, whose
@@ -35,7 +36,8 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     pos = torch.arange(W, device=scores.device)
     inspan = ((pos >= span[0]) & (pos < span[1]))[None, :]                      # [1, W]
     n = (span[1] - span[0]).double()
-    top = scores.topk(k, dim=1)
+    kk = min(k, W)
+    top = scores.topk(kk, dim=1)
     vals = top.values.double()
     kth, first = vals[:, -1], vals[:, 0]                                          # [R]
     hi = torch.where(inspan, scores, float("-inf")).amax(1)
@@ -49,11 +51,11 @@ def rows_stats_at(scores: torch.Tensor, kept: torch.Tensor, exact: torch.Tensor,
     margin = torch.where(kept_n.any(1), margin, torch.nan)
     # probe._overlap row by row: the selected keys above the exact k-th score, plus those tied
     # at it while the exact top-k has room (ReLU zeros tie there in many rows)
-    ekth = exact.topk(k, dim=1).values[:, -1:]                                    # [R, 1]
-    room = k - (exact > ekth).sum(1)
+    ekth = exact.topk(kk, dim=1).values[:, -1:]                                   # [R, 1]
+    room = kk - (exact > ekth).sum(1)
     picked = exact.gather(1, top.indices)                                         # [R, k]
     overlap = ((picked > ekth).sum(1) + torch.minimum((picked == ekth).sum(1), room)).double()
-    return torch.stack([kept_n.sum(1).double() / n, rank_best / k, rank_worst / k, margin, overlap / k], dim=1)
+    return torch.stack([kept_n.sum(1).double() / n, rank_best / k, rank_worst / k, margin, overlap / kk], dim=1)
 
 
 def kept_mask(idx: torch.Tensor, W: int) -> torch.Tensor:
