@@ -83,11 +83,11 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     one_head = few if one_head is None else one_head
     split = _split_keys(DECODE_SPLIT_KEYS if split_keys is None and few else split_keys or 0, K, block_n)
     n_split = -(-K // split) if split else 1
-    part = torch.empty((T, H, n_split, D + 2) if split else (1,), dtype=torch.float32, device=q.device)
+    part = torch.empty(T * H * n_split * (D + 2) if split else 1, dtype=torch.float32, device=q.device)
     sparse_attention_kernel[(T, H if one_head else Hkv, n_split)](
         qt, kk, vv, idx, out, part, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
-        idx.stride(0), out.stride(0), out.stride(1), part.stride(0) if split else 0,
+        idx.stride(0), out.stride(0), out.stride(1), H,
         K=K, G=G, BLOCK_G=next_pow2(G) if broadcast else max(16, next_pow2(G)), D=D, BLOCK_N=block_n,
         PRECISION=precision, ONE_HEAD=one_head, SPLIT_KEYS=split,
         **launch_options(precision, T, num_warps, num_stages),

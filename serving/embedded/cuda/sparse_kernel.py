@@ -40,14 +40,14 @@ def sparse_attention_kernel(
     v_ptr,      # [Hkv, S_cap, D] fp32
     idx_ptr,    # [T, K] int32
     out_ptr,    # [T, H, D] fp32
-    part_ptr,   # SPLIT_KEYS > 0: [T, H, NS, D + 2] fp32 partials (acc, then max and sum); else unused
+    part_ptr,   # SPLIT_KEYS > 0: fp32 partials, [T, H, NS, D] outputs then [T, H, NS, 2] (max, sum); else unused
     scale,
     stride_qt, stride_qh,
     stride_kh, stride_ks,
     stride_vh, stride_vs,
     stride_it,
     stride_ot, stride_oh,
-    stride_pt,  # SPLIT_KEYS > 0: part_ptr's stride a query (H * NS * (D + 2))
+    n_heads,    # H, all query heads (SPLIT_KEYS > 0: the partials' layout)
     K: tl.constexpr,          # kept keys per query (the top-k: one compile per value)
     G: tl.constexpr,
     BLOCK_G: tl.constexpr,    # >= G (and >= 16 for tl.dot)
@@ -104,12 +104,14 @@ def sparse_attention_kernel(
         denom = denom * alpha + tl.sum(p, axis=1)
         m = m_new
     if SPLIT_KEYS > 0:
-        # the partial row of (t, head, split): [T, H, NS, D + 2] contiguous, stride_pt = H * NS * (D + 2)
+        # partial row (t, head, split) of T * H * NS: its output at row * D (rows 16-byte
+        # aligned), its max and sum after all the outputs, at T * H * NS * D + 2 * row
         NS = tl.num_programs(2)
-        row = t.to(tl.int64) * stride_pt + (heads * NS + tl.program_id(2)) * (D + 2)          # [BLOCK_G]
-        tl.store(part_ptr + row[:, None] + offs_d[None, :], acc, mask=g_mask[:, None])
-        tl.store(part_ptr + row + D, m, mask=g_mask)
-        tl.store(part_ptr + row + D + 1, denom, mask=g_mask)
+        row = (t.to(tl.int64) * n_heads + heads) * NS + tl.program_id(2)                     # [BLOCK_G]
+        tl.store(part_ptr + row[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+        ml = part_ptr + tl.num_programs(0).to(tl.int64) * n_heads * NS * D + 2 * row
+        tl.store(ml, m, mask=g_mask)
+        tl.store(ml + 1, denom, mask=g_mask)
     else:
         out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
         tl.store(out_ptr + t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], out,
@@ -118,7 +120,7 @@ def sparse_attention_kernel(
 
 @triton.jit
 def sparse_attention_combine_kernel(
-    part_ptr,   # [T, H, NS, D + 2] fp32: each split's unnormalised output, running max, softmax sum
+    part_ptr,   # fp32: [T, H, NS, D] each split's unnormalised output, then [T, H, NS, 2] its max and sum
     out_ptr,    # [T, H, D] fp32
     stride_ot, stride_oh,
     H: tl.constexpr,
@@ -133,10 +135,11 @@ def sparse_attention_combine_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
     s_ok = offs_s < NS
-    base = part_ptr + (t.to(tl.int64) * H + h) * NS * (D + 2)
-    m = tl.load(base + offs_s * (D + 2) + D, mask=s_ok, other=float("-inf"))            # [BLOCK_S]
-    den = tl.load(base + offs_s * (D + 2) + D + 1, mask=s_ok, other=0.0)
-    acc = tl.load(base + offs_s[:, None] * (D + 2) + offs_d[None, :], mask=s_ok[:, None], other=0.0)
+    row = (t.to(tl.int64) * H + h) * NS + offs_s                                        # [BLOCK_S]
+    ml = part_ptr + tl.num_programs(0).to(tl.int64) * H * NS * D + 2 * row
+    m = tl.load(ml, mask=s_ok, other=float("-inf"))
+    den = tl.load(ml + 1, mask=s_ok, other=0.0)
+    acc = tl.load(part_ptr + row[:, None] * D + offs_d[None, :], mask=s_ok[:, None], other=0.0)
     m_all = tl.max(m, axis=0)
     m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
     w = tl.exp(m - m_safe)                                                                # 0 where m = -inf

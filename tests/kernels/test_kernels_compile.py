@@ -1,0 +1,18 @@
+"""The GPU server's decode-step kernels compile for sm_90 here, without a GPU
+(tests/kernels/compile_sm90.py in a process of its own: the interpreter this folder's other
+tests run under accepts code the compiler refuses). The byte-histogram top-k's first GPU run
+failed this way (its radix branch built after a `return`, past Triton's largest tensor)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("compile_sm90.py")
+
+
+def test_the_decode_step_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "20 of 20 compiled for sm_90" in run.stdout
