@@ -2,10 +2,9 @@
 replays its decode steps from graphs, so a piece costs its device time, launches included):
 
 - the top-k of one row (the indexer's scores of one decode query over the graph's width W,
-  -inf past the position) by the binary search (radix_bits 1, the default) and by byte
-  histograms (radix_bits 8), checked to keep the same keys in the same order; then at other
-  chunk widths (several programs a row, then one over their survivors), warps, and by the
-  sample select (method "sample", the many-rows default);
+  -inf past the position): the default launch against other chunk widths (several programs a
+  row, then one over their survivors), warps, and the sample select (method "sample", the
+  many-rows default), each checked to keep the same keys in the same order;
 - the index query's fp8 quantisation (SmolLM2-135M: 3 kv heads x 3 heads, D 64) by
   `quantize_query`'s one launch and by the torch chain it replaced (quantize_fp8, then the
   weights times the scales), checked bitwise;
@@ -26,25 +25,6 @@ from pathlib import Path
 
 import torch
 from measure import timeit_graph
-
-
-def topk_cases(widths, ks, dev):
-    from niah.kernels import topk_indices
-
-    g = torch.Generator(device=dev).manual_seed(4)
-    for W in widths:
-        pos = int(W * 0.93)                               # the graph's width past the position
-        for k in ks:
-            for name, x in (("normal", torch.randn(1, W, device=dev, generator=g)),
-                            ("relu", torch.rand(1, W, device=dev, generator=g).sub_(0.97).clamp_min_(0))):
-                x[:, pos:] = float("-inf")
-                a, b = topk_indices(x, k, radix_bits=1), topk_indices(x, k, radix_bits=8)
-                same = bool(torch.equal(a, b))
-                t1 = timeit_graph([lambda x=x, k=k: topk_indices(x, k, radix_bits=1)])
-                t8 = timeit_graph([lambda x=x, k=k: topk_indices(x, k, radix_bits=8)])
-                yield {"case": f"topk [1, {W}] k={k} {name}", "binary_us": round(1e3 * t1, 2),
-                       "histogram_us": round(1e3 * t8, 2), "binary_over_histogram": round(t1 / t8, 2),
-                       "same_keys_same_order": same}
 
 
 TOPK_FORMS = {"block 2048": {"block": 2048}, "block 4096": {"block": 4096}, "block 8192": {"block": 8192},
@@ -127,8 +107,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("decode_step.py: times CUDA graphs; no CUDA device here")
-    rows = list(topk_cases([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
-    rows += list(topk_tune([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
+    rows = list(topk_tune([int(w) for w in a.widths.split(",")], [int(k) for k in a.k.split(",")], "cuda"))
     rows.append(quant_case("cuda"))
     rows += list(attention_cases([int(k) for k in a.k.split(",")], "cuda"))
     with Path(a.out).open("w") as f:

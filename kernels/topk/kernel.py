@@ -45,7 +45,7 @@ def topk_kernel(
     HAS_LEN: tl.constexpr,
     OUT_KEYS: tl.constexpr,
     PHASE: tl.constexpr,  # 0: search + select; 1: search only; 2: select only (fewer live registers each)
-    RADIX_BITS: tl.constexpr,  # bits of the threshold a search step finds: 1 (binary), 2 or 4; 8: byte histograms
+    RADIX_BITS: tl.constexpr,  # bits of the threshold a search step finds: 1 (binary), 2 or 4
 ):
     seg = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [ROWS] segment = (row, chunk)
     seg_ok = seg < n_rows * n_chunks

@@ -37,13 +37,7 @@ SAMPLE_WARPS = 8
 # steps' comparisons cost more than the reductions they save.
 SAMPLE_RADIX_BITS = 1
 SEARCH_RADIX_BITS = 1
-# radix_bits 8: the search's threshold by byte histograms (tl.histogram, 4 steps), where a
-# program searches one segment (rows_per_program 1, the default; else 4 bits). Not the default: on one H100 a
-# decode row ([1, 12288] and [1, 24576], k 512 and 1024; benchmarks/kernels/decode_step.py)
-# took 40-57 us by histograms and 27-39 us by the binary search, the same keys in the same order
-HISTOGRAM_BITS = 8
-FEW_ROWS_RADIX_BITS = SEARCH_RADIX_BITS
-RADIX_BITS = (1, 2, 4, HISTOGRAM_BITS)
+RADIX_BITS = (1, 2, 4)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
@@ -60,16 +54,11 @@ def _radix(bits: int | None, default: int) -> int:
     return bits
 
 
-def fit_radix(bits: int, keys: int, one_segment: bool = False) -> int:
+def fit_radix(bits: int, keys: int) -> int:
     """The most bits a step, at most `bits`, whose comparisons ([2^bits, keys] a step: `keys`
     counts every search's keys a program; the binary search, 1, compares [keys]) stay within
-    Triton's largest tensor; the histograms (HISTOGRAM_BITS) where a program searches one
-    segment (`one_segment`), else 4. Fewer bits a step find the same threshold (in more
-    steps), so this changes no result."""
-    if bits == HISTOGRAM_BITS:
-        if one_segment:
-            return bits
-        bits = 4
+    Triton's largest tensor. Fewer bits a step find the same threshold (in more steps), so
+    this changes no result."""
     while bits > 1 and (keys << bits) > MAX_NUMEL:
         bits //= 2
     return bits
@@ -106,8 +95,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     launch and select in a second (the search then holds few registers), with select_warps.
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
-    fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`; 8: byte
-    histograms where a program searches one segment, else 4)."""
+    fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
     from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
@@ -125,7 +113,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     check_device(logits, lengths)
-    radix_bits = _radix(radix_bits, SEARCH_RADIX_BITS if many else FEW_ROWS_RADIX_BITS)
+    radix_bits = _radix(radix_bits, SEARCH_RADIX_BITS)
     out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
     if rows == 0:
         return out
@@ -159,7 +147,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
                 dst_idx.stride(0),
                 BLOCK=blk, ROWS=seg_rows, K_PAD=k_pad, FROM_KEYS=from_keys,
                 HAS_LEN=lengths is not None and not from_keys, OUT_KEYS=out_keys, PHASE=phase,
-                RADIX_BITS=fit_radix(radix_bits, seg_rows * blk, one_segment=seg_rows == 1),
+                RADIX_BITS=fit_radix(radix_bits, seg_rows * blk),
                 num_warps=(select_warps if phase == 2 and select_warps else None)
                 or (final_warps if final else num_warps) or _warps(blk * seg_rows),
             )

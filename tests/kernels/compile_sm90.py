@@ -46,10 +46,10 @@ def variants():
                 "stride_x": "i32", "stride_in": "i32", "stride_out": "i32"}
     # the search at the widest chunks a decode row and the k 2048 rounds launch, each radix width
     for block, k_pad in ((16384, 1024), (8192, 2048), (32768, 2048)):
-        for bits in (1, 4, 8):
+        for bits in (1, 2, 4):
             yield ("niah.kernels.topk.kernel", "topk_kernel", topk_sig,
                    dict(BLOCK=block, ROWS=1, K_PAD=k_pad, FROM_KEYS=False, HAS_LEN=True, OUT_KEYS=False, PHASE=0,
-                        RADIX_BITS=fit_radix(bits, block, one_segment=True)), 16)
+                        RADIX_BITS=fit_radix(bits, block)), 16)
     attn_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32",
                 "part_ptr": "*fp32", "scale": "fp32", "stride_qt": "i32", "stride_qh": "i32", "stride_kh": "i32",
                 "stride_ks": "i32", "stride_vh": "i32", "stride_vs": "i32", "stride_it": "i32", "stride_ot": "i32",

@@ -1,7 +1,8 @@
 """The GPU server's decode-step kernels compile for sm_90 here, without a GPU
 (tests/kernels/compile_sm90.py in a process of its own: the interpreter this folder's other
-tests run under accepts code the compiler refuses). The byte-histogram top-k's first GPU run
-failed this way (its radix branch built after a `return`, past Triton's largest tensor)."""
+tests run under accepts code the compiler refuses: a first GPU run once failed on a top-k
+search whose statements after a `return` in a constexpr branch the compiler still built, past
+Triton's largest tensor)."""
 
 import os
 import subprocess
