@@ -144,6 +144,17 @@ def test_sparse_attention_kernel_matches_masked_sdpa(precision):
         sparse_attention(q, k, v, idx, precision="tf32")
 
 
+def few_queries(seed: int, T: int, S: int = 300, K: int = 70):
+    """q [1, H, T, D], the KV cache k, v [1, HKV, S, D] and each query's own K kept positions
+    ([T, K] int32) on DEV: a decode step's few queries for the attention's tests."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, S, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    return q, k, v, idx
+
+
 @pytest.mark.parametrize("precision", ["tf32x3", "broadcast"])
 def test_one_program_a_head_attends_as_one_a_kv_head(precision):
     """A few queries (a decode step's one) take a program per query head: the same output as
@@ -151,12 +162,8 @@ def test_one_program_a_head_attends_as_one_a_kv_head(precision):
     interpreter's numpy products may round a row otherwise, to fp32 rounding), and masked SDPA's."""
     from niah.serving.embedded.cuda.attend import ONE_HEAD_ROWS
 
-    g = torch.Generator().manual_seed(8)
-    T, S, K = 3, 300, 70
-    q = torch.randn(1, H, T, D, generator=g).to(DEV)
-    k = torch.randn(1, HKV, S, D, generator=g).to(DEV)
-    v = torch.randn(1, HKV, S, D, generator=g).to(DEV)
-    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    T = 3
+    q, k, v, idx = few_queries(8, T)
     idx[2, 50:] = -1                                 # a short row
     idx = idx.to(DEV)
     assert T < ONE_HEAD_ROWS
@@ -187,12 +194,8 @@ def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
             return real[grid]
 
     monkeypatch.setattr(sparse_kernel, "sparse_attention_combine_kernel", Spy())
-    g = torch.Generator().manual_seed(9)
-    T, S, K = 4, 300, 70
-    q = torch.randn(1, H, T, D, generator=g).to(DEV)
-    k = torch.randn(1, HKV, S, D, generator=g).to(DEV)
-    v = torch.randn(1, HKV, S, D, generator=g).to(DEV)
-    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    T, K = 4, 70
+    q, k, v, idx = few_queries(9, T, K=K)
     idx[2, 20:] = -1                                 # a short row: the splits past 20 hold no key
     idx[3, :] = -1                                   # no key
     idx = idx.to(DEV)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_topk, quantize_query, store_index_keys
+from niah.kernels import indexer_topk, store_index_keys
 from niah.kernels import forms, topk_indices
 from niah.kernels.rotation import ROTATIONS, rotate
 from niah.serving.embedded.cuda.attend import sparse_attention
@@ -177,17 +177,7 @@ class CudaDSA(IndexScores):
                 scores = lg if scores is None else scores.add_(lg)
             scores = scores.masked_fill_(~valid[None, :], float("-inf"))       # [1, W]
         else:
-            qg = iq[0, :, 0].view(self.n_kv, 1, G, D)
-            if self.index_dtype == "fp8":
-                q8, w = quantize_query(qg, (H * D) ** -0.5, "fp8")                  # [Hkv, 1, G, D], [Hkv, 1, G]
-                out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w[:, 0], ctx, self.pool.block_table,
-                                           None, W, clean_logits=True)
-                attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
-            else:
-                out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
-                                            self._decode_weights(G), ctx, self.pool.block_table, None, W,
-                                            clean_logits=True)
-                attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
+            out = self.paged_decode_logits(layer, iq[0, :, 0].view(self.n_kv, 1, G, D), ctx, W)   # [Hkv, W]
             if rows is not None:                   # the probe's row written in place: no copy
                 scores = torch.sum(out, 0, keepdim=True, out=rows.scores[layer:layer + 1])
                 in_place = True

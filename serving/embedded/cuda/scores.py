@@ -114,17 +114,25 @@ class IndexScores:
         if self.index_dtype == "fp32" or self.bf16_read == "gather":
             return self.prefill_scores(layer, q, S - 1, "decode_logits")
         ctx = self._memoized(("ctx", S), lambda: torch.full((self.n_kv,), S, dtype=torch.int32, device=self.device))
+        return self.paged_decode_logits(layer, qg, ctx, S).sum(0, keepdim=True)   # [1, S]
+
+    def paged_decode_logits(self, layer: int, qg: torch.Tensor, ctx: torch.Tensor, width: int) -> torch.Tensor:
+        """One decode query's logits per kv head from the paged keys (fp8 or bf16, the fused
+        read): qg [Hkv, 1, G, D] fp32 (the index query, each kv head its G heads), ctx int32
+        [Hkv] the context length -> [Hkv, width] fp32 (-inf from ctx on). The eager step and
+        the CUDA graphs' step (CudaDSA.decode_at) both score through here."""
+        G, D = qg.shape[2], qg.shape[3]
         if self.index_dtype == "fp8":
-            q8, w = quantize_query(qg, (H * D) ** -0.5, "fp8")              # [Hkv, 1, G, D], [Hkv, 1, G]
-            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w[:, 0], ctx, self.pool.block_table, None, S,
+            q8, w = quantize_query(qg, (self.n_kv * G * D) ** -0.5, "fp8")    # [Hkv, 1, G, D], [Hkv, 1, G]
+            out = fp8_paged_mqa_logits(q8, self.pool.paged(layer), w[:, 0], ctx, self.pool.block_table, None, width,
                                        clean_logits=True)
             attest.record("decode_logits", "fp8", "niah.fp8_paged_mqa_logits")
         else:
             out = bf16_paged_mqa_logits(qg.to(torch.bfloat16).contiguous(), self.pool.paged(layer),
-                                        self._decode_weights(G), ctx, self.pool.block_table, None, S,
+                                        self._decode_weights(G), ctx, self.pool.block_table, None, width,
                                         clean_logits=True)
             attest.record("decode_logits", "bf16", "niah.bf16_paged_mqa_logits")
-        return out.sum(0, keepdim=True)                                    # [1, S]
+        return out
 
     def _torch_scores(self, keys: torch.Tensor, qg: torch.Tensor) -> torch.Tensor:
         """keys [S, D] fp32, qg [C, G, D] -> [C, S]: w * sum_h ReLU(q_h . k) in fp32."""
