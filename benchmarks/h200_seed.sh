@@ -3,7 +3,8 @@
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
 #   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests indexer kernel profile bench matrix single
-#                                                   decode detection (DETECTION_ARGS: benchmarks/detection.py's options)
+#                                                   decode (DECODE_ARGS: decode_step.py's options)
+#                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
 #
@@ -119,7 +120,7 @@ single() {   # the matrix's longest trials (SINGLE_LENGTHS: 22600), one arm at a
 decode() {   # the decode step's pieces (benchmarks/kernels/decode_step.py) and their CUDA tests: split-K, top-k forms
   (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py \
      -k "split_keys or one_program or masked_sdpa or graph_decode" 2>&1 | tail -3)
-  PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/decode_step.py" --out "$OUT/decode_step.jsonl" 2>&1 | tail -40
+  PYTHONSAFEPATH= python3 "$HERE/benchmarks/kernels/decode_step.py" ${DECODE_ARGS:-} --out "$OUT/decode_step.jsonl" 2>&1 | tail -40
   log "decode done"
 }
 

@@ -23,7 +23,9 @@ DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: doc
 DEFAULT_FINAL_BLOCK = 8192  # survivors selected by one program once they fit
 DEFAULT_ROWS = 1  # segments per program (H200: sharing reductions across segments did not pay)
 MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/select, 8192 chunks
-FEW_ROWS_BLOCK = 16384  # chunk width for few rows
+# chunk width for few rows: one H100, one decode row in a CUDA graph (benchmarks/kernels/decode_step.py),
+# 4096 against 16384: 1.24-1.42x faster at width 12,288, 1.43-1.71x at 24,576, level at 2,048 (k 512, 1024)
+FEW_ROWS_BLOCK = 4096
 SAMPLE_MAX_DEFAULT_K = 2048  # many rows and k <= this -> "sample" by default (H200-measured range); else "search"
 SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample would exceed MAX_SAMPLE)
 MAX_SAMPLE = 8192
@@ -101,7 +103,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     k = _check_args(logits, k, lengths)
     rows, width = logits.shape
     # H200 sweep (docs/kernels.md): many rows (prefill) -> 8192-wide chunks, search and
-    # select in two launches; few rows (decode) -> 16384-wide chunks, one fused launch
+    # select in two launches; few rows (decode) -> FEW_ROWS_BLOCK-wide chunks
     many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
     # H200: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
     method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search")

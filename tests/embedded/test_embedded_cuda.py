@@ -157,18 +157,15 @@ def few_queries(seed: int, T: int, S: int = 300, K: int = 70):
 
 @pytest.mark.parametrize("precision", ["tf32x3", "broadcast"])
 def test_one_program_a_head_attends_as_one_a_kv_head(precision):
-    """A few queries (a decode step's one) take a program per query head: the same output as
-    the kv-head launch (bitwise on a GPU, each head a row of its own tile computed alike; the
-    interpreter's numpy products may round a row otherwise, to fp32 rounding), and masked SDPA's."""
-    from niah.serving.embedded.cuda.attend import ONE_HEAD_ROWS
-
+    """A program per query head (`one_head`): the same output as the kv-head launch (bitwise on
+    a GPU, each head a row of its own tile computed alike; the interpreter's numpy products may
+    round a row otherwise, to fp32 rounding), and masked SDPA's."""
     T = 3
     q, k, v, idx = few_queries(8, T)
     idx[2, 50:] = -1                                 # a short row
     idx = idx.to(DEV)
-    assert T < ONE_HEAD_ROWS
-    one = sparse_attention(q, k, v, idx, precision=precision)
-    grouped = sparse_attention(q, k, v, idx, precision=precision, one_head=False)
+    one = sparse_attention(q, k, v, idx, precision=precision, one_head=True, split_keys=0)
+    grouped = sparse_attention(q, k, v, idx, precision=precision, one_head=False, split_keys=0)
     if DEV == "cuda":
         assert torch.equal(one, grouped)
     else:
@@ -184,6 +181,7 @@ def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
     K), a short row whose later splits hold no key, a row with no key at all (0 out, as without
     splits); 0 or a split at least K runs unsplit (no combine launch); a negative split is refused."""
     from niah.serving.embedded.cuda import sparse_kernel
+    from niah.serving.embedded.cuda.attend import DECODE_SPLIT_KEYS
 
     combines = []
     real = sparse_kernel.sparse_attention_combine_kernel
@@ -210,6 +208,10 @@ def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
     assert combines == [(T, H), (T, H)]              # both splits ran split, combined once each
     assert torch.equal(sparse_attention(q, k, v, idx, one_head=one_head, split_keys=K), whole)
     assert len(combines) == 2
+    assert 0 < DECODE_SPLIT_KEYS < K                 # a decode step's one query splits by default
+    one = sparse_attention(q[:, :, :1], k, v, idx[:1], one_head=one_head)
+    assert combines[2:] == [(1, H)]
+    torch.testing.assert_close(one, whole[:, :, :1], rtol=0, atol=2e-6)
     with pytest.raises(ValueError, match="split_keys"):
         sparse_attention(q, k, v, idx, split_keys=-1)
 

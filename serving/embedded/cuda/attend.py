@@ -6,10 +6,10 @@ idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
 Scale D^-0.5 (SDPA's default, as the CPU server's attention). `precision`: the kernel's
 products, "tf32x3" (default), "ieee" or "broadcast" (the first version, a benchmark's
 baseline; sparse_kernel.py says what each is). `one_head`: a program per query head instead
-of per kv head (default: for fewer than ONE_HEAD_ROWS queries). `split_keys`: split each
-query's K keys into programs of that many, rounded up to the key tile (split-K, partials
-combined by a second launch; any number of queries when given, DECODE_SPLIT_KEYS by default for
-fewer than ONE_HEAD_ROWS); 0, or a rounded split >= K: no split.
+of per kv head (default False). `split_keys`: split each query's K keys into programs of that
+many, rounded up to the key tile (split-K, partials combined by a second launch; any number
+of queries when given, DECODE_SPLIT_KEYS by default for fewer than DECODE_ROWS); 0, or a
+rounded split >= K: no split.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ PRECISIONS = ("tf32x3", "ieee", "broadcast")
 # Decode (one query a launch) keeps 4 warps: the sweep did not time it.
 PREFILL_ROWS = 256
 PREFILL_LAUNCH = {"num_warps": 2, "num_stages": 2}
-# Fewer queries than this (a decode step's one): one program a query head, not a kv head
-# (`one_head`; sparse_kernel.py: the same output, G times the programs walking the keys).
-ONE_HEAD_ROWS = 16
-# Keys a program for those few queries when split (`split_keys`: split-K, sparse_kernel.py;
-# 0: each program walks all K keys, the default until a GPU has timed the split).
-DECODE_SPLIT_KEYS = 0
+# Fewer queries than this: a decode step's launch.
+DECODE_ROWS = 16
+# Keys a program for those few queries (`split_keys`: split-K, sparse_kernel.py). One H100,
+# one query x 9 heads in a CUDA graph (benchmarks/kernels/decode_step.py): over 1,024 kept
+# keys 5.7 us split by 64 against 39.7 us unsplit (7.0x; 128: 4.9x, 256: 3.1x), over 512
+# 5.5 against 20.7 (3.8x); the output moves by fp32 rounding (at most 4.5e-8 there).
+# A program per query head (`one_head`) was level or slower (0.96x unsplit, 0.90x split by 64).
+DECODE_SPLIT_KEYS = 64
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -52,7 +54,7 @@ def launch_options(precision: str, T: int, num_warps: int | None = None, num_sta
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None,
-                     one_head: bool | None = None, split_keys: int | None = None) -> torch.Tensor:
+                     one_head: bool = False, split_keys: int | None = None) -> torch.Tensor:
     from niah.serving.embedded.cuda.sparse_kernel import (  # noqa: PLC0415 (imports triton: at first launch)
         sparse_attention_combine_kernel,
         sparse_attention_kernel,
@@ -79,8 +81,8 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     K = idx.shape[1]
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
-    few = T < ONE_HEAD_ROWS
-    one_head = few if one_head is None else one_head
+    few = T < DECODE_ROWS
+    one_head = bool(one_head)
     split = _split_keys(DECODE_SPLIT_KEYS if split_keys is None and few else split_keys or 0, K, block_n)
     n_split = -(-K // split) if split else 1
     part = torch.empty(T * H * n_split * (D + 2) if split else 1, dtype=torch.float32, device=q.device)
