@@ -208,3 +208,37 @@ def test_the_h100_runs_answer_as_the_h200_runs_with_the_same_kernels():
         assert r["prompt_sha256"] == committed[key]["prompt_sha256"]
         if key[0] == "dense":
             assert r["answer"] == committed[key]["answer"]
+
+
+def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
+    """device/h200-one-arm-12k-22k/ and device/h200-matrix/: the one-arm trials and the whole
+    matrix on one H200 after the decode step's split-K attention and 4,096-wide top-k chunks.
+    Neither moves a kept key, and split-K moves a decode sum by fp32 rounding only: every answer
+    is the H100 runs' (and the one-arm run's the radix round's), on the committed prompts, with
+    every arm's attestation valid and the six jobs' start and end in their status files."""
+    import datetime as dt
+
+    dev = H200 / "device"
+    runs = {name: {(r["config"], r["length"], r["depth"], r["trial"]): r
+                   for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+            for name in ("one-arm-12k-22k-radix", "h100-one-arm-12k-22k", "h200-one-arm-12k-22k",
+                         "h100-matrix", "h200-matrix")}
+    alone, matrix = runs["h200-one-arm-12k-22k"], runs["h200-matrix"]
+    assert len(alone) == 180 and len(matrix) == 720
+    for key, r in alone.items():
+        for before in ("one-arm-12k-22k-radix", "h100-one-arm-12k-22k"):
+            assert (r["prompt_sha256"], r["answer"]) == (runs[before][key]["prompt_sha256"], runs[before][key]["answer"])
+    for key, r in matrix.items():
+        assert (r["prompt_sha256"], r["answer"]) == (runs["h100-matrix"][key]["prompt_sha256"],
+                                                     runs["h100-matrix"][key]["answer"])
+    checked = load_checked(dev / "h200-matrix")
+    assert checked.problems == []
+    for name, entry in checked.manifest["configs"].items():
+        assert status(entry)[0] == VALID, (name, status(entry))
+    assert int(re.search(r"sweep rc=0 wall_s=(\d+)", (dev / "h200-matrix" / "sweep.log").read_text()).group(1)) <= 600
+    took = {}
+    for part in (dev / "h200-matrix" / "parts").iterdir():
+        st = json.loads((part / "job.status.json").read_text())
+        assert st["exit"] == 0
+        took[part.name] = (dt.datetime.fromisoformat(st["ended"]) - dt.datetime.fromisoformat(st["started"])).seconds
+    assert set(took) == set(checked.manifest["configs"])
