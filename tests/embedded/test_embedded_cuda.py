@@ -319,6 +319,39 @@ def test_chunked_prefill_equals_one_pass(dtype):
             assert step[key] == pytest.approx(got[0][2][key], abs=2e-5), key
 
 
+def test_rows_before_k_attend_densely_and_only_later_rows_select(monkeypatch):
+    """A prompt's rows at positions < K keep every key: the prefill attends them densely, so the
+    sparse kernel and the indexer see only the rows from K on, whatever the chunks (K inside a
+    chunk, chunks wholly before K, a last chunk of one row), and the logits and the last row's
+    selection recall are those of every row through the kernel, to fp32 rounding."""
+    from niah.serving.embedded.cuda import indexer as mod
+
+    rows = []
+    real = mod.sparse_attention
+
+    def counted(q, *args, **kw):
+        rows.append(q.shape[2])
+        return real(q, *args, **kw)
+
+    monkeypatch.setattr(mod, "sparse_attention", counted)
+    ids = torch.randint(0, 64, (1, 33), generator=torch.Generator().manual_seed(4)).to(DEV)
+    m, K = tiny_model(), 8
+    got = {}
+    for dense_first, chunk in ((False, 64), (True, 64), (True, 4), (True, 6)):
+        rows.clear()
+        m.set_attention(CudaDSA(2, HKV, D, 128, "fp8", K, chunk, device=DEV, dense_when_short=dense_first))
+        stats = {"needle_positions": (10, 14)}
+        got[dense_first, chunk] = (m(ids, 0, all_logits=True, stats=stats).cpu(), dict(stats["selection_recall"]),
+                                   list(rows))
+    assert got[False, 64][2] == [33, 33]                          # 2 layers, every row through the kernel
+    assert got[True, 64][2] == [25, 25]                           # rows 8..32
+    assert got[True, 4][2] == [4, 4, 4, 4, 4, 4, 1] * 2           # chunks 0-3 and 4-7 dense; 32 alone
+    assert got[True, 6][2] == [4, 6, 6, 6, 3] * 2                 # rows 6, 7 of the chunk 6-11 dense
+    for key in ((True, 64), (True, 4), (True, 6)):
+        torch.testing.assert_close(got[key][0], got[False, 64][0], rtol=1e-4, atol=1e-4)
+        assert got[key][1] == got[False, 64][1]
+
+
 def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():
     T = 70
     k, q = keys_and_query(T, seed=4)

@@ -227,7 +227,8 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     assert len(alone) == 180 and len(matrix) == 720
     for key, r in alone.items():
         for before in ("one-arm-12k-22k-radix", "h100-one-arm-12k-22k"):
-            assert (r["prompt_sha256"], r["answer"]) == (runs[before][key]["prompt_sha256"], runs[before][key]["answer"])
+            other = runs[before][key]
+            assert (r["prompt_sha256"], r["answer"]) == (other["prompt_sha256"], other["answer"])
     for key, r in matrix.items():
         assert (r["prompt_sha256"], r["answer"]) == (runs["h100-matrix"][key]["prompt_sha256"],
                                                      runs["h100-matrix"][key]["answer"])

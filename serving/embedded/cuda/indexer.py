@@ -34,7 +34,11 @@ only), computed the way a DSA server computes it:
   overflowed is scored again the unfused way (whose kernels attest their own calls;
   `fused_calls` counts them). Decode steps
   and the probe's reference row stay on the unfused kernels.
-- attention: `attend.sparse_attention`, each query over its own kept keys, fp32.
+- attention: `attend.sparse_attention`, each query over its own kept keys, fp32. A prompt's
+  rows at positions < K keep every key, so they attend densely (`dense_attention`, the
+  dense arm's SDPA) and are not scored at all, as the whole prompt is while it is at most K
+  tokens: the same keys as the kernel's, the sums in another order (`dense_when_short`
+  False: every row through the indexer and the kernel, as tests compare).
 - decode from a CUDA graph (graphs.py): `store_at` / `decode_at` are the same store and
   selection with the position on the device and every shape fixed by a width W.
 
@@ -255,8 +259,13 @@ class CudaDSA(IndexScores):
             return dense_attention(q, cache, start)
         out = torch.empty_like(q)
         iq = self.index_query(q)
-        for c0 in range(0, T, self.chunk):
-            c1 = min(T, c0 + self.chunk)
+        for a0 in range(0, T, self.chunk):
+            c1 = min(T, a0 + self.chunk)
+            c0 = a0 + self._dense_rows(start + a0, c1 - a0)   # the chunk's first row that selects
+            if c0 > a0:                            # rows at positions < K keep every key: dense
+                out[:, :, a0:c0] = dense_attention(q[:, :, a0:c0], cache, start + a0)
+            if c0 == c1:                           # (the last chunk always has a row that selects)
+                continue
             p0 = start + c0
             if c1 - c0 == 1 and p0 > 0:
                 scores = self.decode_scores(cache.layer_id, iq[:, :, c0:c1], p0 + 1)
@@ -270,6 +279,12 @@ class CudaDSA(IndexScores):
                                p0 + c1 - c0, needle, probe)
             out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
         return out
+
+    def _dense_rows(self, p0: int, n: int) -> int:
+        """How many of n rows at positions p0.. keep every key (position < K) and so attend
+        densely, as the whole prompt does while it is no longer than K: the same keys as the
+        sparse kernel's, in another order of sums. 0 with dense_when_short off (tests)."""
+        return max(0, min(n, self.topk - p0)) if self.dense_when_short else 0
 
     def _last_row(self, cache: LayerCache, idx_row: torch.Tensor, q_row: torch.Tensor,
                   scores_row: torch.Tensor | None, S: int, needle, probe) -> None:
