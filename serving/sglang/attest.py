@@ -20,9 +20,13 @@ current stream is capturing is counted as `captured`, and also leaves one node i
 graph, `slots[i] += 1` on a small per-device int64 tensor (ReplayCounter): every replay
 then counts itself on the GPU. `snapshot()` reads those tensors (one small device-to-host
 copy) and reports per (path, dtype, kernel) `eager`, `captured` and `replayed` calls; what
-ran is eager + replayed. An eager call does no GPU work (the first one on a device
-allocates its counter, once). Pure Python unless the process already uses CUDA; one
-counter per process (SGLang runs the plugin, and so this counter, in every scheduler).
+ran is eager + replayed. A graph its owner captures whole (the embedded server's decode
+graphs) can instead take ONE node: captured inside `graph_tally(counter)`, its calls are
+tallied on the host and the graph counts its own replays in a graph slot of the counter;
+replayed = tally x replays (a decode step's ~90 per-call nodes become one). An eager call
+does no GPU work (the first one on a device allocates its counter, once). Pure Python
+unless the process already uses CUDA; one counter per process (SGLang runs the plugin, and
+so this counter, in every scheduler).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
+from contextlib import contextmanager
 
 # The record's format (paths, owners, the field servers report it under, `derive`) is the
 # harness's: niah.attestation.format.
@@ -40,6 +45,8 @@ _eager: Counter = Counter()     # (path, dtype, kernel) -> calls run eagerly
 _captured: Counter = Counter()  # (path, dtype, kernel) -> calls recorded into a CUDA graph
 _slots: dict[tuple[str, str, str], int] = {}  # key -> its slot in every ReplayCounter
 _counters: dict = {}            # device -> ReplayCounter
+_graphs: list = []              # (counter, graph slot, Counter of key -> calls a replay makes), graph_tally's
+_open = threading.local()       # .tally: this thread's open graph_tally Counter, if any
 _state: dict = {"index_dtype": None, "kernels": None, "pool_bytes_per_token": None}
 _facts: dict = {}
 
@@ -49,19 +56,29 @@ class ReplayCounter:
     `slots[slot] += 1` to the graph being captured, so each replay increments it."""
 
     SLOTS = 64
+    GRAPH_SLOTS = 4096     # graphs captured under graph_tally, a slot each (their replays)
 
     def __init__(self, device):
         import torch
 
         self.slots = torch.zeros(self.SLOTS, dtype=torch.int64, device=device)  # [SLOTS]
+        self.graphs = torch.zeros(self.GRAPH_SLOTS, dtype=torch.int64, device=device)
+        self.n_graphs = 0
 
     def count(self, slot: int) -> None:
         """One tiny kernel on the current stream (inside a capture: one graph node)."""
         self.slots.narrow(0, slot, 1).add_(1)
 
+    def count_graph(self, slot: int) -> None:
+        """The same for a graph slot: one node that counts its graph's replays."""
+        self.graphs.narrow(0, slot, 1).add_(1)
+
     def read(self) -> list[int]:
         """The slots on the host (one small device-to-host copy)."""
         return self.slots.tolist()
+
+    def read_graphs(self) -> list[int]:
+        return self.graphs[:self.n_graphs].tolist()
 
 
 def _cuda():
@@ -105,6 +122,12 @@ def set_facts(**facts) -> None:
 def record(path: str, dtype: str, kernel: str) -> None:
     """One call of a patched path, by the kernel (`owner.function`) that ran it."""
     key = _key(path, dtype, kernel)
+    tally = getattr(_open, "tally", None)
+    if tally is not None:           # inside graph_tally: the graph's one node counts it
+        with _lock:
+            tally[key] += 1
+            _captured[key] += 1
+        return
     cuda = _cuda()
     if cuda is not None and cuda.is_current_stream_capturing():
         record_captured(key, _counters.get(cuda.current_device()))
@@ -134,27 +157,70 @@ def record_captured(key: tuple[str, str, str], counter: ReplayCounter | None) ->
     counter.count(slot)
 
 
+@contextmanager
+def graph_tally(counter: ReplayCounter | None):
+    """Around the whole body of a CUDA-graph capture (inside `torch.cuda.graph(...)`): the
+    calls recorded in it are counted as captured and tallied for this graph, and on leaving
+    the graph gets one node, `counter.graphs[g] += 1`: each replay then counts the whole
+    tally. `counter`: the device's (`current_counter`); None is refused, as record_captured
+    refuses it, once the graph has recorded a call. On CPU (no capture) the node runs at
+    once, as record_captured's does."""
+    if getattr(_open, "tally", None) is not None:
+        raise RuntimeError("niah attestation: graph_tally does not nest")
+    tally: Counter = Counter()
+    _open.tally = tally
+    try:
+        yield tally
+    finally:
+        _open.tally = None
+    if not tally:                   # a graph that records nothing (a dense step) needs no node
+        return
+    if counter is None:
+        raise RuntimeError("niah attestation: a graph was captured before any eager call on its device allocated "
+                           "the replay counter; its replays could not be counted")
+    if counter.n_graphs >= ReplayCounter.GRAPH_SLOTS:
+        raise RuntimeError(f"niah attestation: more than {ReplayCounter.GRAPH_SLOTS} graphs captured on one device")
+    slot = counter.n_graphs
+    counter.n_graphs += 1
+    with _lock:
+        _graphs.append((counter, slot, tally))
+    counter.count_graph(slot)
+
+
+def current_counter() -> ReplayCounter | None:
+    """The current CUDA device's replay counter (made by its first eager record), or None."""
+    cuda = _cuda()
+    return None if cuda is None else _counters.get(cuda.current_device())
+
+
 def reset() -> None:
     with _lock:
         _eager.clear()
         _captured.clear()
         _slots.clear()
         _counters.clear()
+        _graphs.clear()
         _facts.clear()
         _state.update(index_dtype=None, kernels=None, pool_bytes_per_token=None)
 
 
-def _replayed(slots: dict, counters: list) -> Counter:
-    """key -> replayed calls, summed over the devices' counters (skipped mid-capture:
-    a device-to-host copy is not allowed then)."""
+def _replayed(slots: dict, counters: list, graphs: list) -> Counter:
+    """key -> replayed calls, summed over the devices' counters: per-call slots, and each
+    tallied graph's replays times its tally (skipped mid-capture: a device-to-host copy is
+    not allowed then)."""
     out: Counter = Counter()
     cuda = _cuda()
-    if not counters or not slots or (cuda is not None and cuda.is_current_stream_capturing()):
+    if cuda is not None and cuda.is_current_stream_capturing():
         return out
-    for c in counters:
+    for c in counters if slots else ():
         values = c.read()
         for key, slot in slots.items():
             out[key] += int(values[slot])
+    replays = {id(c): c.read_graphs() for c in {id(c): c for c, _, _ in graphs}.values()}
+    for c, slot, tally in graphs:
+        n = int(replays[id(c)][slot])
+        for key, calls in tally.items():
+            out[key] += calls * n
     return out
 
 
@@ -165,9 +231,9 @@ def snapshot() -> dict:
     replay_counters: devices whose CUDA-graph replays are counted."""
     with _lock:
         eager, captured = dict(_eager), dict(_captured)
-        slots, counters = dict(_slots), list(_counters.values())
+        slots, counters, graphs = dict(_slots), list(_counters.values()), list(_graphs)
         state, facts = dict(_state), dict(_facts)
-    replayed = _replayed(slots, counters)
+    replayed = _replayed(slots, counters, graphs)
     calls: dict = {}
     for key in sorted(set(eager) | set(captured) | set(replayed)):
         path, dtype, kernel = key

@@ -523,7 +523,9 @@ def tiny_model(block_size: int = 128) -> Transformer:
 def test_graph_decode_step_equals_the_eager_step(arm):
     """The decode step of the CUDA graphs (static position, width W > S, padded scores) gives
     the eager step's logits and the same indexer probe stats; on CUDA through a real capture
-    and replay (twice: the second replay reuses the graph), on CPU the same static step eagerly."""
+    and replay (twice: the second replay reuses the graph), on CPU the same static step eagerly.
+    On CUDA the graph's one counting node (attest.graph_tally) counts its whole tally each
+    replay: the top-k of 2 layers x 2 replays."""
     from niah.serving.embedded.cuda.graphs import DecodeGraphs
     from niah.serving.embedded.generate import decode_one
     from niah.serving.embedded.probe import STAT_KEYS, ProbeLog
@@ -539,6 +541,7 @@ def test_graph_decode_step_equals_the_eager_step(arm):
     got = {}
     for name, graphs in (("eager", None), ("graph", DecodeGraphs(m, att, width_step=64, capture=DEV == "cuda"))):
         m.decode_graphs = graphs
+        attest.reset()
         m(ids, 0)
         rows = []
         for pos, tok in ((40, 5), (41, 9)):
@@ -548,6 +551,9 @@ def test_graph_decode_step_equals_the_eager_step(arm):
                 probe.next_step()
             rows.append((logits, probe.steps[0] if probe is not None else None))
         got[name] = rows
+    if DEV == "cuda" and arm not in ("dense", "fp8-short"):
+        topk = attest.snapshot()["calls"]["topk"]["fp32"]
+        assert [c["replayed"] for c in topk.values()] == [2 * 2] and graphs.replays == 2
     for (le, pe), (lg, pg) in zip(got["eager"], got["graph"]):
         torch.testing.assert_close(lg, le, rtol=1e-4, atol=1e-4)
         if pe is not None:

@@ -66,6 +66,40 @@ def test_a_captured_call_leaves_an_increment_that_each_replay_counts(fresh_count
         attest.record_captured(key, None)
 
 
+def test_a_tallied_graph_takes_one_node_and_counts_its_whole_tally_each_replay(fresh_counter):
+    """graph_tally (the embedded server's decode graphs): the calls recorded inside it are
+    captured and tallied, no per-call slot is used, and the graph gets one node (on CPU it
+    runs at once, as inside a capture it would be recorded); each replay of that node counts
+    the whole tally. A graph that records nothing takes no slot; tallies do not nest; a
+    graph that records a call without a counter is refused."""
+    counter = attest.ReplayCounter("cpu")
+    attest._counters["cpu"] = counter
+    store, topk = ("store", "fp8", "niah.store_index_keys"), ("topk", "fp32", "niah.topk_indices")
+    attest.record(*topk)                                  # eager, outside any graph
+    with attest.graph_tally(counter) as tally:            # one decode graph: 2 layers x (store, topk)
+        for _ in range(2):
+            attest.record(*store)
+            attest.record(*topk)
+    assert dict(tally) == {store: 2, topk: 2}
+    assert counter.slots.tolist() == [0] * attest.ReplayCounter.SLOTS      # no per-call node
+    assert counter.read_graphs() == [1]                   # its one node
+    counter.graphs.zero_()
+    with attest.graph_tally(counter):                     # a dense graph: nothing recorded, no slot
+        pass
+    assert counter.n_graphs == 1
+    for _ in range(7):                                    # seven replays
+        counter.count_graph(0)
+    snap = attest.snapshot()
+    assert snap["calls"]["store"]["fp8"]["niah.store_index_keys"] == {"eager": 0, "captured": 2, "replayed": 14}
+    assert snap["calls"]["topk"]["fp32"]["niah.topk_indices"] == {"eager": 1, "captured": 2, "replayed": 14}
+    with pytest.raises(RuntimeError, match="nest"), attest.graph_tally(counter), attest.graph_tally(counter):
+        pass
+    with pytest.raises(RuntimeError, match="before any eager call"), attest.graph_tally(None):
+        attest.record(*store)
+    attest.record(*store)                                 # every tally closed: eager again
+    assert attest.snapshot()["calls"]["store"]["fp8"]["niah.store_index_keys"]["eager"] == 1
+
+
 def test_stock_counters_pass_calls_through_and_attestation_reaches_internal_state(fresh_counter):
     from niah.serving.sglang import replacements
 

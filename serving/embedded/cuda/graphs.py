@@ -23,8 +23,9 @@ captured graph instead, with everything that changes from step to step read on t
   block table written in place), four tiny fills, the replay, one copy of the logits (and of
   the probe's [layers, 5] stats).
 
-Attestation: the kernels' calls made while capturing are recorded as captured and counted
-again by the device on every replay (serving/sglang/attest.py), so counts keep growing.
+Attestation: the kernels' calls made while capturing are recorded as captured and tallied
+for the graph, which gets one node counting its replays on the device (attest.graph_tally,
+serving/sglang/attest.py): every replay adds the tally, so counts keep growing.
 A step the graphs do not serve (a probe with an empty span, a context past the model's)
 returns None and the caller runs the eager step. Numerics: the eager step's, up to the
 order of floating-point sums (masked widths, the order the top-k returns its keys in).
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 
 from niah.serving.embedded.cuda.probe_rows import ProbeRows
 from niah.serving.embedded.model import apply_rope
+from niah.serving.sglang import attest
 
 WIDTH_STEP = 2048
 MAX_GRAPHS = 64
@@ -112,8 +114,8 @@ class DecodeGraphs:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits, stats = self._forward(W, mode)
+        with torch.cuda.graph(graph, pool=self.pool), attest.graph_tally(attest.current_counter()):
+            logits, stats = self._forward(W, mode)     # the kernels' calls tallied: one counting node a graph
         self.graphs[(W, mode)] = entry = (graph, logits, stats)
         self.captures += 1
         return entry
