@@ -4,6 +4,7 @@ its first version, on the shapes of the seed's longest prompt: SmolLM2's 9 query
 
     python benchmarks/kernels/sparse_attention.py [--tokens 22600] [--queries 4096] [--topk 512,1024]
         [--selection random|window] [--tune]
+    python benchmarks/kernels/sparse_attention.py --masked 4096,8192,12189,16384,22600 [--topk 512,1024]
 
 Arms: the kernel's three `precision`s: "broadcast" (its first version, the baseline: the two
 products as a broadcast multiply-and-sum on CUDA cores, 32 keys a step), "tf32x3" and
@@ -53,7 +54,11 @@ def main(argv=None) -> None:
     ap.add_argument("--topk", default="512,1024")
     ap.add_argument("--selection", choices=("random", "window"), default="random")
     ap.add_argument("--tune", action="store_true", help="also the tf32x3 kernel at other tiles, warps and stages")
+    ap.add_argument("--masked", default="", help="only masked_attention against the gather kernel: a chunk of "
+                    "--queries queries ending at each of these positions (e.g. 4096,8192,12189,16384,22600)")
     a = ap.parse_args(argv)
+    if a.masked:
+        return masked(a)
     arms = {p: (lambda q, k, v, i, p=p: sparse_attention(q, k, v, i, precision=p))
             for p in ("broadcast", "tf32x3", "ieee")}
     for name, queries in (("prefill-chunk", a.queries), ("decode", 1)):
@@ -76,6 +81,36 @@ def main(argv=None) -> None:
                                   "max_abs_diff": float((before - now).abs().max())}), flush=True)
             if a.tune and name == "prefill-chunk":
                 tune(name, q, k, v, idx, ref, topk, a.selection, base)
+
+
+def masked(a) -> None:
+    """masked_attention (tiles of queries over key blocks under the kept-position bitmask) against
+    the gather kernel (tf32x3, the prefill's launch) on a prefill chunk ending at each position:
+    where the chunk's mean position over K is small the shared key blocks should win, where it
+    is large the gather; the crossover sets attend.MASKED_SPAN_RATIO. One line a (end, k, form)."""
+    from niah.serving.embedded.cuda.attend import masked_attention
+
+    for end in (int(x) for x in a.masked.split(",")):
+        for topk in (int(x) for x in a.topk.split(",")):
+            q, k, v, idx = case(end, min(a.queries, end), topk, selection=a.selection)
+            gather = sparse_attention(q, k, v, idx)
+            g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx), warmup=10, rep=100)
+            mean_pos = end - q.shape[2] / 2
+            for bq in (8, 16, 32):
+                for nw in (4, 8):
+                    def fn(bq=bq, nw=nw):
+                        return masked_attention(q, k, v, idx, end, block_q=bq, num_warps=nw)
+                    try:
+                        diff = float((fn() - gather).abs().max())
+                        ms = triton.testing.do_bench(fn, warmup=10, rep=100)
+                    except Exception as e:  # noqa: BLE001 (a tile that does not compile is noted)
+                        diff, ms = type(e).__name__, None
+                    print(json.dumps({"case": "masked-vs-gather", "end": end, "queries": q.shape[2], "topk": topk,
+                                      "selection": a.selection, "mean_pos_over_k": round(mean_pos / topk, 2),
+                                      "block_q": bq, "num_warps": nw, "gather_ms": round(g_ms, 4),
+                                      "masked_ms": ms and round(ms, 4),
+                                      "gather_over_masked": ms and round(g_ms / ms, 2),
+                                      "max_abs_diff": diff}), flush=True)
 
 
 def tune(name, q, k, v, idx, ref, topk, selection, base):

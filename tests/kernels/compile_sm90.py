@@ -63,6 +63,13 @@ def variants():
     yield ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel",
            {"part_ptr": "*fp32", "out_ptr": "*fp32", "stride_ot": "i32", "stride_oh": "i32"},
            dict(H=9, NS=8, BLOCK_S=8, D=64), 4)
+    masked_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "bits_ptr": "*i32", "hi_ptr": "*i32",
+                  "out_ptr": "*fp32", "scale": "fp32", "T": "i32", "stride_qt": "i32", "stride_qh": "i32",
+                  "stride_kh": "i32", "stride_ks": "i32", "stride_vh": "i32", "stride_vs": "i32", "stride_bt": "i32",
+                  "stride_ot": "i32", "stride_oh": "i32"}
+    for block_q in (8, 16, 32):
+        yield ("niah.serving.embedded.cuda.masked_kernel", "masked_attention_kernel", masked_sig,
+               dict(G=3, GP=4, BLOCK_Q=block_q, D=64, BLOCK_N=64, PRECISION="tf32x3", N_CONST=0), 4)
     for fp8 in (True, False):
         yield ("niah.kernels.query_quant.kernel", "quantize_query_kernel",
                {"q_ptr": "*fp32", "out_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_out_ptr": "*fp32", "weight": "fp32",

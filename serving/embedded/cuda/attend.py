@@ -1,5 +1,7 @@
 """Attention over the kept keys only: `sparse_attention` (the Triton kernel of
-sparse_kernel.py) and `sparse_attention_reference` (torch, the same math through a mask).
+sparse_kernel.py, each query's kept rows gathered), `masked_attention` (masked_kernel.py: the
+same output, tiles of queries walking key blocks under a kept-position bitmask) and
+`sparse_attention_reference` (torch, the same math through a mask).
 
 q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
@@ -38,6 +40,13 @@ DECODE_ROWS = 16
 # 5.5 against 20.7 (3.8x); the output moves by fp32 rounding (at most 4.5e-8 there).
 # A program per query head (`one_head`) was level or slower (0.96x unsplit, 0.90x split by 64).
 DECODE_SPLIT_KEYS = 64
+# masked_attention's tile: queries a program, key positions a step (masked_kernel.py).
+MASKED_BLOCK_Q = 16
+MASKED_BLOCK_N = 64
+# A prefill's rows at positions below this many times K attend by masked_attention, the rest
+# by the gather kernel (its products grow with the position, the gather's with K).
+# 0: every row gathers, the default until a GPU has timed the two (benchmarks/kernels/sparse_attention.py).
+MASKED_SPAN_RATIO = 0.0
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -98,6 +107,67 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
         sparse_attention_combine_kernel[(T, H)](part, out, out.stride(0), out.stride(1),
                                                 H=H, NS=n_split, BLOCK_S=next_pow2(n_split), D=D)
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
+
+
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, S: int,
+                     block_q: int = MASKED_BLOCK_Q, block_n: int = MASKED_BLOCK_N, precision: str = "tf32x3",
+                     num_warps: int = 4, num_stages: int | None = None) -> torch.Tensor:
+    """sparse_attention's result (same arguments and shapes; S: one past the largest position
+    idx may hold, the chunk's last query's + 1, given so nothing is read back to the host)
+    by masked_kernel.py: tiles of block_q queries walk the key positions block-dense under
+    the kept-position bitmask (`kept_bits`), sharing each key block's load."""
+    from niah.serving.embedded.cuda.masked_kernel import masked_attention_kernel  # noqa: PLC0415 (imports triton)
+
+    _, H, T, D = q.shape
+    Hkv = k.shape[1]
+    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
+        raise ValueError(f"masked_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
+    if precision not in ("tf32x3", "ieee"):
+        raise ValueError(f"masked_attention: precision must be 'tf32x3' or 'ieee', not {precision!r}")
+    if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
+        raise ValueError("masked_attention: fp32 q, k, v with H a multiple of Hkv")
+    if block_n % 32 or block_n < 32 or S < 1 or S > k.shape[2]:
+        raise ValueError(f"masked_attention: block_n a multiple of 32 and 1 <= S <= the cache, got {block_n}, {S}")
+    check_device(q, k, v, idx)
+    G = H // Hkv
+    GP = next_pow2(G)
+    if block_q * GP < 16:
+        raise ValueError(f"masked_attention: block_q x next_pow2(G) must be >= 16, got {block_q} x {GP}")
+    qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
+    if qt.stride(2) != 1:
+        qt = qt.contiguous()
+    kk, vv = k[0], v[0]
+    out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
+    if T == 0:
+        return out.transpose(0, 1)[None]
+    bits = kept_bits(idx, S)
+    n_tiles = -(-T // block_q)
+    hi = torch.zeros(n_tiles * block_q, dtype=torch.int32, device=q.device)
+    hi[:T] = idx.max(1).values + 1                               # -1 rows: 0
+    hi = hi.view(n_tiles, block_q).amax(1).contiguous()
+    masked_attention_kernel[(n_tiles, Hkv)](
+        qt, kk, vv, bits, hi, out, D ** -0.5, T,
+        qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
+        bits.stride(0), out.stride(0), out.stride(1),
+        G=G, GP=GP, BLOCK_Q=block_q, D=D, BLOCK_N=block_n, PRECISION=precision,
+        N_CONST=-(-S // block_n) * block_n if interpreting() else 0,
+        num_warps=num_warps, **({"num_stages": num_stages} if num_stages else {}),
+    )
+    return out.transpose(0, 1)[None]
+
+
+def kept_bits(idx: torch.Tensor, S: int) -> torch.Tensor:
+    """idx [T, K] int32 kept positions (< S; -1 pads) -> [T, ceil(S / 32)] int32: bit s % 32 of
+    word s // 32 set where the row keeps s (distinct positions' bits summed: no carries, and
+    no int32 overflow, bit 31 being the only negative one)."""
+    T = idx.shape[0]
+    nw = -(-S // 32)
+    bits = torch.zeros(T, nw + 1, dtype=torch.int32, device=idx.device)     # word nw takes the pads
+    ok = idx >= 0
+    word = torch.where(ok, torch.div(idx, 32, rounding_mode="floor"), nw).long()
+    one = torch.ones_like(idx)
+    bits.scatter_add_(1, word, torch.where(ok, torch.bitwise_left_shift(one, idx.remainder(32)), 0))
+    return bits[:, :nw]
 
 
 def _split_keys(split: int, K: int, block_n: int) -> int:
