@@ -65,7 +65,8 @@ def prefill(model, ids: list[int], needle_positions: tuple[int, int] | None = No
 
 def decode_one(model, token: int, pos: int, probe=None) -> torch.Tensor:
     """Feed one token at position pos; -> logits [V]. On a GPU with decode graphs
-    (cuda/graphs.py) the step is a graph replay where the graphs serve it."""
+    (cuda/graphs.py) the step is a graph replay where the graphs serve it, its logits on
+    the host (one wait a step); else on the model's device."""
     graphs = getattr(model, "decode_graphs", None)
     if graphs is not None:
         logits = graphs.step(token, pos, probe)

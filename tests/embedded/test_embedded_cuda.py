@@ -594,7 +594,7 @@ def test_graph_decode_step_equals_the_eager_step(arm):
     the eager step's logits and the same indexer probe stats; on CUDA through a real capture
     and replay (twice: the second replay reuses the graph), on CPU the same static step eagerly.
     On CUDA the graph's one counting node (attest.graph_tally) counts its whole tally each
-    replay: the top-k of 2 layers x 2 replays."""
+    replay: the top-k of 2 layers x 2 replays; a graph step hands back host logits."""
     from niah.serving.embedded.cuda.graphs import DecodeGraphs
     from niah.serving.embedded.generate import decode_one
     from niah.serving.embedded.probe import STAT_KEYS, ProbeLog
@@ -615,7 +615,9 @@ def test_graph_decode_step_equals_the_eager_step(arm):
         rows = []
         for pos, tok in ((40, 5), (41, 9)):
             probe = None if arm == "dense" else ProbeLog(span, 2, topk)
-            logits = decode_one(m, tok, pos, probe).cpu()
+            logits = decode_one(m, tok, pos, probe)
+            assert logits.device.type == ("cpu" if name == "graph" else DEV)   # a graph step: host logits
+            logits = logits.cpu()
             if probe is not None:
                 probe.next_step()
             rows.append((logits, probe.steps[0] if probe is not None else None))

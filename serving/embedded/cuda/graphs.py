@@ -20,8 +20,9 @@ captured graph instead, with everything that changes from step to step read on t
   kept keys and query row in a row of `ProbeRows` (probe_rows.py), which turns all the
   layers' rows into stats at once after the last layer).
 - host work left a step: pages handed out when the token starts a page (pool.ensure, the
-  block table written in place), four tiny fills, the replay, one copy of the logits (and of
-  the probe's [layers, 5] stats).
+  block table written in place), four tiny fills, the replay, then the logits (and the
+  probe's [layers, 5] stats) copied to pinned host buffers behind it and ONE wait: `step`
+  returns host logits, so the caller's argmax queues no GPU work after the wait.
 
 Attestation: the kernels' calls made while capturing are recorded as captured and tallied
 for the graph, which gets one node counting its replays on the device (attest.graph_tally,
@@ -57,6 +58,7 @@ class DecodeGraphs:
         self.graphs: dict = {}       # (W, mode) -> (graph, logits [1, 1, V], stats [layers, 5] or None)
         self.pool = None
         self.captures = self.replays = 0
+        self.host: dict = {}         # name -> the host buffer a step's result is copied into (_to_host)
 
     def mode(self, pos: int, probe) -> str | None:
         if pos + 1 > self.model.args.block_size:
@@ -75,7 +77,8 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def step(self, token: int, pos: int, probe=None) -> torch.Tensor | None:
-        """Logits [V] of `token` fed at position pos, from a graph; None: run the eager step."""
+        """Logits [V] of `token` fed at position pos, from a graph, on the host (CPU); None: run
+        the eager step."""
         mode = self.mode(pos, probe)
         if mode is None:
             return None
@@ -97,11 +100,27 @@ class DecodeGraphs:
             self.replays += 1
         else:
             logits, stats = self._forward(W, mode)
+        # the logits and the probe's stats to the host by two copies queued behind the replay and
+        # one wait: a step submits its GPU work once and waits once (the caller's argmax then
+        # runs on the host; before, it and the probe's read each queued GPU work after a wait,
+        # which six servers sharing a card each paid at the card's next turn)
+        out = self._to_host("logits", logits[0, -1])
+        rows = self._to_host("stats", stats) if probe is not None and stats is not None else None
+        if out.is_pinned():
+            torch.cuda.current_stream().synchronize()
         if probe is not None:
-            rows = stats.clone() if stats is not None else None
+            rows = None if rows is None else rows.clone()
             for i in range(self.model.args.n_layer):
                 probe.record(i, pos, pos + 1, None if rows is None else rows[i])
-        return logits[0, -1].clone()
+        return out.clone()
+
+    def _to_host(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """t copied into this step's host buffer `name` (pinned for a CUDA tensor, made at first
+        use), the copy queued on the current stream: read it after the stream's wait."""
+        buf = self.host.get(name)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = self.host[name] = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
+        return buf.copy_(t, non_blocking=t.is_cuda)
 
     def _capture(self, W: int, mode: str):
         if len(self.graphs) >= self.max_graphs:
