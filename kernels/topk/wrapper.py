@@ -17,6 +17,11 @@ import math
 import torch
 
 from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels._launch import launcher_of
+
+# launched through niah.kernels._launch (the kernel modules import triton: loaded at the first launch)
+_TOPK = ("niah.kernels.topk.kernel", "topk_kernel")
+_SAMPLE = ("niah.kernels.topk.sample_kernel", "sample_topk_kernel")
 
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
 DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: docs/kernels.md)
@@ -98,7 +103,6 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
     fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
-    from niah.kernels.topk.kernel import topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     k = _check_args(logits, k, lengths)
     rows, width = logits.shape
@@ -142,7 +146,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         two = bool(split)
         thr = torch.empty(rows * n_chunks if two else 1, dtype=torch.int32, device=src.device)
         for phase in ((1, 2) if two else (0,)):
-            topk_kernel[(n_prog,)](
+            launcher_of(*_TOPK)((n_prog,),
                 src, idx_in if idx_in is not None else src, lengths if lengths is not None else src,
                 dst_idx, dst_key if dst_key is not None else dst_idx, thr,
                 rows, w, k, n_chunks, src.stride(0), idx_in.stride(0) if idx_in is not None else 0,
@@ -184,7 +188,6 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
     sized from the shapes alone (graph-safe)."""
-    from niah.kernels.topk.sample_kernel import sample_topk_kernel  # noqa: PLC0415 (imports triton: loaded at first launch)
 
     if logits.stride(1) != 1:
         logits = logits.contiguous()
@@ -205,7 +208,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     r_hi, r_lo = sample_brackets(k, stride)
     ns = max(16, next_pow2((width + stride - 1) // stride))
     scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
-    sample_topk_kernel[(rows,)](
+    launcher_of(*_SAMPLE)((rows,),
         logits, lengths if lengths is not None else logits, out, scratch[0], scratch[1],
         width, k, logits.stride(0), r_hi, r_lo,
         TILE=tile, NS=ns, STRIDE=stride, CAP=cap,

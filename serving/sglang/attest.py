@@ -178,11 +178,12 @@ def graph_tally(counter: ReplayCounter | None):
     if counter is None:
         raise RuntimeError("niah attestation: a graph was captured before any eager call on its device allocated "
                            "the replay counter; its replays could not be counted")
-    if counter.n_graphs >= ReplayCounter.GRAPH_SLOTS:
-        raise RuntimeError(f"niah attestation: more than {ReplayCounter.GRAPH_SLOTS} graphs captured on one device")
-    slot = counter.n_graphs
-    counter.n_graphs += 1
     with _lock:
+        if counter.n_graphs >= ReplayCounter.GRAPH_SLOTS:
+            raise RuntimeError(f"niah attestation: more than {ReplayCounter.GRAPH_SLOTS} graphs captured on one "
+                               "device")
+        slot = counter.n_graphs
+        counter.n_graphs += 1
         _graphs.append((counter, slot, tally))
     counter.count_graph(slot)
 

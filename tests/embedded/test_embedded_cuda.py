@@ -180,18 +180,19 @@ def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
     rounding, and masked SDPA's: splits of 16 and 32 keys over 70 (the last split partly past
     K), a short row whose later splits hold no key, a row with no key at all (0 out, as without
     splits); 0 or a split at least K runs unsplit (no combine launch); a negative split is refused."""
-    from niah.serving.embedded.cuda import sparse_kernel
+    from niah.serving.embedded.cuda import attend
     from niah.serving.embedded.cuda.attend import DECODE_SPLIT_KEYS
 
     combines = []
-    real = sparse_kernel.sparse_attention_combine_kernel
+    real = attend.launcher_of
 
-    class Spy:                                       # counts the combine launches, then launches
-        def __getitem__(self, grid):
-            combines.append(grid)
-            return real[grid]
+    def spy(module, kernel):                         # counts the combine launches, then launches
+        launch = real(module, kernel)
+        if kernel != "sparse_attention_combine_kernel":
+            return launch
+        return lambda grid, *args, **meta: (combines.append(grid), launch(grid, *args, **meta))
 
-    monkeypatch.setattr(sparse_kernel, "sparse_attention_combine_kernel", Spy())
+    monkeypatch.setattr(attend, "launcher_of", spy)
     T, K = 4, 70
     q, k, v, idx = few_queries(9, T, K=K)
     idx[2, 20:] = -1                                 # a short row: the splits past 20 hold no key
@@ -222,7 +223,8 @@ def test_masked_attention_attends_as_the_gather_kernel(block_q):
     (to fp32 rounding: sums in position order) and masked SDPA's: random kept sets, a short
     row (-1 pads), a row keeping nothing (0 out), a row keeping position 0 and bit 31 of a
     word (the bitmask's sign bit), T not a multiple of the tile, a span ending inside a key
-    block; the bitmask itself holds exactly the kept positions; bad arguments refused."""
+    block; clustered rows (tiles whose kept span starts past 0, key blocks inside it no row
+    keeps); the bitmask itself holds exactly the kept positions; bad arguments refused."""
     from niah.serving.embedded.cuda.attend import kept_bits, masked_attention
 
     T, S, K = 11, 75, 20
@@ -249,6 +251,18 @@ def test_masked_attention_attends_as_the_gather_kernel(block_q):
     keep = [t for t in range(T) if t != 5]
     torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, idx[keep]),
                                rtol=1e-4, atol=1e-5)
+    # clustered rows: tile bounds past 0 and below S, key blocks no row of a tile keeps (skipped)
+    idx = torch.full((8, 12), -1, dtype=torch.int32)
+    idx[0] = torch.arange(0, 12)
+    idx[1, :6] = torch.arange(40, 46)
+    idx[3] = torch.arange(100, 112)                  # tile 0: positions 0-111, 46-99 kept by none
+    idx[4:] = torch.arange(138, 150)                 # tile 1 (block_q 4): 128-149 only
+    idx = idx.to(DEV)
+    qq = q[:, :, :8].contiguous()
+    kk, vv = torch.cat([k, k], 2), torch.cat([v, v], 2)               # 192 positions
+    out = masked_attention(qq, kk, vv, idx, 150, block_q=4, block_n=32)
+    torch.testing.assert_close(out, sparse_attention(qq, kk, vv, idx), rtol=0, atol=2e-6)
+    assert torch.equal(out[:, :, 2], torch.zeros_like(out[:, :, 2]))   # a row keeping nothing
     for bad in ({"block_n": 48}, {"block_q": 2}, {"precision": "broadcast"}):
         with pytest.raises(ValueError, match="masked_attention"):
             masked_attention(q, k, v, idx, S, **bad)

@@ -63,7 +63,8 @@ def variants():
     yield ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel",
            {"part_ptr": "*fp32", "out_ptr": "*fp32", "stride_ot": "i32", "stride_oh": "i32"},
            dict(H=9, NS=8, BLOCK_S=8, D=64), 4)
-    masked_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "bits_ptr": "*i32", "hi_ptr": "*i32",
+    masked_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "bits_ptr": "*i32", "lo_ptr": "*i32",
+                  "hi_ptr": "*i32",
                   "out_ptr": "*fp32", "scale": "fp32", "T": "i32", "stride_qt": "i32", "stride_qh": "i32",
                   "stride_kh": "i32", "stride_ks": "i32", "stride_vh": "i32", "stride_vs": "i32", "stride_bt": "i32",
                   "stride_ot": "i32", "stride_oh": "i32"}

@@ -268,3 +268,40 @@ def test_host_benchmark_smoke_runs_end_to_end(tmp_path):
     assert all(row["niah_direct"]["wall_us"] > 0 and row["niah_kernel_grid"]["host_us"] > 0 for row in rows)
     assert sum("deepgemm" in row for row in rows) == 3 and not any("deepgemm_error" in row for row in rows)
     assert report["cached_specialisations"]["direct"] is False  # the interpreter: kernel[grid] only
+
+
+@pytest.mark.skipif(GPU, reason="the interpreter path (CPU)")
+def test_the_server_path_launches_pass_every_constexpr_by_name(monkeypatch):
+    """The attention and top-k wrappers launch through DirectLauncher, which on a GPU keeps
+    each specialisation's constexpr values from the call's keywords (a constexpr left to its
+    default would fail there at the first launch): each call here passes exactly the kernel's
+    runtime parameters positionally and every constexpr by name (the interpreter runs them)."""
+    import inspect
+
+    from niah.kernels import topk_indices
+    from niah.serving.embedded.cuda.attend import masked_attention, sparse_attention
+
+    seen = {}
+    real = DirectLauncher.__call__
+
+    def check(self, grid, *args, **meta):
+        params = list(inspect.signature(self.kernel.fn).parameters.values())
+        const = {p.name for p in params if "constexpr" in str(p.annotation)}
+        assert len(args) == len(params) - len(const), self.kernel.fn.__name__
+        assert const <= set(meta), (self.kernel.fn.__name__, const - set(meta))
+        seen[self.kernel.fn.__name__] = seen.get(self.kernel.fn.__name__, 0) + 1
+        return real(self, grid, *args, **meta)
+
+    monkeypatch.setattr(DirectLauncher, "__call__", check)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 9, 3, 16, generator=g)
+    k, v = torch.randn(1, 3, 80, 16, generator=g), torch.randn(1, 3, 80, 16, generator=g)
+    idx = torch.stack([torch.randperm(70, generator=g)[:40] for _ in range(3)]).int()
+    sparse_attention(q, k, v, idx, split_keys=16)
+    masked_attention(q, k, v, idx, 70, block_q=4, block_n=32)
+    x = torch.randn(2, 300, generator=g)
+    topk_indices(x, 20)                                # few rows: the search
+    topk_indices(x, 20, method="sample")               # the sample select (many rows' default)
+    topk_indices(torch.randn(1, 9000, generator=g), 20, block=4096)   # chunk rounds
+    assert set(seen) == {"sparse_attention_kernel", "sparse_attention_combine_kernel", "masked_attention_kernel",
+                         "topk_kernel", "sample_topk_kernel"}, seen

@@ -215,7 +215,8 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     matrix on one H200 after the decode step's split-K attention and 4,096-wide top-k chunks.
     Neither moves a kept key, and split-K moves a decode sum by fp32 rounding only: every answer
     is the H100 runs' (and the one-arm run's the radix round's), on the committed prompts, with
-    every arm's attestation valid and the six jobs' start and end in their status files."""
+    every arm's attestation valid, and the six jobs' times from their status files as the docs
+    quote them."""
     import datetime as dt
 
     dev = H200 / "device"
@@ -241,5 +242,8 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     for part in (dev / "h200-matrix" / "parts").iterdir():
         st = json.loads((part / "job.status.json").read_text())
         assert st["exit"] == 0
-        took[part.name] = (dt.datetime.fromisoformat(st["ended"]) - dt.datetime.fromisoformat(st["started"])).seconds
-    assert set(took) == set(checked.manifest["configs"])
+        took[part.name] = int((dt.datetime.fromisoformat(st["ended"])
+                               - dt.datetime.fromisoformat(st["started"])).total_seconds())
+    # the jobs' times docs/embedded-server.md quotes: every fused arm's still above dense's
+    assert took == {"dense": 173, "bf16-k512": 181, "fp8-k512": 186, "bf16-k1024": 194, "fp8-k1024": 195,
+                    "bf16-gather-k512": 255}

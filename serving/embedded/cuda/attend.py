@@ -20,6 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from niah.kernels._common import check_device, interpreting, next_pow2
+from niah.kernels._launch import launcher_of
+
+# the kernels, launched through niah.kernels._launch (Triton's launcher once a specialisation,
+# then its compiled binary directly: ~40 us less host time a call; the kernel modules, which
+# import triton, load at the first launch)
+_SPARSE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_kernel")
+_COMBINE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel")
+_MASKED = ("niah.serving.embedded.cuda.masked_kernel", "masked_attention_kernel")
 
 
 PRECISIONS = ("tf32x3", "ieee", "broadcast")
@@ -64,11 +72,6 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None,
                      one_head: bool = False, split_keys: int | None = None) -> torch.Tensor:
-    from niah.serving.embedded.cuda.sparse_kernel import (  # noqa: PLC0415 (imports triton: at first launch)
-        sparse_attention_combine_kernel,
-        sparse_attention_kernel,
-    )
-
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
@@ -95,7 +98,7 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     split = _split_keys(DECODE_SPLIT_KEYS if split_keys is None and few else split_keys or 0, K, block_n)
     n_split = -(-K // split) if split else 1
     part = torch.empty(T * H * n_split * (D + 2) if split else 1, dtype=torch.float32, device=q.device)
-    sparse_attention_kernel[(T, H if one_head else Hkv, n_split)](
+    launcher_of(*_SPARSE)((T, H if one_head else Hkv, n_split),
         qt, kk, vv, idx, out, part, D ** -0.5,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         idx.stride(0), out.stride(0), out.stride(1), H,
@@ -104,8 +107,8 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
         **launch_options(precision, T, num_warps, num_stages),
     )
     if split:
-        sparse_attention_combine_kernel[(T, H)](part, out, out.stride(0), out.stride(1),
-                                                H=H, NS=n_split, BLOCK_S=next_pow2(n_split), D=D)
+        launcher_of(*_COMBINE)((T, H), part, out, out.stride(0), out.stride(1),
+                               H=H, NS=n_split, BLOCK_S=next_pow2(n_split), D=D, num_warps=4)
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
 
 
@@ -116,8 +119,6 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     idx may hold, the chunk's last query's + 1, given so nothing is read back to the host)
     by masked_kernel.py: tiles of block_q queries walk the key positions block-dense under
     the kept-position bitmask (`kept_bits`), sharing each key block's load."""
-    from niah.serving.embedded.cuda.masked_kernel import masked_attention_kernel  # noqa: PLC0415 (imports triton)
-
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
@@ -145,8 +146,13 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     hi = torch.zeros(n_tiles * block_q, dtype=torch.int32, device=q.device)
     hi[:T] = idx.max(1).values + 1                               # -1 rows: 0
     hi = hi.view(n_tiles, block_q).amax(1).contiguous()
-    masked_attention_kernel[(n_tiles, Hkv)](
-        qt, kk, vv, bits, hi, out, D ** -0.5, T,
+    none = torch.iinfo(torch.int32).max
+    lo = torch.full((n_tiles * block_q,), none, dtype=torch.int32, device=q.device)
+    lo[:T] = torch.where(idx >= 0, idx, none).amin(1)
+    lo = torch.minimum(lo.view(n_tiles, block_q).amin(1), hi)    # a tile keeping nothing: lo = hi = 0
+    lo = (lo - lo % block_n).contiguous()
+    launcher_of(*_MASKED)((n_tiles, Hkv),
+        qt, kk, vv, bits, lo, hi, out, D ** -0.5, T,
         qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
         bits.stride(0), out.stride(0), out.stride(1),
         G=G, GP=GP, BLOCK_Q=block_q, D=D, BLOCK_N=block_n, PRECISION=precision,
@@ -159,7 +165,9 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
 def kept_bits(idx: torch.Tensor, S: int) -> torch.Tensor:
     """idx [T, K] int32 kept positions (< S; -1 pads) -> [T, ceil(S / 32)] int32: bit s % 32 of
     word s // 32 set where the row keeps s (distinct positions' bits summed: no carries, and
-    no int32 overflow, bit 31 being the only negative one)."""
+    no int32 overflow, bit 31 being the only negative one). The positions of a row must be
+    distinct and below S, as a causal top-k's are (a repeat would carry into the next bit;
+    a position past S would write past the buffer): unchecked, to keep the host out of it."""
     T = idx.shape[0]
     nw = -(-S // 32)
     bits = torch.zeros(T, nw + 1, dtype=torch.int32, device=idx.device)     # word nw takes the pads

@@ -4,10 +4,11 @@ computed block-dense over key positions under a bitmask instead of gathered key 
     out[t, h] = softmax_{s kept by t}( q[t, h] . k[g, s] * scale ) @ v[g, s]      g = h // G
 
 bits [T, NW] int32: bit s % 32 of word s // 32 set where query t keeps key position s
-(`attend.kept_bits`); hi [n_tiles] int32: one past the largest kept position of each tile of
-BLOCK_Q queries. One program = one (tile of BLOCK_Q consecutive queries, kv head g): its
-BLOCK_Q x GP rows (GP = next_pow2(G); row r is query r // GP, head r % GP, rows past G zero
-and never stored) walk the key positions [0, hi) BLOCK_N at a time, each block's k and v rows
+(`attend.kept_bits`); lo, hi [n_tiles] int32: each tile of BLOCK_Q queries' smallest kept
+position (rounded down to BLOCK_N) and one past its largest. One program = one (tile of
+BLOCK_Q consecutive queries, kv head g): its BLOCK_Q x GP rows (GP = next_pow2(G); row r is
+query r // GP, head r % GP, rows past G zero and never stored) walk the key positions
+[lo, hi) BLOCK_N at a time, each block's k and v rows
 loaded once, contiguous, for all the tile's queries (the gather kernel loads each query's
 kept rows for that query alone); a block where no row keeps a key is skipped; scores of keys
 a row does not keep are -inf before the online softmax (fp32). So the tile's queries share
@@ -60,6 +61,7 @@ def masked_attention_kernel(
     k_ptr,      # [Hkv, S_cap, D] fp32 (the KV cache)
     v_ptr,      # [Hkv, S_cap, D] fp32
     bits_ptr,   # [T, NW] int32 kept-position bitmask
+    lo_ptr,     # [n_tiles] int32: each tile's smallest kept position, rounded down to BLOCK_N
     hi_ptr,     # [n_tiles] int32: one past each tile's largest kept position
     out_ptr,    # [T, H, D] fp32
     scale,
@@ -95,13 +97,15 @@ def masked_attention_kernel(
     k_base = k_ptr + g.to(tl.int64) * stride_kh
     v_base = v_ptr + g.to(tl.int64) * stride_vh
     bits_rows = bits_ptr + t64 * stride_bt
+    lo = tl.load(lo_ptr + tile)
     hi = tl.load(hi_ptr + tile)
     if N_CONST > 0:                                   # the interpreter takes only constant range bounds
         for n0 in range(0, N_CONST, BLOCK_N):
-            m, denom, acc = _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc,
-                                   stride_ks, stride_vs, D, BLOCK_N, PRECISION)
+            if (n0 >= lo) & (n0 < hi):                # the blocks the compiled loop walks
+                m, denom, acc = _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc,
+                                       stride_ks, stride_vs, D, BLOCK_N, PRECISION)
     else:
-        for n0 in range(0, hi, BLOCK_N):
+        for n0 in range(lo, hi, BLOCK_N):
             m, denom, acc = _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc,
                                    stride_ks, stride_vs, D, BLOCK_N, PRECISION)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
