@@ -94,6 +94,31 @@ def selection_recall(model, stats: dict) -> list[float | None] | None:
     return [None if v is None else float(v) for v in vals]
 
 
+def prefill_to_host(logits: torch.Tensor, stats: dict, probe) -> torch.Tensor:
+    """The prefill's device results (the last logits, each layer's selection recall and probe
+    stats) copied to the host by ONE copy, so reading them waits once and queues no GPU work
+    after the wait (a wait that six servers sharing a card pay at its next turn; `generate`
+    calls it for a GPU prefill); put back in place as host tensors of their dtypes and
+    shapes. -> the host logits."""
+    recall = stats.get("selection_recall", {})
+    slots = [("logits", None, logits)]
+    slots += [("recall", i, v) for i, v in recall.items() if isinstance(v, torch.Tensor)]
+    if probe is not None:
+        slots += [("probe", i, v) for i, v in probe.current.items() if isinstance(v, torch.Tensor)]
+    flat = torch.cat([v.reshape(-1).to(torch.float64) for _, _, v in slots]).cpu()   # float64 holds fp32 exactly
+    at = 0
+    for kind, i, v in slots:
+        host = flat[at:at + v.numel()].view(v.shape).to(v.dtype)
+        at += v.numel()
+        if kind == "logits":
+            logits = host
+        elif kind == "recall":
+            recall[i] = host
+        else:
+            probe.current[i] = host
+    return logits
+
+
 def new_probe(model, value_positions: tuple[int, int] | None):
     """A ProbeLog for this request, or None (not asked, or dense attention)."""
     if value_positions is None or model.attention_name == "dense":
@@ -143,6 +168,8 @@ def generate(model, decode: Callable[[list[int]], str], ids: list[int], max_toke
     out = Generation()
     probe = new_probe(model, value[0] if value else None)
     logits, stats = prefill(model, ids, needle_positions, probe)
+    if logits.is_cuda:
+        logits = prefill_to_host(logits, stats, probe)
     if needle_positions is not None:
         out.selection_recall = selection_recall(model, stats)
     if probe is not None:

@@ -696,3 +696,25 @@ def test_lengths_auto_reads_the_yarn_context_of_the_gpu_matrix():
     root = Path(__file__).resolve().parents[2]
     topks, context = matrix_topks(root / "serving/examples/gpu-seed.toml", context_too=True)
     assert context == 32768 and topks["dense"] is None and topks["fp8-k512"] == 512
+
+
+def test_a_prefills_results_reach_the_host_as_they_were():
+    """prefill_to_host (one copy for a GPU prefill's last logits, per-layer selection recall
+    and probe stats): host tensors of their own dtypes and shapes, equal to the device values,
+    put back where generate reads them."""
+    from niah.serving.embedded.generate import prefill, prefill_to_host
+    from niah.serving.embedded.probe import ProbeLog
+
+    m = tiny_model()
+    m.set_attention(CudaDSA(2, HKV, D, 128, "fp8", 8, 64, device=DEV))
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(8)).tolist()
+    probe = ProbeLog((11, 15), 2, 8)
+    logits, stats = prefill(m, ids, (10, 14), probe)
+    recall, rows = stats["selection_recall"], probe.current
+    want = (logits.clone(), {i: v.clone() for i, v in recall.items()}, {i: v.clone() for i, v in rows.items()})
+    assert all(isinstance(v, torch.Tensor) for v in [*want[1].values(), *want[2].values()]) and len(want[2]) == 2
+    host = prefill_to_host(logits, stats, probe)
+    for got, ref in [(host, want[0]), *((recall[i], v) for i, v in want[1].items()),
+                     *((rows[i], v) for i, v in want[2].items())]:
+        assert got.device.type == "cpu" and got.dtype == ref.dtype and got.shape == ref.shape
+        torch.testing.assert_close(got, ref.cpu(), rtol=0, atol=0, equal_nan=True)   # bitwise (a NaN stat too)
