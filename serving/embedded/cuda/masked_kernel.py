@@ -28,16 +28,23 @@ import triton.language as tl
 
 
 @triton.jit
-def _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc, stride_ks, stride_vs,
-           D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """One step of BLOCK_N key positions from n0: the online softmax's (m, denom, acc) after it
-    (unchanged where no row keeps a key of the block)."""
+def _block(q, k_base, v_base, bits_q, q_ok, n0, hi, m, denom, acc, stride_ks, stride_vs,
+           D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, BLOCK_Q: tl.constexpr,
+           GP: tl.constexpr):
+    """One step of BLOCK_N key positions from n0 (a multiple of 32): the online softmax's
+    (m, denom, acc) after it (unchanged where no row keeps a key of the block). The bitmask's
+    words are loaded once a query ([BLOCK_Q, BLOCK_N / 32]) and spread over its GP rows and
+    32 positions a word in registers."""
+    NWB: tl.constexpr = BLOCK_N // 32
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
+    offs_w = tl.arange(0, NWB)
     pos = n0 + offs_n                                                               # [BLOCK_N]
     in_span = pos < hi
-    word = tl.load(bits_rows[:, None] + (pos // 32)[None, :], mask=row_ok[:, None] & in_span[None, :],
-                   other=0)                                                         # [ROWS, BLOCK_N]
+    words = tl.load(bits_q[:, None] + (n0 // 32 + offs_w)[None, :],
+                    mask=q_ok[:, None] & ((n0 + offs_w * 32) < hi)[None, :], other=0)   # [BLOCK_Q, NWB]
+    word = tl.reshape(tl.broadcast_to(tl.reshape(words, [BLOCK_Q, 1, NWB, 1]), [BLOCK_Q, GP, NWB, 32]),
+                      [BLOCK_Q * GP, BLOCK_N])                                      # [ROWS, BLOCK_N]
     keep = ((word >> (pos % 32)[None, :]) & 1) != 0
     if tl.max(tl.max(keep.to(tl.int32), axis=1), axis=0) > 0:                       # else: no row keeps a key
         rows = pos.to(tl.int64)
@@ -96,18 +103,20 @@ def masked_attention_kernel(
     acc = tl.zeros([ROWS, D], tl.float32)
     k_base = k_ptr + g.to(tl.int64) * stride_kh
     v_base = v_ptr + g.to(tl.int64) * stride_vh
-    bits_rows = bits_ptr + t64 * stride_bt
+    tq = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)                                      # [BLOCK_Q] the tile's queries
+    bits_q = bits_ptr + tq.to(tl.int64) * stride_bt
+    q_ok = tq < T
     lo = tl.load(lo_ptr + tile)
     hi = tl.load(hi_ptr + tile)
     if N_CONST > 0:                                   # the interpreter takes only constant range bounds
         for n0 in range(0, N_CONST, BLOCK_N):
             if (n0 >= lo) & (n0 < hi):                # the blocks the compiled loop walks
-                m, denom, acc = _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc,
-                                       stride_ks, stride_vs, D, BLOCK_N, PRECISION)
+                m, denom, acc = _block(q, k_base, v_base, bits_q, q_ok, n0, hi, m, denom, acc,
+                                       stride_ks, stride_vs, D, BLOCK_N, PRECISION, BLOCK_Q, GP)
     else:
         for n0 in range(lo, hi, BLOCK_N):
-            m, denom, acc = _block(q, k_base, v_base, bits_rows, row_ok, n0, hi, m, denom, acc,
-                                   stride_ks, stride_vs, D, BLOCK_N, PRECISION)
+            m, denom, acc = _block(q, k_base, v_base, bits_q, q_ok, n0, hi, m, denom, acc,
+                                   stride_ks, stride_vs, D, BLOCK_N, PRECISION, BLOCK_Q, GP)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     tl.store(out_ptr + t64[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out,
              mask=row_ok[:, None])
