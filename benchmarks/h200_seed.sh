@@ -2,7 +2,8 @@
 # The GPU server on one H200 machine that has no network: setup from carried files, then the
 # CUDA tests, the per-arm profile, the bench, or the seed's matrix (serving/examples/gpu-seed.toml).
 #
-#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env tests indexer kernel profile bench matrix single
+#   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env install tests indexer kernel profile bench
+#                                                   matrix single
 #                                                   decode (DECODE_ARGS: decode_step.py's options)
 #                                                   masked (MASKED_ENDS: the prefill chunks' last positions)
 #                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
@@ -47,6 +48,12 @@ setup() {
   python3 -c "from niah.serving.embedded import weights; print('weights cached:', weights.load().from_cache)" 2>&1 \
     | grep -v "it/s" | tail -2
   log "setup done"
+}
+
+install() {   # a later call: this checkout's niah into $SITE again (a default changed since setup)
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" \
+    "$HERE" >/dev/null || return 1
+  log "install done"
 }
 
 env() {   # a later call on the same machine: what setup left in /tmp
