@@ -23,7 +23,7 @@ from niah.kernels._common import check_device, interpreting, next_pow2
 from niah.kernels._launch import launcher_of
 
 # the kernels, launched through niah.kernels._launch (Triton's launcher once a specialisation,
-# then its compiled binary directly: ~40 us less host time a call; the kernel modules, which
+# then its compiled binary directly: docs/kernels.md, "Direct launch"; the kernel modules, which
 # import triton, load at the first launch)
 _SPARSE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_kernel")
 _COMBINE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel")
