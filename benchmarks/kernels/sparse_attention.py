@@ -87,7 +87,8 @@ def masked(a) -> None:
     """masked_attention (tiles of queries over key blocks under the kept-position bitmask) against
     the gather kernel (tf32x3, the prefill's launch) on a prefill chunk ending at each position:
     where the chunk's mean position over K is small the shared key blocks should win, where it
-    is large the gather; the crossover sets attend.MASKED_SPAN_RATIO. One line a (end, k, form)."""
+    is large the gather; the crossover sets attend.MASKED_SPAN_RATIO. One line a (end, k, form),
+    with the dense arm's attention of the same chunk beside both (dense_ms)."""
     from niah.serving.embedded.cuda.attend import masked_attention
 
     for end in (int(x) for x in a.masked.split(",")):
@@ -95,6 +96,7 @@ def masked(a) -> None:
             q, k, v, idx = case(end, min(a.queries, end), topk, selection=a.selection)
             gather = sparse_attention(q, k, v, idx)
             g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx), warmup=10, rep=100)
+            d_ms = triton.testing.do_bench(lambda: dense_chunk(q, k, v, end), warmup=10, rep=100)
             mean_pos = end - q.shape[2] / 2
             for bq in (8, 16, 32):
                 for nw in (4, 8):
@@ -110,7 +112,19 @@ def masked(a) -> None:
                                       "block_q": bq, "num_warps": nw, "gather_ms": round(g_ms, 4),
                                       "masked_ms": ms and round(ms, 4),
                                       "gather_over_masked": ms and round(g_ms / ms, 2),
+                                      "dense_ms": round(d_ms, 4), "dense_over_masked": ms and round(d_ms / ms, 2),
                                       "max_abs_diff": diff}), flush=True)
+
+
+def dense_chunk(q, k, v, end: int):
+    """The dense arm's attention for the same chunk (model.dense_attention's CUDA form: kv heads
+    repeated, the causal mask of the chunk's rows over the first `end` keys)."""
+    T = q.shape[2]
+    rep = q.shape[1] // k.shape[1]
+    kr, vr = k[:, :, :end].repeat_interleave(rep, 1), v[:, :, :end].repeat_interleave(rep, 1)
+    pos = torch.arange(end - T, end, device=q.device)
+    mask = torch.arange(end, device=q.device)[None, :] <= pos[:, None]
+    return torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=mask)
 
 
 def tune(name, q, k, v, idx, ref, topk, selection, base):
