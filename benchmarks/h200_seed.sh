@@ -6,6 +6,7 @@
 #                                                   matrix single
 #                                                   decode (DECODE_ARGS: decode_step.py's options)
 #                                                   masked (MASKED_ENDS: the prefill chunks' last positions)
+#                                                   union (UNION_ENDS: likewise)
 #                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
@@ -94,6 +95,13 @@ masked() {   # masked_attention against the gather kernel on prefill chunks (its
       --selection $sel | tee -a "$OUT/masked_attention.jsonl" | tail -4
   done
   log "masked done"
+}
+
+union() {   # union_attention against the gather kernel on prefill chunks (its CUDA tests first)
+  (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_union_attention.py 2>&1 | tail -3)
+  python3 "$HERE/benchmarks/kernels/sparse_attention.py" --union "${UNION_ENDS:-12189,22600}" \
+    | tee "$OUT/union_attention.jsonl" | tail -4
+  log "union done"
 }
 
 profile() {

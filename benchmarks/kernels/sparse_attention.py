@@ -5,6 +5,7 @@ its first version, on the shapes of the seed's longest prompt: SmolLM2's 9 query
     python benchmarks/kernels/sparse_attention.py [--tokens 22600] [--queries 4096] [--topk 512,1024]
         [--selection random|window] [--tune]
     python benchmarks/kernels/sparse_attention.py --masked 4096,8192,12189,16384,22600 [--topk 512,1024]
+    python benchmarks/kernels/sparse_attention.py --union 12189,22600 [--topk 512,1024]
 
 Arms: the kernel's three `precision`s: "broadcast" (its first version, the baseline: the two
 products as a broadcast multiply-and-sum on CUDA cores, 32 keys a step), "tf32x3" and
@@ -14,7 +15,13 @@ prefix (so the loads are scattered as in a real selection). One JSON line per (c
 arm): the median time over triton.testing.do_bench and the largest difference from the
 masked-SDPA reference. `--selection window` keeps each query's last k positions instead (the
 other bound: neighbouring queries share all but one key, the loads hit the cache); `--tune`
-also times the "tf32x3" kernel at other key tiles, warps and pipeline stages (one line each).
+also times the "tf32x3" kernel at other key tiles, warps and pipeline stages (one line each);
+`--selection clustered`: each query's top-k of one random field shared by the chunk plus its
+own noise of a third of its scale (neighbouring queries keep many of the same keys, as a real
+indexer's rows do). `--union`: union_attention (tiles of queries over the union of their kept
+keys, the prefill's default) against the gather kernel, every selection, one line a (end, k,
+selection, tile, warps), with the tiles' mean union over k and the union's build
+time alone (`tile_union`, included in union_ms).
 (The H200 figures in docs/embedded-server.md were taken when the
 first version was a kernel of its own in this file: the same code as "broadcast".)
 """
@@ -40,6 +47,9 @@ def case(tokens: int, queries: int, topk: int, seed: int = 0, selection: str = "
     pos = torch.arange(tokens - queries, tokens, device="cuda")                  # the last `queries` positions
     if selection == "window":   # the latest positions score highest
         scores = torch.arange(tokens, device="cuda", dtype=torch.float32)[None, :].repeat(queries, 1)
+    elif selection == "clustered":   # one field for the chunk, each query's own noise on it
+        scores = torch.rand(1, tokens, device="cuda", generator=g) \
+            + torch.rand(queries, tokens, device="cuda", generator=g) / 3
     else:
         scores = torch.rand(queries, tokens, device="cuda", generator=g)
     scores.masked_fill_(torch.arange(tokens, device="cuda")[None, :] > pos[:, None], -1.0)
@@ -52,14 +62,18 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens", type=int, default=22600)
     ap.add_argument("--queries", type=int, default=4096)
     ap.add_argument("--topk", default="512,1024")
-    ap.add_argument("--selection", choices=("random", "window"), default="random")
+    ap.add_argument("--selection", choices=("random", "window", "clustered"), default="random")
     ap.add_argument("--tune", action="store_true", help="also the tf32x3 kernel at other tiles, warps and stages")
     ap.add_argument("--masked", default="", help="only masked_attention against the gather kernel: a chunk of "
                     "--queries queries ending at each of these positions (e.g. 4096,8192,12189,16384,22600)")
+    ap.add_argument("--union", default="", help="only union_attention against the gather kernel: a chunk of "
+                    "--queries queries ending at each of these positions, every selection")
     a = ap.parse_args(argv)
     if a.masked:
         return masked(a)
-    arms = {p: (lambda q, k, v, i, p=p: sparse_attention(q, k, v, i, precision=p))
+    if a.union:
+        return union(a)
+    arms = {p: (lambda q, k, v, i, p=p: sparse_attention(q, k, v, i, precision=p, share=0))
             for p in ("broadcast", "tf32x3", "ieee")}
     for name, queries in (("prefill-chunk", a.queries), ("decode", 1)):
         for topk in (int(x) for x in a.topk.split(",")):
@@ -74,8 +88,8 @@ def main(argv=None) -> None:
                                   "ms": round(ms, 4), "speedup_vs_broadcast": round(base / ms, 2),
                                   "max_abs_err_vs_sdpa": err, "selection": a.selection}), flush=True)
             if name == "prefill-chunk":   # the tuned launch beside the one it replaced, bit for bit
-                before = sparse_attention(q, k, v, idx, num_warps=4, num_stages=3)
-                now = sparse_attention(q, k, v, idx)
+                before = sparse_attention(q, k, v, idx, num_warps=4, num_stages=3, share=0)
+                now = sparse_attention(q, k, v, idx, share=0)
                 print(json.dumps({"case": name, "topk": topk, "selection": a.selection,
                                   "tuned_equals_previous_launch": bool(torch.equal(before, now)),
                                   "max_abs_diff": float((before - now).abs().max())}), flush=True)
@@ -94,8 +108,8 @@ def masked(a) -> None:
     for end in (int(x) for x in a.masked.split(",")):
         for topk in (int(x) for x in a.topk.split(",")):
             q, k, v, idx = case(end, min(a.queries, end), topk, selection=a.selection)
-            gather = sparse_attention(q, k, v, idx)
-            g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx), warmup=10, rep=100)
+            gather = sparse_attention(q, k, v, idx, share=0)
+            g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx, share=0), warmup=10, rep=100)
             d_ms = triton.testing.do_bench(lambda: dense_chunk(q, k, v, end), warmup=10, rep=100)
             mean_pos = end - q.shape[2] / 2
             for bq in (8, 16, 32):
@@ -116,6 +130,40 @@ def masked(a) -> None:
                                       "max_abs_diff": diff}), flush=True)
 
 
+def union(a) -> None:
+    """union_attention against the gather kernel (tf32x3, the prefill's launch) on a prefill
+    chunk ending at each position, for each selection: tiles of 4 or 8 queries, 2 or 4 warps,
+    64 keys a step. One line a combination."""
+    from niah.serving.embedded.cuda.attend import tile_union, union_attention
+
+    for end in (int(x) for x in a.union.split(",")):
+        for topk in (int(x) for x in a.topk.split(",")):
+            for selection in ("random", "clustered", "window"):
+                q, k, v, idx = case(end, min(a.queries, end), topk, selection=selection)
+                gather = sparse_attention(q, k, v, idx, share=0)
+                g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx, share=0), warmup=10, rep=100)
+                for bq in (4, 8):
+                    count = tile_union(idx, bq, end)[2]
+                    prep_ms = triton.testing.do_bench(lambda bq=bq: tile_union(idx, bq, end), warmup=10, rep=100)
+                    for nw in (2, 4):
+                        for bn in (64,):
+                            def fn(bq=bq, nw=nw, bn=bn):
+                                return union_attention(q, k, v, idx, block_q=bq, block_n=bn, num_warps=nw)
+                            try:
+                                diff = float((fn() - gather).abs().max())
+                                ms = triton.testing.do_bench(fn, warmup=10, rep=100)
+                            except Exception as e:  # noqa: BLE001 (a tile that does not compile is noted)
+                                diff, ms = type(e).__name__, None
+                            print(json.dumps({"case": "union-vs-gather", "end": end, "queries": q.shape[2],
+                                              "topk": topk, "selection": selection, "block_q": bq, "num_warps": nw,
+                                              "block_n": bn,
+                                              "union_over_k": round(float(count.float().mean()) / topk, 2),
+                                              "gather_ms": round(g_ms, 4), "union_ms": ms and round(ms, 4),
+                                              "tile_union_ms": round(prep_ms, 4),
+                                              "gather_over_union": ms and round(g_ms / ms, 2),
+                                              "max_abs_diff": diff}), flush=True)
+
+
 def dense_chunk(q, k, v, end: int):
     """The dense arm's attention for the same chunk (model.dense_attention's CUDA form: kv heads
     repeated, the causal mask of the chunk's rows over the first `end` keys)."""
@@ -132,7 +180,7 @@ def tune(name, q, k, v, idx, ref, topk, selection, base):
         for nw in (1, 2, 4, 8):
             for ns in (1, 2, 3, 4):
                 def fn(q, k, v, i, bn=bn, nw=nw, ns=ns):
-                    return sparse_attention(q, k, v, i, block_n=bn, num_warps=nw, num_stages=ns)
+                    return sparse_attention(q, k, v, i, block_n=bn, num_warps=nw, num_stages=ns, share=0)
                 try:
                     err = float((fn(q[:, :, :256], k, v, idx[:256].contiguous()) - ref).abs().max())
                     ms = triton.testing.do_bench(lambda fn=fn: fn(q, k, v, idx), warmup=10, rep=60)

@@ -1,7 +1,9 @@
 """Attention over the kept keys only: `sparse_attention` (the Triton kernel of
-sparse_kernel.py, each query's kept rows gathered), `masked_attention` (masked_kernel.py: the
-same output, tiles of queries walking key blocks under a kept-position bitmask) and
-`sparse_attention_reference` (torch, the same math through a mask).
+sparse_kernel.py, each query's kept rows gathered; a prefill chunk's tiles of queries by
+union_kernel.py, each over the union of its queries' kept keys: `union_attention`),
+`masked_attention` (masked_kernel.py: the same output, tiles of queries walking key blocks
+under a kept-position bitmask) and `sparse_attention_reference` (torch, the same math through
+a mask).
 
 q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
@@ -11,7 +13,8 @@ baseline; sparse_kernel.py says what each is). `one_head`: a program per query h
 of per kv head (default False). `split_keys`: split each query's K keys into programs of that
 many, rounded up to the key tile (split-K, partials combined by a second launch; any number
 of queries when given, DECODE_SPLIT_KEYS by default for fewer than DECODE_ROWS); 0, or a
-rounded split >= K: no split.
+rounded split >= K: no split. `share`: queries a program sharing the union of their kept keys
+(`union_attention`; PREFILL_SHARE by default for a prefill chunk, 0 = the gather kernel).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from niah.kernels._launch import launcher_of
 _SPARSE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_kernel")
 _COMBINE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel")
 _MASKED = ("niah.serving.embedded.cuda.masked_kernel", "masked_attention_kernel")
+_UNION = ("niah.serving.embedded.cuda.union_kernel", "union_attention_kernel")
 
 
 PRECISIONS = ("tf32x3", "ieee", "broadcast")
@@ -48,6 +52,11 @@ DECODE_ROWS = 16
 # 5.5 against 20.7 (3.8x); the output moves by fp32 rounding (at most 4.5e-8 there).
 # A program per query head (`one_head`) was level or slower (0.96x unsplit, 0.90x split by 64).
 DECODE_SPLIT_KEYS = 64
+# A prefill chunk's queries a program of union_attention (the gather kernel pads a program's
+# G = 3 heads to 16 rows: 4 queries x 4 fill them), and its launch; 0: the gather kernel.
+PREFILL_SHARE = 4
+UNION_BLOCK_N = 64
+UNION_LAUNCH = {"num_warps": 4}
 # masked_attention's tile: queries a program, key positions a step (masked_kernel.py).
 MASKED_BLOCK_Q = 16
 MASKED_BLOCK_N = 64
@@ -71,7 +80,8 @@ def launch_options(precision: str, T: int, num_warps: int | None = None, num_sta
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None,
-                     one_head: bool = False, split_keys: int | None = None) -> torch.Tensor:
+                     one_head: bool = False, split_keys: int | None = None,
+                     share: int | None = None) -> torch.Tensor:
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
@@ -91,6 +101,10 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     if T == 0:
         return out.transpose(0, 1)[None]
     K = idx.shape[1]
+    share = (PREFILL_SHARE if T >= PREFILL_ROWS and split_keys is None and not one_head else 0) \
+        if share is None else share
+    if share and precision != "broadcast":
+        return union_attention(q, k, v, idx, block_q=share, precision=precision)
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
     few = T < DECODE_ROWS
@@ -160,6 +174,80 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
         num_warps=num_warps, **({"num_stages": num_stages} if num_stages else {}),
     )
     return out.transpose(0, 1)[None]
+
+
+def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
+                    block_q: int = PREFILL_SHARE, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
+                    num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
+    """sparse_attention's result (same arguments and shapes) by union_kernel.py: tiles of
+    block_q consecutive queries, each over the union of its queries' kept keys (`tile_union`),
+    every union key's k and v rows loaded once for the tile."""
+    _, H, T, D = q.shape
+    Hkv = k.shape[1]
+    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
+        raise ValueError(f"union_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
+    if precision not in ("tf32x3", "ieee"):
+        raise ValueError(f"union_attention: precision must be 'tf32x3' or 'ieee', not {precision!r}")
+    if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
+        raise ValueError("union_attention: fp32 q, k, v with H a multiple of Hkv")
+    GP = next_pow2(H // Hkv)
+    if block_q not in (1, 2, 4, 8, 16) or block_q * GP < 16 or block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"union_attention: block_q a power of 2 <= 16 with block_q x next_pow2(G) >= 16, "
+                         f"block_n a power of 2 >= 16; got {block_q}, {block_n}")
+    check_device(q, k, v, idx)
+    qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
+    if qt.stride(2) != 1:
+        qt = qt.contiguous()
+    kk, vv = k[0], v[0]
+    out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
+    if T == 0:
+        return out.transpose(0, 1)[None]
+    pos, who, count = tile_union(idx, block_q, k.shape[2])
+    launch = dict(UNION_LAUNCH)
+    if num_warps:
+        launch["num_warps"] = num_warps
+    if num_stages:
+        launch["num_stages"] = num_stages
+    launcher_of(*_UNION)((pos.shape[0], Hkv),
+        qt, kk, vv, pos, who, count, out, D ** -0.5, T,
+        qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
+        pos.stride(0), out.stride(0), out.stride(1),
+        G=H // Hkv, GP=GP, BLOCK_Q=block_q, D=D, BLOCK_N=block_n, PRECISION=precision,
+        N_CONST=-(-pos.shape[1] // block_n) * block_n if interpreting() else 0, **launch,
+    )
+    return out.transpose(0, 1)[None]
+
+
+def tile_union(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """idx [T, K] int32 kept positions (< S, distinct within a row; -1 pads) -> for each tile
+    of block_q consecutive rows (the last padded with rows keeping nothing): pos [n_tiles, L]
+    int32 the union of its rows' positions, ascending, in its first count[tile] entries;
+    who [n_tiles, L] int32, bit i set where the tile's row i keeps that position; count
+    [n_tiles] int32. L = block_q x K; pos and who are views of one row stride (L + 1).
+    On the device, no host sync: one sort of position x block_q + row a tile, the first of
+    each run of a position numbered by a running sum, its rows' bits summed into its slot."""
+    T, K = idx.shape
+    if S * block_q >= 2 ** 31:
+        raise ValueError(f"tile_union: {S} positions x {block_q} rows a tile overflow int32")
+    n = -(-T // block_q)
+    L = block_q * K
+    dev = idx.device
+    rows = idx if n * block_q == T else torch.cat([idx, idx.new_full((n * block_q - T, K), -1)])
+    r = torch.arange(block_q, dtype=torch.int32, device=dev).repeat(n)[:, None]     # [n * block_q, 1]
+    big = torch.iinfo(torch.int32).max
+    code = torch.where(rows >= 0, rows * block_q + r, big).view(n, L).sort(dim=1).values
+    valid = code != big
+    p = torch.div(code, block_q, rounding_mode="floor")
+    first = valid.clone()
+    first[:, 1:] &= p[:, 1:] != p[:, :-1]
+    slot = first.cumsum(1, dtype=torch.int32) - 1                                  # [n, L]: the run's slot
+    count = first.sum(1, dtype=torch.int32)
+    bit = torch.bitwise_left_shift(torch.ones_like(code), code.remainder(block_q))
+    who = torch.zeros(n, L + 1, dtype=torch.int32, device=dev)                      # column L: the dump
+    who.scatter_add_(1, torch.where(valid, slot, L).long(), torch.where(valid, bit, 0))
+    pos = torch.zeros(n, L + 1, dtype=torch.int32, device=dev)
+    pos.scatter_(1, torch.where(first, slot, L).long(), torch.where(first, p, 0))
+    return pos[:, :L], who[:, :L], count
 
 
 def kept_bits(idx: torch.Tensor, S: int) -> torch.Tensor:

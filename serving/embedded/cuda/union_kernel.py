@@ -1,0 +1,110 @@
+"""Triton kernel: the same attention as sparse_kernel.py (each query over its own kept keys),
+a tile of queries at a time over the union of their kept keys, each union key loaded once.
+
+    out[t, h] = softmax_{s kept by t}( q[t, h] . k[g, s] * scale ) @ v[g, s]      g = h // G
+
+The gather kernel's program is one (query, kv head): its G query heads are the rows of a
+tile `tl.dot` pads to 16 (G = 3: 13 of 16 rows are zero), so the products it pays for are
+16 x K a query, and each query loads its K kept rows alone. Neighbouring queries of a
+prompt keep largely the same keys (a real indexer's rows are alike), so here one program is
+(a tile of BLOCK_Q consecutive queries, kv head g): its BLOCK_Q x GP rows (GP =
+next_pow2(G); row r is query r // GP, head r % GP; rows past G zero and never stored) fill
+the rows the gather kernel pads, and walk the tile's union of kept positions (`attend.
+tile_union`: pos [n_tiles, L] ascending, L >= the longest union, count [n_tiles] its length,
+who [n_tiles, L] bit i set where the tile's query i keeps pos) BLOCK_N at a time, each key's
+k and v rows loaded once for the whole tile; a row's scores of keys its query does not keep
+are -inf before the online softmax (fp32). Where the tile's queries keep the same keys this
+is 1 / BLOCK_Q of the gather kernel's loads and as many products; where they keep disjoint
+keys it is as many loads and BLOCK_Q times the products.
+
+Both products are `tl.dot` at `PRECISION` ("tf32x3" by default, as sparse_kernel.py's; "ieee").
+The kept keys' sums run in position order (the gather kernel's: the top-k's order), so the
+output equals it to fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _step(q, k_base, v_base, pos_t, who_t, j0, count, r_q, m, denom, acc, stride_ks, stride_vs,
+          D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    """BLOCK_N union keys from j0: the online softmax's (m, denom, acc) after them."""
+    offs_n = j0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    ok = offs_n < count
+    pos = tl.load(pos_t + offs_n, mask=ok, other=0).to(tl.int64)                   # [BLOCK_N]
+    who = tl.load(who_t + offs_n, mask=ok, other=0)                                # [BLOCK_N]
+    keep = ((who[None, :] >> r_q[:, None]) & 1) != 0                               # [ROWS, BLOCK_N]
+    k = tl.load(k_base + pos[:, None] * stride_ks + offs_d[None, :], mask=ok[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)                          # [ROWS, BLOCK_N]
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(s - m_safe[:, None])                                                # 0 where not kept
+    alpha = tl.exp(m - m_safe)
+    v = tl.load(v_base + pos[:, None] * stride_vs + offs_d[None, :], mask=ok[:, None], other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    denom = denom * alpha + tl.sum(p, axis=1)
+    return m_new, denom, acc
+
+
+@triton.jit
+def union_attention_kernel(
+    q_ptr,      # [T, H, D] fp32
+    k_ptr,      # [Hkv, S_cap, D] fp32 (the KV cache)
+    v_ptr,      # [Hkv, S_cap, D] fp32
+    pos_ptr,    # [n_tiles, L] int32: each tile's union of kept positions, ascending, then padding
+    who_ptr,    # [n_tiles, L] int32: bit i set where the tile's query i keeps that position
+    count_ptr,  # [n_tiles] int32: the union's length
+    out_ptr,    # [T, H, D] fp32
+    scale,
+    T,
+    stride_qt, stride_qh,
+    stride_kh, stride_ks,
+    stride_vh, stride_vs,
+    stride_pt,  # pos and who: a tile's row stride (L)
+    stride_ot, stride_oh,
+    G: tl.constexpr,
+    GP: tl.constexpr,         # next_pow2(G)
+    BLOCK_Q: tl.constexpr,    # queries a program (BLOCK_Q * GP >= 16 rows for tl.dot)
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,    # union keys a step
+    PRECISION: tl.constexpr,  # "tf32x3" or "ieee"
+    N_CONST: tl.constexpr = 0,  # > 0 under the interpreter (constant loop bounds only): every program walks N_CONST
+):
+    tile = tl.program_id(0)
+    g = tl.program_id(1)
+    ROWS: tl.constexpr = BLOCK_Q * GP
+    r = tl.arange(0, ROWS)
+    r_q = r // GP                                                                   # the row's query in the tile
+    t = tile * BLOCK_Q + r_q                                                        # [ROWS] query
+    head = r % GP
+    row_ok = (head < G) & (t < T)
+    h = g * G + head
+    offs_d = tl.arange(0, D)
+    t64 = t.to(tl.int64)
+    q = tl.load(q_ptr + t64[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0) * scale                          # [ROWS, D]
+    m = tl.full([ROWS], float("-inf"), tl.float32)
+    denom = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, D], tl.float32)
+    k_base = k_ptr + g.to(tl.int64) * stride_kh
+    v_base = v_ptr + g.to(tl.int64) * stride_vh
+    pos_t = pos_ptr + tile.to(tl.int64) * stride_pt
+    who_t = who_ptr + tile.to(tl.int64) * stride_pt
+    count = tl.load(count_ptr + tile)
+    if N_CONST > 0:                                   # the interpreter takes only constant range bounds
+        for j0 in range(0, N_CONST, BLOCK_N):
+            if j0 < count:                            # the steps the compiled loop walks
+                m, denom, acc = _step(q, k_base, v_base, pos_t, who_t, j0, count, r_q, m, denom, acc,
+                                      stride_ks, stride_vs, D, BLOCK_N, PRECISION)
+    else:
+        for j0 in range(0, count, BLOCK_N):
+            m, denom, acc = _step(q, k_base, v_base, pos_t, who_t, j0, count, r_q, m, denom, acc,
+                                  stride_ks, stride_vs, D, BLOCK_N, PRECISION)
+    out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
+    tl.store(out_ptr + t64[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out,
+             mask=row_ok[:, None])

@@ -1,0 +1,102 @@
+"""union_attention (serving/embedded/cuda/union_kernel.py): tiles of queries over the union of
+their kept keys give the gather kernel's output (to fp32 rounding: sums in position order)
+and masked SDPA's; `tile_union` builds exactly each tile's union and who keeps what; a
+prefill chunk takes this path by default, a decode step never.
+
+Without a GPU these run on CPU tensors under TRITON_INTERPRET=1 (set below, before triton is
+imported), at tiny shapes; with one, the same tests run on CUDA.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from niah.serving.embedded.cuda import attend  # noqa: E402
+from niah.serving.embedded.cuda.attend import (  # noqa: E402
+    sparse_attention, sparse_attention_reference, tile_union, union_attention)
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HKV, G, D = 2, 3, 32
+H = HKV * G
+
+
+def inputs(T: int, S: int, K: int, seed: int, cap: int = 96):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, T, D, generator=g).to(DEV)
+    k = torch.randn(1, HKV, cap, D, generator=g).to(DEV)
+    v = torch.randn(1, HKV, cap, D, generator=g).to(DEV)
+    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
+    return q, k, v, idx
+
+
+def test_tile_union_holds_each_tiles_union_and_who_keeps_it():
+    """Per tile: the distinct kept positions ascending, each with the bits of exactly the rows
+    keeping it; -1 pads and the padded last tile's rows add nothing; a tile keeping nothing
+    has count 0."""
+    _, _, _, idx = inputs(10, 40, 6, seed=3)
+    idx[2, 3:] = -1
+    idx[4:8] = -1                                            # tile 1 (block_q 4) keeps nothing
+    pos, who, count = tile_union(idx.to(DEV), 4, 40)
+    assert pos.shape == who.shape == (3, 24) and count.shape == (3,)
+    pos, who, count = pos.cpu(), who.cpu(), count.cpu()
+    for tile in range(3):
+        rows = idx[tile * 4:tile * 4 + 4]
+        want = sorted({int(x) for x in rows.flatten() if x >= 0})
+        n = int(count[tile])
+        assert pos[tile, :n].tolist() == want, tile
+        for j, p in enumerate(want):
+            bits = {i for i in range(rows.shape[0]) if p in rows[i].tolist()}
+            assert {i for i in range(4) if (int(who[tile, j]) >> i) & 1} == bits
+    assert int(count[1]) == 0
+    with pytest.raises(ValueError, match="overflow"):
+        tile_union(idx, 16, 2 ** 28)
+
+
+@pytest.mark.parametrize("block_q", [4, 8])
+def test_union_attention_attends_as_the_gather_kernel(block_q):
+    """Random kept sets (little overlap), rows sharing most keys (a real indexer's neighbours),
+    a short row, a row keeping nothing (0 out), T not a multiple of the tile: the gather
+    kernel's output to fp32 rounding and masked SDPA's; bad arguments refused."""
+    T, S, K = 11, 75, 20
+    q, k, v, idx = inputs(T, S, K, seed=12)
+    idx[3, 7:] = -1
+    idx[5, :] = -1
+    g = torch.Generator().manual_seed(13)
+    common = torch.randperm(40, generator=g)[:16].int()     # every row keeps these 16, and 4 of its own
+    shared = torch.stack([torch.cat([common, 40 + torch.randperm(35, generator=g)[:4].int()]) for _ in range(T)])
+    shared[3, 7:] = -1
+    shared[5, :] = -1
+    for ix in (idx, shared):
+        ix = ix.to(DEV)
+        out = union_attention(q, k, v, ix, block_q=block_q, block_n=16)
+        torch.testing.assert_close(out, sparse_attention(q, k, v, ix, share=0), rtol=0, atol=2e-6)
+        keep = [t for t in range(T) if bool((ix[t] >= 0).any())]
+        torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, ix[keep]),
+                                   rtol=1e-4, atol=1e-5)
+    assert torch.equal(out[:, :, 5], torch.zeros_like(out[:, :, 5]))
+    for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}):
+        with pytest.raises(ValueError, match="union_attention"):
+            union_attention(q, k, v, idx.to(DEV), **bad)
+
+
+def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monkeypatch):
+    """sparse_attention's default: PREFILL_ROWS queries and more go through union_attention
+    (PREFILL_SHARE queries a tile), fewer (a decode step) and share=0 through the gather
+    kernel; both give the same output."""
+    seen = []
+    real = attend.union_attention
+    monkeypatch.setattr(attend, "union_attention", lambda *a, **kw: seen.append(kw["block_q"]) or real(*a, **kw))
+    T = attend.PREFILL_ROWS
+    q, k, v, idx = inputs(T, 40, 8, seed=5, cap=64)
+    idx = idx.to(DEV)
+    out = attend.sparse_attention(q, k, v, idx)
+    assert seen == [attend.PREFILL_SHARE]
+    torch.testing.assert_close(out, attend.sparse_attention(q, k, v, idx, share=0), rtol=0, atol=2e-6)
+    attend.sparse_attention(q[:, :, :3], k, v, idx[:3])
+    attend.sparse_attention(q, k, v, idx, split_keys=16)
+    assert seen == [attend.PREFILL_SHARE]
