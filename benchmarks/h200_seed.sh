@@ -5,8 +5,7 @@
 #   bash benchmarks/h200_seed.sh STEP [STEP...]     steps: setup env install tests indexer kernel profile bench
 #                                                   matrix single
 #                                                   decode (DECODE_ARGS: decode_step.py's options)
-#                                                   masked (MASKED_ENDS: the prefill chunks' last positions)
-#                                                   union (UNION_ENDS: likewise)
+#                                                   union (UNION_ENDS: the prefill chunks' last positions)
 #                                                   detection (DETECTION_ARGS: benchmarks/detection.py's options)
 # (env: a later call on the same warm machine; the matrix is stopped after MATRIX_LIMIT_S,
 # 520 by default, as Ctrl-C stops it: finished trials kept, `--resume` finishes it)
@@ -18,8 +17,8 @@
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
 # Making CARRY here: `bash benchmarks/prepare_gpu_carry.sh` (five GGUF parts of 20 MB: the device
-# call takes at most 64 MiB, the checkout included, ~39 MB with results/, so one part and, with
-# the last, the wheels fit a call; the calls one after another: that script's header).
+# call takes at most 64 MiB, the checkout included, ~45 MB with results/, so one part fits a
+# call, and the wheels the setup call; the calls one after another: that script's header).
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail
@@ -86,15 +85,6 @@ indexer() {   # the prefill's indexer kernels: their tests on CUDA, indexer_logi
 kernel() {   # the sparse attention kernel beside its first version (benchmarks/kernels/sparse_attention.py)
   python3 "$HERE/benchmarks/kernels/sparse_attention.py" | tee "$OUT/sparse_attention.jsonl"
   log "kernel done"
-}
-
-masked() {   # masked_attention against the gather kernel on prefill chunks (its CUDA tests first)
-  (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_embedded_cuda.py -k masked 2>&1 | tail -3)
-  for sel in random window; do
-    python3 "$HERE/benchmarks/kernels/sparse_attention.py" --masked "${MASKED_ENDS:-4096,8192,12189,16384,22600}" \
-      --selection $sel | tee -a "$OUT/masked_attention.jsonl" | tail -4
-  done
-  log "masked done"
 }
 
 union() {   # union_attention against the gather kernel on prefill chunks (its CUDA tests first)

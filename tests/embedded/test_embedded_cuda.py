@@ -217,59 +217,6 @@ def test_split_keys_attend_as_one_program_a_row(one_head, monkeypatch):
         sparse_attention(q, k, v, idx, split_keys=-1)
 
 
-@pytest.mark.parametrize("block_q", [4, 8])
-def test_masked_attention_attends_as_the_gather_kernel(block_q):
-    """The block-dense form under the kept-position bitmask gives the gather kernel's output
-    (to fp32 rounding: sums in position order) and masked SDPA's: random kept sets, a short
-    row (-1 pads), a row keeping nothing (0 out), a row keeping position 0 and bit 31 of a
-    word (the bitmask's sign bit), T not a multiple of the tile, a span ending inside a key
-    block; clustered rows (tiles whose kept span starts past 0, key blocks inside it no row
-    keeps); the bitmask itself holds exactly the kept positions; bad arguments refused."""
-    from niah.serving.embedded.cuda.attend import kept_bits, masked_attention
-
-    T, S, K = 11, 75, 20
-    g = torch.Generator().manual_seed(12)
-    q = torch.randn(1, H, T, D, generator=g).to(DEV)
-    k = torch.randn(1, HKV, 96, D, generator=g).to(DEV)
-    v = torch.randn(1, HKV, 96, D, generator=g).to(DEV)
-    idx = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(T)]).int()
-    idx[3, 7:] = -1                                  # a short row
-    idx[5, :] = -1                                   # no key
-    idx[6, :3] = torch.tensor([0, 31, 63], dtype=torch.int32)   # position 0, bit 31 of words 0 and 1
-    idx[6, 3:] = -1
-    idx = idx.to(DEV)
-    bits = kept_bits(idx, S).cpu()
-    assert bits.shape == (T, 3)
-    for t in range(T):
-        want = {int(x) for x in idx[t].cpu() if x >= 0}
-        got = {w * 32 + b for w in range(3) for b in range(32) if (int(bits[t, w]) >> b) & 1}
-        assert got == want, t
-    out = masked_attention(q, k, v, idx, S, block_q=block_q, block_n=32)
-    gather = sparse_attention(q, k, v, idx)
-    torch.testing.assert_close(out, gather, rtol=0, atol=2e-6)
-    assert torch.equal(out[:, :, 5], torch.zeros_like(out[:, :, 5]))
-    keep = [t for t in range(T) if t != 5]
-    torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, idx[keep]),
-                               rtol=1e-4, atol=1e-5)
-    # clustered rows: tile bounds past 0 and below S, key blocks no row of a tile keeps (skipped)
-    idx = torch.full((8, 12), -1, dtype=torch.int32)
-    idx[0] = torch.arange(0, 12)
-    idx[1, :6] = torch.arange(40, 46)
-    idx[3] = torch.arange(100, 112)                  # tile 0: positions 0-111, 46-99 kept by none
-    idx[4:] = torch.arange(138, 150)                 # tile 1 (block_q 4): 128-149 only
-    idx = idx.to(DEV)
-    qq = q[:, :, :8].contiguous()
-    kk, vv = torch.cat([k, k], 2), torch.cat([v, v], 2)               # 192 positions
-    out = masked_attention(qq, kk, vv, idx, 150, block_q=4, block_n=32)
-    torch.testing.assert_close(out, sparse_attention(qq, kk, vv, idx), rtol=0, atol=2e-6)
-    assert torch.equal(out[:, :, 2], torch.zeros_like(out[:, :, 2]))   # a row keeping nothing
-    for bad in ({"block_n": 48}, {"block_q": 2}, {"precision": "broadcast"}):
-        with pytest.raises(ValueError, match="masked_attention"):
-            masked_attention(q, k, v, idx, S, **bad)
-    with pytest.raises(ValueError, match="masked_attention"):
-        masked_attention(q, k, v, idx, 97)
-
-
 def test_a_prefill_chunk_launches_tuned_and_attends_as_the_4_warp_launch():
     """At PREFILL_ROWS queries and more a "tf32x3" launch takes PREFILL_LAUNCH's warps and
     stages (below: 4 warps, Triton's stages; other precisions always; a caller's choice wins),
@@ -406,33 +353,27 @@ def test_rows_before_k_attend_densely_and_only_later_rows_select(monkeypatch):
         assert got[key][1] == got[False, 64][1]
 
 
-def test_prefill_rows_below_the_masked_span_attend_masked_as_gathered(monkeypatch):
-    """masked_ratio: the selecting rows at positions below ratio x K go through masked_attention
-    (its span one past their last position), the later ones through the gather kernel, whatever
-    the chunks; the logits are the all-gather ones to fp32 rounding."""
-    from niah.serving.embedded.cuda import indexer as mod
+def test_a_prefill_with_prefill_share_attends_by_union_as_gathered(monkeypatch):
+    """attend.PREFILL_SHARE > 0: a prefill chunk of at least PREFILL_ROWS selecting rows goes
+    through union_attention (the first K rows attend densely, as always); the logits are the
+    gather kernel's to fp32 rounding."""
+    from niah.serving.embedded.cuda import attend
 
     calls = []
-    real = mod.masked_attention
-
-    def counted(q, k, v, idx, S, **kw):
-        calls.append((q.shape[2], S))
-        return real(q, k, v, idx, S, **kw)
-
-    monkeypatch.setattr(mod, "masked_attention", counted)
+    real = attend.union_attention
+    monkeypatch.setattr(attend, "union_attention", lambda q, k, v, idx, **kw: calls.append(q.shape[2]) or real(
+        q, k, v, idx, **kw))
+    monkeypatch.setattr(attend, "PREFILL_ROWS", 8)
     ids = torch.randint(0, 64, (1, 33), generator=torch.Generator().manual_seed(6)).to(DEV)
     m, K = tiny_model(), 8
     got = {}
-    for ratio, chunk in ((0.0, 64), (3.0, 64), (3.0, 12), (5.0, 64)):
+    for share in (0, 4):
+        monkeypatch.setattr(attend, "PREFILL_SHARE", share)
         calls.clear()
-        m.set_attention(CudaDSA(2, HKV, D, 128, "bf16", K, chunk, device=DEV, masked_ratio=ratio))
-        got[ratio, chunk] = (m(ids, 0, all_logits=True).cpu(), list(calls))
-    assert got[0.0, 64][1] == []
-    assert got[3.0, 64][1] == [(16, 24)] * 2                      # rows 8..23 of 8..32, per layer
-    assert got[3.0, 12][1] == [(4, 12), (12, 24)] * 2             # chunks 0-11 (8..11) and 12-23
-    assert got[5.0, 64][1] == [(25, 33)] * 2                      # every selecting row
-    for key in ((3.0, 64), (3.0, 12), (5.0, 64)):
-        torch.testing.assert_close(got[key][0], got[0.0, 64][0], rtol=1e-4, atol=1e-4)
+        m.set_attention(CudaDSA(2, HKV, D, 128, "bf16", K, 64, device=DEV))
+        got[share] = (m(ids, 0, all_logits=True).cpu(), list(calls))
+    assert got[0][1] == [] and got[4][1] == [25, 25]             # rows 8..32, per layer
+    torch.testing.assert_close(got[4][0], got[0][0], rtol=1e-4, atol=1e-4)
 
 
 def test_gather_arm_reads_the_same_keys_and_spends_queries_x_pages():

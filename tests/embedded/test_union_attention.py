@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 
 from niah.serving.embedded.cuda import attend  # noqa: E402
 from niah.serving.embedded.cuda.attend import (  # noqa: E402
-    sparse_attention, sparse_attention_reference, tile_union, union_attention)
+    sparse_attention, sparse_attention_reference, tile_union, tile_union_reference, union_attention)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 HKV, G, D = 2, 3, 32
@@ -34,27 +34,33 @@ def inputs(T: int, S: int, K: int, seed: int, cap: int = 96):
     return q, k, v, idx
 
 
-def test_tile_union_holds_each_tiles_union_and_who_keeps_it():
-    """Per tile: the distinct kept positions ascending, each with the bits of exactly the rows
-    keeping it; -1 pads and the padded last tile's rows add nothing; a tile keeping nothing
-    has count 0."""
-    _, _, _, idx = inputs(10, 40, 6, seed=3)
+@pytest.mark.parametrize("form", [tile_union, tile_union_reference])
+@pytest.mark.parametrize("block_q", [4, 8])
+def test_tile_union_holds_each_tiles_union_and_who_keeps_it(form, block_q):
+    """Both forms (the kernel and its torch reference), per tile: the distinct kept positions
+    ascending, each with the bits of exactly the rows keeping it (a position every row keeps:
+    all bits); -1 pads and the padded last tile's rows add nothing; a tile keeping nothing has
+    count 0; K not a power of 2."""
+    _, _, _, idx = inputs(21, 40, 6, seed=3)
     idx[2, 3:] = -1
-    idx[4:8] = -1                                            # tile 1 (block_q 4) keeps nothing
-    pos, who, count = tile_union(idx.to(DEV), 4, 40)
-    assert pos.shape == who.shape == (3, 24) and count.shape == (3,)
+    idx[8:16] = -1                                           # tile 1 (block_q 8; tiles 2-3 at 4) keeps nothing
+    idx[16:, 0] = 39                                         # every row of the last tile keeps 39
+    idx[16:, 1:] = torch.stack([torch.randperm(39)[:5] for _ in range(5)]).int()
+    pos, who, count = form(idx.to(DEV), block_q, 40)
+    n_tiles = -(-21 // block_q)
+    assert pos.shape == who.shape == (n_tiles, block_q * 6) and count.shape == (n_tiles,)
     pos, who, count = pos.cpu(), who.cpu(), count.cpu()
-    for tile in range(3):
-        rows = idx[tile * 4:tile * 4 + 4]
+    for tile in range(n_tiles):
+        rows = idx[tile * block_q:tile * block_q + block_q]
         want = sorted({int(x) for x in rows.flatten() if x >= 0})
         n = int(count[tile])
         assert pos[tile, :n].tolist() == want, tile
         for j, p in enumerate(want):
             bits = {i for i in range(rows.shape[0]) if p in rows[i].tolist()}
-            assert {i for i in range(4) if (int(who[tile, j]) >> i) & 1} == bits
-    assert int(count[1]) == 0
+            assert {i for i in range(block_q) if (int(who[tile, j]) >> i) & 1} == bits
+    assert int(count[8 // block_q]) == 0
     with pytest.raises(ValueError, match="overflow"):
-        tile_union(idx, 16, 2 ** 28)
+        form(idx, 16, 2 ** 28)
 
 
 @pytest.mark.parametrize("block_q", [4, 8])
@@ -85,9 +91,10 @@ def test_union_attention_attends_as_the_gather_kernel(block_q):
 
 
 def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monkeypatch):
-    """sparse_attention's default: PREFILL_ROWS queries and more go through union_attention
-    (PREFILL_SHARE queries a tile), fewer (a decode step) and share=0 through the gather
-    kernel; both give the same output."""
+    """sparse_attention with PREFILL_SHARE set: PREFILL_ROWS queries and more go through
+    union_attention (PREFILL_SHARE queries a tile), fewer (a decode step), a split and share=0
+    through the gather kernel; both give the same output."""
+    monkeypatch.setattr(attend, "PREFILL_SHARE", 4)
     seen = []
     real = attend.union_attention
     monkeypatch.setattr(attend, "union_attention", lambda *a, **kw: seen.append(kw["block_q"]) or real(*a, **kw))

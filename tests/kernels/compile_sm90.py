@@ -63,14 +63,6 @@ def variants():
     yield ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel",
            {"part_ptr": "*fp32", "out_ptr": "*fp32", "stride_ot": "i32", "stride_oh": "i32"},
            dict(H=9, NS=8, BLOCK_S=8, D=64), 4)
-    masked_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "bits_ptr": "*i32", "lo_ptr": "*i32",
-                  "hi_ptr": "*i32",
-                  "out_ptr": "*fp32", "scale": "fp32", "T": "i32", "stride_qt": "i32", "stride_qh": "i32",
-                  "stride_kh": "i32", "stride_ks": "i32", "stride_vh": "i32", "stride_vs": "i32", "stride_bt": "i32",
-                  "stride_ot": "i32", "stride_oh": "i32"}
-    for block_q in (8, 16, 32):
-        yield ("niah.serving.embedded.cuda.masked_kernel", "masked_attention_kernel", masked_sig,
-               dict(G=3, GP=4, BLOCK_Q=block_q, D=64, BLOCK_N=64, PRECISION="tf32x3", N_CONST=0), 4)
     union_sig = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "pos_ptr": "*i32", "who_ptr": "*i32",
                  "count_ptr": "*i32", "out_ptr": "*fp32", "scale": "fp32", "T": "i32", "stride_qt": "i32",
                  "stride_qh": "i32", "stride_kh": "i32", "stride_ks": "i32", "stride_vh": "i32", "stride_vs": "i32",
@@ -78,6 +70,11 @@ def variants():
     for block_q in (4, 8):
         yield ("niah.serving.embedded.cuda.union_kernel", "union_attention_kernel", union_sig,
                dict(G=3, GP=4, BLOCK_Q=block_q, D=64, BLOCK_N=64, PRECISION="tf32x3", N_CONST=0), 4)
+    for block_q, lp, nw in ((4, 4096, 4), (4, 2048, 4), (8, 8192, 8)):
+        yield ("niah.serving.embedded.cuda.union_kernel", "tile_union_kernel",
+               {"idx_ptr": "*i32", "pos_ptr": "*i32", "who_ptr": "*i32", "count_ptr": "*i32", "scratch_ptr": "*i32",
+                "T": "i32", "stride_it": "i32", "stride_pt": "i32"},
+               dict(K=lp // block_q, BLOCK_Q=block_q, LP=lp), nw)
     for fp8 in (True, False):
         yield ("niah.kernels.query_quant.kernel", "quantize_query_kernel",
                {"q_ptr": "*fp32", "out_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_out_ptr": "*fp32", "weight": "fp32",

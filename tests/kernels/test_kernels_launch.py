@@ -279,7 +279,7 @@ def test_the_server_path_launches_pass_every_constexpr_by_name(monkeypatch):
     import inspect
 
     from niah.kernels import topk_indices
-    from niah.serving.embedded.cuda.attend import masked_attention, sparse_attention, union_attention
+    from niah.serving.embedded.cuda.attend import sparse_attention, union_attention
 
     seen = {}
     real = DirectLauncher.__call__
@@ -298,11 +298,10 @@ def test_the_server_path_launches_pass_every_constexpr_by_name(monkeypatch):
     k, v = torch.randn(1, 3, 80, 16, generator=g), torch.randn(1, 3, 80, 16, generator=g)
     idx = torch.stack([torch.randperm(70, generator=g)[:40] for _ in range(3)]).int()
     sparse_attention(q, k, v, idx, split_keys=16)
-    masked_attention(q, k, v, idx, 70, block_q=4, block_n=32)
     union_attention(q, k, v, idx, block_q=4, block_n=16)
     x = torch.randn(2, 300, generator=g)
     topk_indices(x, 20)                                # few rows: the search
     topk_indices(x, 20, method="sample")               # the sample select (many rows' default)
     topk_indices(torch.randn(1, 9000, generator=g), 20, block=4096)   # chunk rounds
-    assert set(seen) == {"sparse_attention_kernel", "sparse_attention_combine_kernel", "masked_attention_kernel",
-                         "union_attention_kernel", "topk_kernel", "sample_topk_kernel"}, seen
+    assert set(seen) == {"sparse_attention_kernel", "sparse_attention_combine_kernel",
+                         "union_attention_kernel", "tile_union_kernel", "topk_kernel", "sample_topk_kernel"}, seen

@@ -247,3 +247,40 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     # the jobs' times docs/embedded-server.md quotes: every fused arm's still above dense's
     assert took == {"dense": 173, "bf16-k512": 181, "fp8-k512": 186, "bf16-k1024": 194, "fp8-k1024": 195,
                     "bf16-gather-k512": 255}
+
+
+def test_the_h200_runs_after_the_dense_first_rows_move_only_sparse_sums():
+    """device/h200-one-arm-12k-22k-rows/ and device/h200-matrix-rows/: the same trials on one
+    H200 after a prompt's first K rows attend densely (and one wait a decode step, one counting
+    node a decode graph, direct launches). Those rows keep the same keys, summed in SDPA's
+    order: the dense arm answers as before in every trial, the sparse arms in all but the few
+    the docs count; prompts are the committed matrix's, attestations valid, and the jobs' times
+    from their status files as the docs quote them (three fused arms' at or below dense's)."""
+    import datetime as dt
+
+    dev = H200 / "device"
+    runs = {name: {(r["config"], r["length"], r["depth"], r["trial"]): r
+                   for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+            for name in ("h200-one-arm-12k-22k", "h200-one-arm-12k-22k-rows", "h200-matrix", "h200-matrix-rows")}
+    moved = {}
+    for before, after in (("h200-one-arm-12k-22k", "h200-one-arm-12k-22k-rows"), ("h200-matrix", "h200-matrix-rows")):
+        assert runs[after].keys() == runs[before].keys()
+        for key, r in runs[after].items():
+            assert r["prompt_sha256"] == runs[before][key]["prompt_sha256"] and r["error"] is None
+            if r["answer"] != runs[before][key]["answer"]:
+                assert key[0] != "dense", key
+                moved.setdefault(after, []).append(key)
+    assert {name: len(keys) for name, keys in moved.items()} == {"h200-one-arm-12k-22k-rows": 15,
+                                                                 "h200-matrix-rows": 20}
+    checked = load_checked(dev / "h200-matrix-rows")
+    assert checked.problems == []
+    for name, entry in checked.manifest["configs"].items():
+        assert status(entry)[0] == VALID, (name, status(entry))
+    took = {}
+    for part in (dev / "h200-matrix-rows" / "parts").iterdir():
+        st = json.loads((part / "job.status.json").read_text())
+        assert st["exit"] == 0
+        took[part.name] = int((dt.datetime.fromisoformat(st["ended"])
+                               - dt.datetime.fromisoformat(st["started"])).total_seconds())
+    assert took == {"dense": 187, "bf16-k512": 176, "fp8-k512": 179, "bf16-k1024": 185, "fp8-k1024": 189,
+                    "bf16-gather-k512": 248}

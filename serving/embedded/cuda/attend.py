@@ -1,9 +1,7 @@
 """Attention over the kept keys only: `sparse_attention` (the Triton kernel of
-sparse_kernel.py, each query's kept rows gathered; a prefill chunk's tiles of queries by
-union_kernel.py, each over the union of its queries' kept keys: `union_attention`),
-`masked_attention` (masked_kernel.py: the same output, tiles of queries walking key blocks
-under a kept-position bitmask) and `sparse_attention_reference` (torch, the same math through
-a mask).
+sparse_kernel.py, each query's kept rows gathered; or a prefill chunk's tiles of queries by
+union_kernel.py, each over the union of its queries' kept keys: `union_attention`) and
+`sparse_attention_reference` (torch, the same math through a mask).
 
 q [1, H, T, D] fp32 (post-RoPE), the layer's KV cache k, v [1, Hkv, S_cap, D] fp32,
 idx [T, K] int32 kept positions per query (-1 = none) -> [1, H, T, D] fp32.
@@ -30,8 +28,8 @@ from niah.kernels._launch import launcher_of
 # import triton, load at the first launch)
 _SPARSE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_kernel")
 _COMBINE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel")
-_MASKED = ("niah.serving.embedded.cuda.masked_kernel", "masked_attention_kernel")
 _UNION = ("niah.serving.embedded.cuda.union_kernel", "union_attention_kernel")
+_TILE_UNION = ("niah.serving.embedded.cuda.union_kernel", "tile_union_kernel")
 
 
 PRECISIONS = ("tf32x3", "ieee", "broadcast")
@@ -53,17 +51,17 @@ DECODE_ROWS = 16
 # A program per query head (`one_head`) was level or slower (0.96x unsplit, 0.90x split by 64).
 DECODE_SPLIT_KEYS = 64
 # A prefill chunk's queries a program of union_attention (the gather kernel pads a program's
-# G = 3 heads to 16 rows: 4 queries x 4 fill them), and its launch; 0: the gather kernel.
-PREFILL_SHARE = 4
+# G = 3 heads to 16 rows: 4 queries x 4 fill them); 0: the gather kernel, the default until a
+# GPU has timed tile_union's kernel. One H100, a 4,096-query chunk at 12,189 tokens, k 1,024
+# (benchmarks/kernels/sparse_attention.py --union): the attention alone 0.86 ms against the
+# gather's 1.44 where neighbouring queries share keys as the real indexer's do (1.9 x K a tile
+# of 4; the model's own rows: 1.73), 0.48 for a sliding window, 1.55 for random rows (3.4 x K);
+# but the union's build in torch took 0.63 ms, so the whole request did not gain (docs/
+# embedded-server.md); tile_union is now one kernel, not yet timed. 2 warps: 0.86 against
+# 1.11 at 4 in that case, and faster at 2 in every case timed at tiles of 4.
+PREFILL_SHARE = 0
 UNION_BLOCK_N = 64
-UNION_LAUNCH = {"num_warps": 4}
-# masked_attention's tile: queries a program, key positions a step (masked_kernel.py).
-MASKED_BLOCK_Q = 16
-MASKED_BLOCK_N = 64
-# A prefill's rows at positions below this many times K attend by masked_attention, the rest
-# by the gather kernel (its products grow with the position, the gather's with K).
-# 0: every row gathers, the default until a GPU has timed the two (benchmarks/kernels/sparse_attention.py).
-MASKED_SPAN_RATIO = 0.0
+UNION_LAUNCH = {"num_warps": 2}
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -126,56 +124,6 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     return out.transpose(0, 1)[None]                             # [1, H, T, D]
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, S: int,
-                     block_q: int = MASKED_BLOCK_Q, block_n: int = MASKED_BLOCK_N, precision: str = "tf32x3",
-                     num_warps: int = 4, num_stages: int | None = None) -> torch.Tensor:
-    """sparse_attention's result (same arguments and shapes; S: one past the largest position
-    idx may hold, the chunk's last query's + 1, given so nothing is read back to the host)
-    by masked_kernel.py: tiles of block_q queries walk the key positions block-dense under
-    the kept-position bitmask (`kept_bits`), sharing each key block's load."""
-    _, H, T, D = q.shape
-    Hkv = k.shape[1]
-    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
-        raise ValueError(f"masked_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
-    if precision not in ("tf32x3", "ieee"):
-        raise ValueError(f"masked_attention: precision must be 'tf32x3' or 'ieee', not {precision!r}")
-    if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
-        raise ValueError("masked_attention: fp32 q, k, v with H a multiple of Hkv")
-    if block_n % 32 or block_n < 32 or S < 1 or S > k.shape[2]:
-        raise ValueError(f"masked_attention: block_n a multiple of 32 and 1 <= S <= the cache, got {block_n}, {S}")
-    check_device(q, k, v, idx)
-    G = H // Hkv
-    GP = next_pow2(G)
-    if block_q * GP < 16:
-        raise ValueError(f"masked_attention: block_q x next_pow2(G) must be >= 16, got {block_q} x {GP}")
-    qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
-    if qt.stride(2) != 1:
-        qt = qt.contiguous()
-    kk, vv = k[0], v[0]
-    out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
-    if T == 0:
-        return out.transpose(0, 1)[None]
-    bits = kept_bits(idx, S)
-    n_tiles = -(-T // block_q)
-    hi = torch.zeros(n_tiles * block_q, dtype=torch.int32, device=q.device)
-    hi[:T] = idx.max(1).values + 1                               # -1 rows: 0
-    hi = hi.view(n_tiles, block_q).amax(1).contiguous()
-    none = torch.iinfo(torch.int32).max
-    lo = torch.full((n_tiles * block_q,), none, dtype=torch.int32, device=q.device)
-    lo[:T] = torch.where(idx >= 0, idx, none).amin(1)
-    lo = torch.minimum(lo.view(n_tiles, block_q).amin(1), hi)    # a tile keeping nothing: lo = hi = 0
-    lo = (lo - lo % block_n).contiguous()
-    launcher_of(*_MASKED)((n_tiles, Hkv),
-        qt, kk, vv, bits, lo, hi, out, D ** -0.5, T,
-        qt.stride(0), qt.stride(1), kk.stride(0), kk.stride(1), vv.stride(0), vv.stride(1),
-        bits.stride(0), out.stride(0), out.stride(1),
-        G=G, GP=GP, BLOCK_Q=block_q, D=D, BLOCK_N=block_n, PRECISION=precision,
-        N_CONST=-(-S // block_n) * block_n if interpreting() else 0,
-        num_warps=num_warps, **({"num_stages": num_stages} if num_stages else {}),
-    )
-    return out.transpose(0, 1)[None]
-
-
 def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                     block_q: int = PREFILL_SHARE, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
                     num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
@@ -221,14 +169,43 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
 def tile_union(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """idx [T, K] int32 kept positions (< S, distinct within a row; -1 pads) -> for each tile
     of block_q consecutive rows (the last padded with rows keeping nothing): pos [n_tiles, L]
+    int32 the union of its rows' positions, ascending, in its first count[tile] entries (the
+    rest unspecified); who [n_tiles, L] int32, bit i set where the tile's row i keeps that
+    position; count [n_tiles] int32. L = block_q x K. One launch of union_kernel.py's
+    tile_union_kernel (a program a tile, its codes sorted in registers); the same entries as
+    `tile_union_reference`."""
+    T, K = idx.shape
+    _check_codes(S, block_q)
+    n = -(-T // block_q)
+    L = block_q * K
+    LP = next_pow2(L)
+    dev = idx.device
+    pos = torch.empty(n, L, dtype=torch.int32, device=dev)
+    who = torch.empty(n, L, dtype=torch.int32, device=dev)
+    count = torch.empty(n, dtype=torch.int32, device=dev)
+    scratch = torch.empty(n, LP, dtype=torch.int32, device=dev)
+    idx = idx if idx.stride(1) == 1 else idx.contiguous()
+    launcher_of(*_TILE_UNION)((n,), idx, pos, who, count, scratch, T, idx.stride(0), pos.stride(0),
+                              K=K, BLOCK_Q=block_q, LP=LP, num_warps=4 if LP <= 4096 else 8)
+    return pos, who, count
+
+
+def _check_codes(S: int, block_q: int) -> None:
+    if S * block_q >= 2 ** 31:
+        raise ValueError(f"tile_union: {S} positions x {block_q} rows a tile overflow int32")
+
+
+def tile_union_reference(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """idx [T, K] int32 kept positions (< S, distinct within a row; -1 pads) -> for each tile
+    of block_q consecutive rows (the last padded with rows keeping nothing): pos [n_tiles, L]
     int32 the union of its rows' positions, ascending, in its first count[tile] entries;
     who [n_tiles, L] int32, bit i set where the tile's row i keeps that position; count
     [n_tiles] int32. L = block_q x K; pos and who are views of one row stride (L + 1).
-    On the device, no host sync: one sort of position x block_q + row a tile, the first of
-    each run of a position numbered by a running sum, its rows' bits summed into its slot."""
+    In torch, tile_union's reference (no host sync either): one sort of position x block_q +
+    row a tile, the first of each run of a position numbered by a running sum, its rows' bits
+    summed into its slot; entries past count are 0."""
     T, K = idx.shape
-    if S * block_q >= 2 ** 31:
-        raise ValueError(f"tile_union: {S} positions x {block_q} rows a tile overflow int32")
+    _check_codes(S, block_q)
     n = -(-T // block_q)
     L = block_q * K
     dev = idx.device
@@ -248,22 +225,6 @@ def tile_union(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, t
     pos = torch.zeros(n, L + 1, dtype=torch.int32, device=dev)
     pos.scatter_(1, torch.where(first, slot, L).long(), torch.where(first, p, 0))
     return pos[:, :L], who[:, :L], count
-
-
-def kept_bits(idx: torch.Tensor, S: int) -> torch.Tensor:
-    """idx [T, K] int32 kept positions (< S; -1 pads) -> [T, ceil(S / 32)] int32: bit s % 32 of
-    word s // 32 set where the row keeps s (distinct positions' bits summed: no carries, and
-    no int32 overflow, bit 31 being the only negative one). The positions of a row must be
-    distinct and below S, as a causal top-k's are (a repeat would carry into the next bit;
-    a position past S would write past the buffer): unchecked, to keep the host out of it."""
-    T = idx.shape[0]
-    nw = -(-S // 32)
-    bits = torch.zeros(T, nw + 1, dtype=torch.int32, device=idx.device)     # word nw takes the pads
-    ok = idx >= 0
-    word = torch.where(ok, torch.div(idx, 32, rounding_mode="floor"), nw).long()
-    one = torch.ones_like(idx)
-    bits.scatter_add_(1, word, torch.where(ok, torch.bitwise_left_shift(one, idx.remainder(32)), 0))
-    return bits[:, :nw]
 
 
 def _split_keys(split: int, K: int, block_n: int) -> int:

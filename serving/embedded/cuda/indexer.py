@@ -34,13 +34,13 @@ only), computed the way a DSA server computes it:
   overflowed is scored again the unfused way (whose kernels attest their own calls;
   `fused_calls` counts them). Decode steps
   and the probe's reference row stay on the unfused kernels.
-- attention: `attend.sparse_attention`, each query over its own kept keys, fp32. A prompt's
+- attention: `attend.sparse_attention`, each query over its own kept keys, fp32 (with
+  attend.PREFILL_SHARE > 0 a prefill chunk's tiles of that many queries go through
+  `attend.union_attention`, each over the union of its queries' kept keys; 0 by default). A prompt's
   rows at positions < K keep every key, so they attend densely (`dense_attention`, the
   dense arm's SDPA) and are not scored at all, as the whole prompt is while it is at most K
   tokens: the same keys as the kernel's, the sums in another order (`dense_when_short`
-  False: every row through the indexer and the kernel, as tests compare). `masked_ratio`
-  (attend.MASKED_SPAN_RATIO, 0 = off): the selecting rows at positions below masked_ratio x K
-  attend by `attend.masked_attention` instead, key blocks shared by tiles of queries.
+  False: every row through the indexer and the kernel, as tests compare).
 - decode from a CUDA graph (graphs.py): `store_at` / `decode_at` are the same store and
   selection with the position on the device and every shape fixed by a width W.
 
@@ -57,7 +57,7 @@ import torch
 from niah.kernels import indexer_topk, store_index_keys
 from niah.kernels import forms, topk_indices
 from niah.kernels.rotation import ROTATIONS, rotate
-from niah.serving.embedded.cuda.attend import MASKED_SPAN_RATIO, masked_attention, sparse_attention
+from niah.serving.embedded.cuda.attend import sparse_attention
 from niah.serving.embedded.cuda.paging import PAGE, IndexKeyPool
 from niah.serving.embedded.cuda.scores import SCORE_BYTES, IndexScores
 from niah.serving.embedded.model import LayerCache, dense_attention
@@ -77,7 +77,7 @@ class CudaDSA(IndexScores):
     def __init__(self, n_layer: int, n_kv: int, dim: int, capacity: int, index_dtype: str = "fp8",
                  topk: int = 512, chunk: int = 4096, rotation: str = "none", bf16_read: str = "fused",
                  topk_impl: str = "niah", device: str | torch.device = "cuda", dense_when_short: bool = True,
-                 score_bytes: int = SCORE_BYTES, masked_ratio: float = MASKED_SPAN_RATIO):
+                 score_bytes: int = SCORE_BYTES):
         if index_dtype not in forms.names(forms.CUDA):
             raise ValueError(f"index dtype must be one of {forms.names(forms.CUDA)}, not {index_dtype!r}")
         if rotation not in ROTATIONS:
@@ -91,7 +91,6 @@ class CudaDSA(IndexScores):
         if topk < 1 or chunk < 1 or score_bytes < 1:
             raise ValueError("topk, chunk and score_bytes must be >= 1")
         self.score_bytes = score_bytes
-        self.masked_ratio = masked_ratio         # prefill rows below masked_ratio x K: masked_attention
         self.fused_calls = {"calls": 0, "fallbacks": 0, "fallback_rows": 0}   # topk="fused": chunks scored again
         self.fused_cap: int | None = None      # the fused kernel's candidate slots a row (None: its own; tests)
         self.index_dtype, self.topk, self.chunk, self.rotation = index_dtype, topk, chunk, rotation
@@ -280,20 +279,8 @@ class CudaDSA(IndexScores):
                     last = self.prefill_scores(cache.layer_id, iq[:, :, c1 - 1:c1], p0 + c1 - c0 - 1)[-1]
                 self._last_row(cache, idx[-1], q[0, :, c1 - 1], last if probe is not None else None,
                                p0 + c1 - c0, needle, probe)
-            out[:, :, c0:c1] = self._attend(q[:, :, c0:c1], cache, idx, p0)
+            out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
         return out
-
-    def _attend(self, q: torch.Tensor, cache: LayerCache, idx: torch.Tensor, p0: int) -> torch.Tensor:
-        """The C rows of q (positions p0..) over their kept keys: rows below masked_ratio x K by
-        masked_attention, the others (every row by default) by the gather kernel."""
-        C = q.shape[2]
-        m = max(0, min(C, int(self.masked_ratio * self.topk) - p0)) if C > 1 else 0
-        if m == 0:
-            return sparse_attention(q, cache.k, cache.v, idx)
-        head = masked_attention(q[:, :, :m], cache.k, cache.v, idx[:m], p0 + m)
-        if m == C:
-            return head
-        return torch.cat([head, sparse_attention(q[:, :, m:], cache.k, cache.v, idx[m:])], 2)
 
     def _dense_rows(self, p0: int, n: int) -> int:
         """How many of n rows at positions p0.. keep every key (position < K) and so attend

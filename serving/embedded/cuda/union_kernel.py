@@ -108,3 +108,47 @@ def union_attention_kernel(
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     tl.store(out_ptr + t64[:, None] * stride_ot + h[:, None] * stride_oh + offs_d[None, :], out,
              mask=row_ok[:, None])
+
+
+@triton.jit
+def tile_union_kernel(
+    idx_ptr,      # [T, K] int32 kept positions (-1 pads; distinct within a row)
+    pos_ptr,      # [n_tiles, L] int32 out: the tile's union, ascending, in its first count entries
+    who_ptr,      # [n_tiles, L] int32 out: bit i set where the tile's query i keeps that position
+    count_ptr,    # [n_tiles] int32 out
+    scratch_ptr,  # [n_tiles, LP] int32: the tile's sorted codes
+    T,
+    stride_it,
+    stride_pt,    # pos and who: a tile's row stride
+    K: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    LP: tl.constexpr,         # next_pow2(BLOCK_Q * K)
+):
+    """One program a tile (`attend.tile_union` is its torch reference): the tile's codes
+    position x BLOCK_Q + row sorted in registers (`tl.sort`, pads last), then each run of one
+    position numbered by a running sum (`tl.cumsum`) and its rows' bits gathered from the at
+    most BLOCK_Q - 1 codes after its first (read back from scratch, sorted)."""
+    tile = tl.program_id(0)
+    BIG: tl.constexpr = 2147483647
+    j = tl.arange(0, LP)
+    r = j // K
+    t = tile * BLOCK_Q + r
+    ok = (j < BLOCK_Q * K) & (t < T)
+    x = tl.load(idx_ptr + t.to(tl.int64) * stride_it + j % K, mask=ok, other=-1)
+    code = tl.sort(tl.where(x >= 0, x * BLOCK_Q + r, BIG))
+    base = scratch_ptr + tile.to(tl.int64) * LP
+    tl.store(base + j, code)
+    tl.debug_barrier()
+    valid = code != BIG
+    p = code // BLOCK_Q
+    prev = tl.load(base + j - 1, mask=j > 0, other=-1)
+    first = valid & ((j == 0) | (prev // BLOCK_Q != p))
+    who = tl.where(valid, 1 << (code % BLOCK_Q), 0)
+    for i in tl.static_range(1, BLOCK_Q):
+        nxt = tl.load(base + j + i, mask=j + i < LP, other=BIG)
+        who = who | tl.where((nxt != BIG) & (nxt // BLOCK_Q == p), 1 << (nxt % BLOCK_Q), 0)
+    slot = tl.cumsum(first.to(tl.int32), 0) - 1
+    out = tile.to(tl.int64) * stride_pt + slot
+    tl.store(pos_ptr + out, p, mask=first)
+    tl.store(who_ptr + out, who, mask=first)
+    tl.store(count_ptr + tile, tl.sum(first.to(tl.int32), 0))
