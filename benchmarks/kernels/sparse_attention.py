@@ -110,6 +110,8 @@ def union(a) -> None:
                 for bq in (4, 8):
                     count = tile_union(idx, bq, end)[2]
                     prep_ms = triton.testing.do_bench(lambda bq=bq: tile_union(idx, bq, end), warmup=10, rep=100)
+                    prep8_ms = triton.testing.do_bench(lambda bq=bq: tile_union(idx, bq, end, num_warps=8),
+                                                       warmup=10, rep=100)
                     torch_ms = triton.testing.do_bench(lambda bq=bq: tile_union_reference(idx, bq, end),
                                                        warmup=10, rep=100)
                     for nw in (2, 4):
@@ -127,6 +129,7 @@ def union(a) -> None:
                                               "union_over_k": round(float(count.float().mean()) / topk, 2),
                                               "gather_ms": round(g_ms, 4), "union_ms": ms and round(ms, 4),
                                               "tile_union_ms": round(prep_ms, 4),
+                                              "tile_union_8_warps_ms": round(prep8_ms, 4),
                                               "tile_union_torch_ms": round(torch_ms, 4),
                                               "gather_over_union": ms and round(g_ms / ms, 2),
                                               "dense_ms": round(d_ms, 4),

@@ -166,14 +166,15 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
     return out.transpose(0, 1)[None]
 
 
-def tile_union(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def tile_union(idx: torch.Tensor, block_q: int, S: int,
+               num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """idx [T, K] int32 kept positions (< S, distinct within a row; -1 pads) -> for each tile
     of block_q consecutive rows (the last padded with rows keeping nothing): pos [n_tiles, L]
     int32 the union of its rows' positions, ascending, in its first count[tile] entries (the
     rest unspecified); who [n_tiles, L] int32, bit i set where the tile's row i keeps that
     position; count [n_tiles] int32. L = block_q x K. One launch of union_kernel.py's
-    tile_union_kernel (a program a tile, its codes sorted in registers); the same entries as
-    `tile_union_reference`."""
+    tile_union_kernel (a program a tile, its codes sorted in registers; num_warps: 4 up to
+    4,096 codes a tile, else 8, by default); the same entries as `tile_union_reference`."""
     T, K = idx.shape
     _check_codes(S, block_q)
     n = -(-T // block_q)
@@ -186,7 +187,7 @@ def tile_union(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, t
     scratch = torch.empty(n, LP, dtype=torch.int32, device=dev)
     idx = idx if idx.stride(1) == 1 else idx.contiguous()
     launcher_of(*_TILE_UNION)((n,), idx, pos, who, count, scratch, T, idx.stride(0), pos.stride(0),
-                              K=K, BLOCK_Q=block_q, LP=LP, num_warps=4 if LP <= 4096 else 8)
+                              K=K, BLOCK_Q=block_q, LP=LP, num_warps=num_warps or (4 if LP <= 4096 else 8))
     return pos, who, count
 
 
