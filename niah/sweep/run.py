@@ -39,6 +39,10 @@ from niah.sweep.reasoning import found_in, prefix_kept
 from niah.sweep.scoring import scored_text
 from niah.tokens import length_tolerance
 
+# A residue sweep's cold trial whose nonce leaves no haystack size at exactly its length (the
+# nearest fit a token off: another residue) draws another nonce, up to this many in all.
+COLD_NONCES = 8
+
 DeadFn = Callable[[], "str | None"]
 
 
@@ -126,9 +130,13 @@ class _TargetRun:
                                                        lead)
                 self.turn_facts[built.sha256] = facts
             else:
-                built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
-                                                s.needles, s.kind, s.haystack, control, counts, lead,
-                                                s.answer_prefix, self.decode.ask if self.decode else "")
+                for _ in range(COLD_NONCES):
+                    built = await asyncio.to_thread(build_prompt, self.p.tokenizer, length, depth, seed, s.mode,
+                                                    s.needles, s.kind, s.haystack, control, counts, lead,
+                                                    s.answer_prefix, self.decode.ask if self.decode else "")
+                    if state != "cold" or self.residues is None or built.tokens == length:
+                        break
+                    lead = cold_lead()   # this nonce's tokens leave no exact fit: its residue would be another
             entry = entry_from_prompt(built, trial, control, base_seed=s.seed)
         log = getattr(self.store, "prompts", None)
         if log is not None:

@@ -53,6 +53,9 @@ def test_field_preset_catches_both_planted_faults(oracle_factory, tmp_path):
     assert args["residues"] == "4:0,1,2,3" and args["cache_states"] == ["cold", "warm"]
     recs = [json.loads(x) for x in (tmp_path / "base" / "trials.jsonl").read_text().splitlines()]
     assert len(recs) == 96 and {r["outcome"] for r in recs} == {"correct"}
+    # a cold trial's random nonce may leave no exact fit: it draws another, so every cold
+    # trial lands on its own residue (a token off, the residue fault would miss it)
+    assert all(r["prompt_tokens"] == r["length"] for r in recs if r["cache_state"] == "cold")
 
     # the cache fault: a default sweep's gate passes, the preset's warm state fails
     _sweep(clean, tmp_path / "base-default")
