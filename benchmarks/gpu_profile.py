@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
 def _table(prof, sort: str, rows: int = 18) -> str:
     return prof.key_averages().table(sort_by=sort, row_limit=rows, max_name_column_width=60)
 
@@ -29,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from niah.serving.embedded import weights
-    from niah.serving.embedded.cuda.bench import arm_config
+    from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
     from niah.serving.embedded.device import build_model, warm_up
     from niah.serving.embedded.generate import generate
 
@@ -48,60 +51,61 @@ def main(argv: list[str] | None = None) -> None:
     span = (n // 2, n // 2 + 8)
     summary = []
     for arm in a.arms.split(","):
-        cfg = arm_config(arm, "cuda")
-        t0 = time.perf_counter()
-        model = build_model(cfg, loaded)
-        warm_up(model, cfg.index_topk)
-        ready = time.perf_counter() - t0
-        ids = torch.randint(0, model.args.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+        with arm_kernels(arm):
+            cfg = arm_config(arm, "cuda")
+            t0 = time.perf_counter()
+            model = build_model(cfg, loaded)
+            warm_up(model, cfg.index_topk)
+            ready = time.perf_counter() - t0
+            ids = torch.randint(0, model.args.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
 
-        def run(max_tokens: int, model=model):
-            return generate(model, lambda t: tok.decode(t), ids, max_tokens, set(), needle_positions=span,
-                            value=(span, "999999999"))
+            def run(max_tokens: int, model=model):
+                return generate(model, lambda t: tok.decode(t), ids, max_tokens, set(), needle_positions=span,
+                                value=(span, "999999999"))
 
-        run(2)                                   # this length's kernels compiled
-        torch.cuda.synchronize()
-        walls = []
-        for _ in range(2):
+            run(2)                                   # this length's kernels compiled
             torch.cuda.synchronize()
-            t1 = time.perf_counter()
-            run(1)                               # prefill (+ its probe) only
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            g = run(a.decode + 1)
-            torch.cuda.synchronize()
-            t3 = time.perf_counter()
-            walls.append((t2 - t1, (t3 - t2) - (t2 - t1), g.completion_tokens))
-        pre, dec, steps = min(walls)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pp:
-            run(1)
-            torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pd:
-            run(a.profile_steps + 1)
-            torch.cuda.synchronize()
-        ev_p = pp.key_averages()
-        dev_p = sum(e.self_device_time_total for e in ev_p) / 1e3
-        launches_p = sum(e.count for e in ev_p if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
-        ev_d = pd.key_averages()
-        dev_d = sum(e.self_device_time_total for e in ev_d) / 1e3
-        launches_d = sum(e.count for e in ev_d if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
-        row = {"arm": arm, "tokens": n, "ready_s": round(ready, 2), "prefill_wall_s": round(pre, 4),
-               "decode_wall_ms_per_step": round(1000 * dec / max(1, steps - 1), 2), "decode_steps": steps - 1,
-               "prefill_device_ms": round(dev_p, 1), "prefill_launches": launches_p,
-               "profiled_run_device_ms(prefill+%d steps)" % a.profile_steps: round(dev_d, 1),
-               "profiled_run_launches": launches_d,
-               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
-        summary.append(row)
-        print(json.dumps(row), flush=True)
-        (out / f"{arm}.txt").write_text(
-            f"{json.dumps(row)}\n\n== prefill, by device time\n{_table(pp, 'self_cuda_time_total')}\n"
-            f"== prefill, by CPU time\n{_table(pp, 'self_cpu_time_total')}\n"
-            f"== prefill + {a.profile_steps} decode steps, by device time\n{_table(pd, 'self_cuda_time_total')}\n"
-            f"== prefill + {a.profile_steps} decode steps, by CPU time\n{_table(pd, 'self_cpu_time_total')}\n")
-        print(_table(pp, "self_cuda_time_total", 10), flush=True)
-        del model
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+            walls = []
+            for _ in range(2):
+                torch.cuda.synchronize()
+                t1 = time.perf_counter()
+                run(1)                               # prefill (+ its probe) only
+                torch.cuda.synchronize()
+                t2 = time.perf_counter()
+                g = run(a.decode + 1)
+                torch.cuda.synchronize()
+                t3 = time.perf_counter()
+                walls.append((t2 - t1, (t3 - t2) - (t2 - t1), g.completion_tokens))
+            pre, dec, steps = min(walls)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pp:
+                run(1)
+                torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pd:
+                run(a.profile_steps + 1)
+                torch.cuda.synchronize()
+            ev_p = pp.key_averages()
+            dev_p = sum(e.self_device_time_total for e in ev_p) / 1e3
+            launches_p = sum(e.count for e in ev_p if e.key in LAUNCHES)
+            ev_d = pd.key_averages()
+            dev_d = sum(e.self_device_time_total for e in ev_d) / 1e3
+            launches_d = sum(e.count for e in ev_d if e.key in LAUNCHES)
+            row = {"arm": arm, "tokens": n, "ready_s": round(ready, 2), "prefill_wall_s": round(pre, 4),
+                   "decode_wall_ms_per_step": round(1000 * dec / max(1, steps - 1), 2), "decode_steps": steps - 1,
+                   "prefill_device_ms": round(dev_p, 1), "prefill_launches": launches_p,
+                   "profiled_run_device_ms(prefill+%d steps)" % a.profile_steps: round(dev_d, 1),
+                   "profiled_run_launches": launches_d,
+                   "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+            summary.append(row)
+            print(json.dumps(row), flush=True)
+            (out / f"{arm}.txt").write_text(
+                f"{json.dumps(row)}\n\n== prefill, by device time\n{_table(pp, 'self_cuda_time_total')}\n"
+                f"== prefill, by CPU time\n{_table(pp, 'self_cpu_time_total')}\n"
+                f"== prefill + {a.profile_steps} decode steps, by device time\n{_table(pd, 'self_cuda_time_total')}\n"
+                f"== prefill + {a.profile_steps} decode steps, by CPU time\n{_table(pd, 'self_cpu_time_total')}\n")
+            print(_table(pp, "self_cuda_time_total", 10), flush=True)
+            del model
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 

@@ -107,3 +107,22 @@ def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monke
     attend.sparse_attention(q[:, :, :3], k, v, idx[:3])
     attend.sparse_attention(q, k, v, idx, split_keys=16)
     assert seen == [attend.PREFILL_SHARE]
+
+
+def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
+    """cuda/bench.py's and gpu_profile.py's arms: "<dtype>-union-k<K>" is the arm's server with
+    PREFILL_SHARE 4 while it runs (restored after, an error included); other arms keep the
+    default."""
+    from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
+
+    default = attend.PREFILL_SHARE
+    cfg = arm_config("fp8-union-k1024", "cpu")
+    assert (cfg.index_dtype, cfg.index_topk, cfg.bf16_read, cfg.topk_impl) == ("fp8", 1024, "fused", "niah")
+    with arm_kernels("fp8-union-k1024"):
+        assert attend.PREFILL_SHARE == 4
+    assert attend.PREFILL_SHARE == default
+    with pytest.raises(RuntimeError), arm_kernels("bf16-union-k512"):
+        raise RuntimeError("the arm failed")
+    assert attend.PREFILL_SHARE == default
+    with arm_kernels("fp8-k1024"):
+        assert attend.PREFILL_SHARE == default

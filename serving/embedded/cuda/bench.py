@@ -7,7 +7,9 @@ time a shape twice before quoting it.
     python -m niah.serving.embedded.cuda.bench --lengths 4096,22600 --arms dense,fp8-k512,bf16-gather-k512
 
 Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read), or
-"<fp8|bf16>-fused-k<K>" (prefill through the fused indexer + top-k, `--topk fused`).
+"<fp8|bf16>-fused-k<K>" (prefill through the fused indexer + top-k, `--topk fused`), or
+"<fp8|bf16>-union-k<K>" (the prefill's attention by union_attention, tiles of 4 queries:
+attend.PREFILL_SHARE for that arm only, `arm_kernels`).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from contextlib import contextmanager
 
 from niah.serving.embedded import weights
 from niah.serving.embedded.device import build_model, warm_up
@@ -33,6 +36,19 @@ def arm_config(arm: str, device: str):
                        **base)
 
 
+@contextmanager
+def arm_kernels(arm: str):
+    """While an arm runs: attend.PREFILL_SHARE 4 for a "-union-" arm, else attend's default."""
+    from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
+
+    before = attend.PREFILL_SHARE
+    attend.PREFILL_SHARE = 4 if "union" in arm.split("-") else before
+    try:
+        yield
+    finally:
+        attend.PREFILL_SHARE = before
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -46,34 +62,35 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     loaded = weights.load()
     for arm in a.arms.split(","):
-        cfg = arm_config(arm, a.device)
-        t0 = time.perf_counter()
-        model = build_model(cfg, loaded)
-        warm_up(model, cfg.index_topk)
-        ready = time.perf_counter() - t0
-        for n in (int(x) for x in a.lengths.split(",")):
-            ids = torch.randint(0, model.args.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            t1 = time.perf_counter()
-            logits, _ = prefill(model, ids[0].tolist())
-            tok = int(logits.argmax())
-            t2 = time.perf_counter()
-            peak = torch.cuda.max_memory_allocated()
-            for i in range(a.decode):
-                tok = int(decode_one(model, tok, n + i).argmax())       # a graph replay where graphs serve it
-            t3 = time.perf_counter()
-            print(json.dumps({"arm": arm, "tokens": n, "prefill_s": round(t2 - t1, 4),
-                              "decode_ms_per_token": round(1000 * (t3 - t2) / max(1, a.decode), 2),
-                              "trial_s_estimate": round(t3 - t1, 3), "peak_gpu_bytes": int(peak),
-                              "base_gpu_bytes": int(base), "work_gpu_bytes": int(peak - base),
-                              "peak_over_base_gib": round((peak - base) / 2**30, 3),
-                              "ready_s": round(ready, 2),
-                              "fused_calls": dict(getattr(model.layers[0].attention.attend, "fused_calls", {}))}),
-                  flush=True)
-        del model
-        torch.cuda.empty_cache()
+        with arm_kernels(arm):
+            cfg = arm_config(arm, a.device)
+            t0 = time.perf_counter()
+            model = build_model(cfg, loaded)
+            warm_up(model, cfg.index_topk)
+            ready = time.perf_counter() - t0
+            for n in (int(x) for x in a.lengths.split(",")):
+                ids = torch.randint(0, model.args.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                t1 = time.perf_counter()
+                logits, _ = prefill(model, ids[0].tolist())
+                tok = int(logits.argmax())
+                t2 = time.perf_counter()
+                peak = torch.cuda.max_memory_allocated()
+                for i in range(a.decode):
+                    tok = int(decode_one(model, tok, n + i).argmax())       # a graph replay where graphs serve it
+                t3 = time.perf_counter()
+                print(json.dumps({"arm": arm, "tokens": n, "prefill_s": round(t2 - t1, 4),
+                                  "decode_ms_per_token": round(1000 * (t3 - t2) / max(1, a.decode), 2),
+                                  "trial_s_estimate": round(t3 - t1, 3), "peak_gpu_bytes": int(peak),
+                                  "base_gpu_bytes": int(base), "work_gpu_bytes": int(peak - base),
+                                  "peak_over_base_gib": round((peak - base) / 2**30, 3),
+                                  "ready_s": round(ready, 2),
+                                  "fused_calls": dict(getattr(model.layers[0].attention.attend, "fused_calls", {}))}),
+                      flush=True)
+            del model
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
