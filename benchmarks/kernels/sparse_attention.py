@@ -18,7 +18,7 @@ also times the "tf32x3" kernel at other key tiles, warps and pipeline stages (on
 `--selection clustered`: each query's top-k of one random field shared by the chunk plus its
 own noise of a third of its scale (neighbouring queries keep many of the same keys, as a real
 indexer's rows do). `--union`: union_attention (tiles of queries over the union of their kept
-keys, the prefill's default) against the gather kernel, every selection, one line a (end, k,
+keys; the prefill's path where attend.PREFILL_SHARE > 0) against the gather kernel, every selection, one line a (end, k,
 selection, tile, warps), with the tiles' mean union over k and the union's build
 time alone (`tile_union`, included in union_ms; its torch reference's beside it).
 (The H200 figures in docs/embedded-server.md were taken when the

@@ -106,7 +106,16 @@ def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monke
     torch.testing.assert_close(out, attend.sparse_attention(q, k, v, idx, share=0), rtol=0, atol=2e-6)
     attend.sparse_attention(q[:, :, :3], k, v, idx[:3])
     attend.sparse_attention(q, k, v, idx, split_keys=16)
+    attend.sparse_attention(q, k, v, idx, precision="broadcast")
     assert seen == [attend.PREFILL_SHARE]
+    # an explicit share is the union kernel's: the gather kernel's options beside it, or a
+    # precision it does not have, are refused, not dropped
+    for bad in ({"split_keys": 16}, {"one_head": True}, {"num_warps": 8}, {"block_n": 32}):
+        with pytest.raises(ValueError, match="share"):
+            attend.sparse_attention(q, k, v, idx, share=4, **bad)
+    with pytest.raises(ValueError, match="union_attention"):
+        attend.sparse_attention(q, k, v, idx, share=4, precision="broadcast")
+    assert union_attention(q, k, v, idx).shape == out.shape          # its own default tile
 
 
 def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
@@ -119,7 +128,7 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     cfg = arm_config("fp8-union-k1024", "cpu")
     assert (cfg.index_dtype, cfg.index_topk, cfg.bf16_read, cfg.topk_impl) == ("fp8", 1024, "fused", "niah")
     with arm_kernels("fp8-union-k1024"):
-        assert attend.PREFILL_SHARE == 4
+        assert attend.PREFILL_SHARE == attend.UNION_BLOCK_Q == 4
     assert attend.PREFILL_SHARE == default
     with pytest.raises(RuntimeError), arm_kernels("bf16-union-k512"):
         raise RuntimeError("the arm failed")

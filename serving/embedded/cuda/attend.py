@@ -60,6 +60,7 @@ DECODE_SPLIT_KEYS = 64
 # embedded-server.md); tile_union is now one kernel, not yet timed. 2 warps: 0.86 against
 # 1.11 at 4 in that case, and faster at 2 in every case timed at tiles of 4.
 PREFILL_SHARE = 0
+UNION_BLOCK_Q = 4      # union_attention's own default tile (what a share of PREFILL_SHARE > 0 would be)
 UNION_BLOCK_N = 64
 UNION_LAUNCH = {"num_warps": 2}
 
@@ -99,9 +100,13 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
     if T == 0:
         return out.transpose(0, 1)[None]
     K = idx.shape[1]
-    share = (PREFILL_SHARE if T >= PREFILL_ROWS and split_keys is None and not one_head else 0) \
-        if share is None else share
-    if share and precision != "broadcast":
+    if share is None:
+        share = PREFILL_SHARE if T >= PREFILL_ROWS and split_keys is None and not one_head \
+            and precision != "broadcast" else 0
+    elif share and (split_keys is not None or one_head or block_n or num_warps or num_stages):
+        raise ValueError("sparse_attention: share is union_attention's tile; split_keys, one_head, block_n, "
+                         "num_warps and num_stages are the gather kernel's")
+    if share:
         return union_attention(q, k, v, idx, block_q=share, precision=precision)
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
@@ -125,7 +130,7 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
 
 
 def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
-                    block_q: int = PREFILL_SHARE, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
+                    block_q: int = UNION_BLOCK_Q, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
                     num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """sparse_attention's result (same arguments and shapes) by union_kernel.py: tiles of
     block_q consecutive queries, each over the union of its queries' kept keys (`tile_union`),
@@ -197,14 +202,10 @@ def _check_codes(S: int, block_q: int) -> None:
 
 
 def tile_union_reference(idx: torch.Tensor, block_q: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """idx [T, K] int32 kept positions (< S, distinct within a row; -1 pads) -> for each tile
-    of block_q consecutive rows (the last padded with rows keeping nothing): pos [n_tiles, L]
-    int32 the union of its rows' positions, ascending, in its first count[tile] entries;
-    who [n_tiles, L] int32, bit i set where the tile's row i keeps that position; count
-    [n_tiles] int32. L = block_q x K; pos and who are views of one row stride (L + 1).
-    In torch, tile_union's reference (no host sync either): one sort of position x block_q +
-    row a tile, the first of each run of a position numbered by a running sum, its rows' bits
-    summed into its slot; entries past count are 0."""
+    """tile_union's entries in torch (its reference, and the form the benchmark times beside
+    it; no host sync either): one sort of position x block_q + row a tile, the first of each
+    run of a position numbered by a running sum, its rows' bits summed into its slot. Entries
+    past count are 0; pos and who are views of one row stride (L + 1)."""
     T, K = idx.shape
     _check_codes(S, block_q)
     n = -(-T // block_q)

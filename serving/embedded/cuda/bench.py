@@ -38,11 +38,11 @@ def arm_config(arm: str, device: str):
 
 @contextmanager
 def arm_kernels(arm: str):
-    """While an arm runs: attend.PREFILL_SHARE 4 for a "-union-" arm, else attend's default."""
+    """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm, else attend's default."""
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     before = attend.PREFILL_SHARE
-    attend.PREFILL_SHARE = 4 if "union" in arm.split("-") else before
+    attend.PREFILL_SHARE = attend.UNION_BLOCK_Q if "union" in arm.split("-") else before
     try:
         yield
     finally:
