@@ -87,8 +87,11 @@ kernel() {   # the sparse attention kernel beside its first version (benchmarks/
   log "kernel done"
 }
 
-union() {   # union_attention against the gather kernel on prefill chunks (its CUDA tests first)
-  (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_union_attention.py 2>&1 | tail -3)
+union() {   # union_attention against the gather kernel on prefill chunks (its CUDA tests first: a failure stops the call)
+  (cd "$HERE" && python3 -m pytest -q -p no:cacheprovider tests/embedded/test_union_attention.py > "$OUT/union_tests.log" 2>&1)
+  local rc=$?
+  tail -3 "$OUT/union_tests.log"
+  [ "$rc" = 0 ] || return 1
   python3 "$HERE/benchmarks/kernels/sparse_attention.py" --union "${UNION_ENDS:-12189,22600}" \
     | tee "$OUT/union_attention.jsonl" | tail -4
   log "union done"
