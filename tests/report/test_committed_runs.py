@@ -284,3 +284,23 @@ def test_the_h200_runs_after_the_dense_first_rows_move_only_sparse_sums():
                                - dt.datetime.fromisoformat(st["started"])).total_seconds())
     assert took == {"dense": 187, "bf16-k512": 176, "fp8-k512": 179, "bf16-k1024": 185, "fp8-k1024": 189,
                     "bf16-gather-k512": 248}
+
+
+def test_the_union_build_timing_holds_the_default_to_the_gather_kernel():
+    """device/union_attention-tile-kernel-h100.jsonl: union_attention with tile_union's kernel
+    against the gather kernel, its CUDA tests passed first. On the rows that share keys as the
+    model's do (tiles of 4, 2 warps) the union with its build is the docs' 1.11x / 0.97x at
+    k 1,024 and 1.08x / 0.95x at k 512 (12,189 / 22,600 tokens), the build 0.41-0.43 ms at
+    k 1,024: too little for the prefill, so attend.PREFILL_SHARE stays 0 (the gather kernel)."""
+    from niah.serving.embedded.cuda import attend
+
+    path = H200 / "device" / "union_attention-tile-kernel-h100.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert all(r["max_abs_diff"] < 1e-6 for r in rows) and len(rows) == 48
+    shared = {(r["end"], r["topk"]): r for r in rows
+              if r["selection"] == "clustered" and r["block_q"] == 4 and r["num_warps"] == 2}
+    assert {key: round(r["gather_ms"] / r["union_ms"], 2) for key, r in shared.items()} == {
+        (12189, 1024): 1.11, (22600, 1024): 0.97, (12189, 512): 1.08, (22600, 512): 0.95}
+    assert all(0.41 <= shared[(end, 1024)]["tile_union_ms"] <= 0.43 for end in (12189, 22600))
+    saved = 90 * (shared[(12189, 1024)]["gather_ms"] - shared[(12189, 1024)]["union_ms"])
+    assert 12 < saved < 14 and attend.PREFILL_SHARE == 0

@@ -51,14 +51,18 @@ DECODE_ROWS = 16
 # A program per query head (`one_head`) was level or slower (0.96x unsplit, 0.90x split by 64).
 DECODE_SPLIT_KEYS = 64
 # A prefill chunk's queries a program of union_attention (the gather kernel pads a program's
-# G = 3 heads to 16 rows: 4 queries x 4 fill them); 0: the gather kernel, the default until a
-# GPU has timed tile_union's kernel. One H100, a 4,096-query chunk at 12,189 tokens, k 1,024
-# (benchmarks/kernels/sparse_attention.py --union): the attention alone 0.86 ms against the
+# G = 3 heads to 16 rows: 4 queries x 4 fill them); 0: the gather kernel, the default. One H100,
+# a 4,096-query chunk at 12,189 tokens, k 1,024 (benchmarks/kernels/sparse_attention.py
+# --union): the attention alone 0.86 ms against the
 # gather's 1.44 where neighbouring queries share keys as the real indexer's do (1.9 x K a tile
 # of 4; the model's own rows: 1.73), 0.48 for a sliding window, 1.55 for random rows (3.4 x K);
 # but the union's build in torch took 0.63 ms, so the whole request did not gain (docs/
-# embedded-server.md); tile_union is now one kernel, not yet timed. 2 warps: 0.86 against
-# 1.11 at 4 in that case, and faster at 2 in every case timed at tiles of 4.
+# embedded-server.md). 2 warps: 0.86 against 1.11 at 4 in that case, and faster at 2 in every
+# case timed at tiles of 4. tile_union as one kernel, timed (one H100, the same benchmark,
+# device/union_attention-tile-kernel-h100.jsonl): 0.41-0.43 ms a chunk at k 1,024 (torch:
+# 0.62-0.64), so the union with its build is 1.11x the gather at 12,189 tokens and 0.97x at
+# 22,600 on the rows that share keys: about 13 ms off a 12,189-token prefill, not the 38-48 the
+# k 1,024 arms are above dense. It stays 0.
 PREFILL_SHARE = 0
 UNION_BLOCK_Q = 4      # union_attention's own default tile (what a share of PREFILL_SHARE > 0 would be)
 UNION_BLOCK_N = 64
