@@ -96,8 +96,10 @@ def union(a) -> None:
     """union_attention against the gather kernel (tf32x3, the prefill's launch) on a prefill
     chunk ending at each position, for each selection: tiles of 4 or 8 queries, 2 or 4 warps,
     64 keys a step. One line a combination, with the dense arm's attention of the same chunk
-    beside them (dense_ms)."""
-    from niah.serving.embedded.cuda.attend import tile_union, tile_union_reference, union_attention
+    beside them (dense_ms), and the bitmap build's (tile_union_bitmap_ms; union_bitmap_ms the
+    union with it; bitmap_same: its entries equal the sort's)."""
+    from niah.serving.embedded.cuda.attend import (tile_union, tile_union_bitmap, tile_union_reference,
+                                                   union_attention)
 
     for end in (int(x) for x in a.union.split(",")):
         d_ms = None
@@ -114,15 +116,22 @@ def union(a) -> None:
                                                        warmup=10, rep=100)
                     torch_ms = triton.testing.do_bench(lambda bq=bq: tile_union_reference(idx, bq, end),
                                                        warmup=10, rep=100)
+                    bitmap_ms = triton.testing.do_bench(lambda bq=bq: tile_union_bitmap(idx, bq, end),
+                                                        warmup=10, rep=100)
+                    same = same_entries(tile_union(idx, bq, end), tile_union_bitmap(idx, bq, end))
                     for nw in (2, 4):
                         for bn in (64,):
                             def fn(bq=bq, nw=nw, bn=bn):
                                 return union_attention(q, k, v, idx, block_q=bq, block_n=bn, num_warps=nw)
+                            def fn_bitmap(bq=bq, nw=nw, bn=bn):
+                                return union_attention(q, k, v, idx, block_q=bq, block_n=bn, num_warps=nw,
+                                                       build="bitmap")
                             try:
                                 diff = float((fn() - gather).abs().max())
                                 ms = triton.testing.do_bench(fn, warmup=10, rep=100)
+                                bitmap_union_ms = triton.testing.do_bench(fn_bitmap, warmup=10, rep=100)
                             except Exception as e:  # noqa: BLE001 (a tile that does not compile is noted)
-                                diff, ms = type(e).__name__, None
+                                diff, ms, bitmap_union_ms = type(e).__name__, None, None
                             print(json.dumps({"case": "union-vs-gather", "end": end, "queries": q.shape[2],
                                               "topk": topk, "selection": selection, "block_q": bq, "num_warps": nw,
                                               "block_n": bn,
@@ -131,9 +140,20 @@ def union(a) -> None:
                                               "tile_union_ms": round(prep_ms, 4),
                                               "tile_union_8_warps_ms": round(prep8_ms, 4),
                                               "tile_union_torch_ms": round(torch_ms, 4),
+                                              "tile_union_bitmap_ms": round(bitmap_ms, 4), "bitmap_same": same,
+                                              "union_bitmap_ms": bitmap_union_ms and round(bitmap_union_ms, 4),
                                               "gather_over_union": ms and round(g_ms / ms, 2),
                                               "dense_ms": round(d_ms, 4),
                                               "max_abs_diff": diff}), flush=True)
+
+
+def same_entries(a, b) -> bool:
+    """Two tile_union results hold the same entries (pos and who up to each tile's count)."""
+    (pa, wa, ca), (pb, wb, cb) = a, b
+    if not torch.equal(ca, cb):
+        return False
+    live = torch.arange(pa.shape[1], device=pa.device)[None, :] < ca[:, None]
+    return bool(torch.equal(pa[live], pb[live]) and torch.equal(wa[live], wb[live]))
 
 
 def dense_chunk(q, k, v, end: int):

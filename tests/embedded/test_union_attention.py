@@ -1,7 +1,8 @@
 """union_attention (serving/embedded/cuda/union_kernel.py): tiles of queries over the union of
 their kept keys give the gather kernel's output (to fp32 rounding: sums in position order)
-and masked SDPA's; `tile_union` builds exactly each tile's union and who keeps what; a
-prefill chunk takes this path by default, a decode step never.
+and masked SDPA's; `tile_union` (and `tile_union_bitmap`, its build without a sort) builds
+exactly each tile's union and who keeps what; a prefill chunk takes this path where
+attend.PREFILL_SHARE > 0 (0 by default), a decode step never.
 
 Without a GPU these run on CPU tensors under TRITON_INTERPRET=1 (set below, before triton is
 imported), at tiny shapes; with one, the same tests run on CUDA.
@@ -18,7 +19,7 @@ import pytest  # noqa: E402
 
 from niah.serving.embedded.cuda import attend  # noqa: E402
 from niah.serving.embedded.cuda.attend import (  # noqa: E402
-    sparse_attention, sparse_attention_reference, tile_union, tile_union_reference, union_attention)
+    sparse_attention, sparse_attention_reference, tile_union, tile_union_bitmap, tile_union_reference, union_attention)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 HKV, G, D = 2, 3, 32
@@ -34,10 +35,10 @@ def inputs(T: int, S: int, K: int, seed: int, cap: int = 96):
     return q, k, v, idx
 
 
-@pytest.mark.parametrize("form", [tile_union, tile_union_reference])
+@pytest.mark.parametrize("form", [tile_union, tile_union_bitmap, tile_union_reference])
 @pytest.mark.parametrize("block_q", [4, 8])
 def test_tile_union_holds_each_tiles_union_and_who_keeps_it(form, block_q):
-    """Both forms (the kernel and its torch reference), per tile: the distinct kept positions
+    """Every form (the sort kernel, the bitmap kernel, the torch reference), per tile: the distinct kept positions
     ascending, each with the bits of exactly the rows keeping it (a position every row keeps:
     all bits); -1 pads and the padded last tile's rows add nothing; a tile keeping nothing has
     count 0; K not a power of 2."""
@@ -63,6 +64,24 @@ def test_tile_union_holds_each_tiles_union_and_who_keeps_it(form, block_q):
         form(idx, 16, 2 ** 28)
 
 
+def test_the_bitmap_build_scans_many_words_and_every_bit_of_a_word():
+    """tile_union_bitmap past one scan step of 256 words (positions to 8,999): the same entries
+    as the torch reference, with positions at a word's sign bit (31, 63) and either side of a
+    step (8,191, 8,192); a scratch of words beyond the tile's highest position left unread."""
+    g = torch.Generator().manual_seed(7)
+    idx = torch.stack([torch.randperm(9000, generator=g)[:7] for _ in range(10)]).int()
+    idx[0, :4] = torch.tensor([31, 63, 8191, 8192], dtype=torch.int32)
+    idx[1, :3] = torch.tensor([31, 8192, 8999], dtype=torch.int32)
+    idx[8:, :] = torch.tensor([0, 1, 2, 3, 32, 33, -1], dtype=torch.int32)  # the last tile: the first 34 only
+    pos, who, count = tile_union_bitmap(idx.to(DEV), 4, 9000)
+    rpos, rwho, rcount = tile_union_reference(idx, 4, 9000)
+    assert torch.equal(count.cpu(), rcount)
+    for tile in range(3):
+        n = int(rcount[tile])
+        assert torch.equal(pos[tile, :n].cpu(), rpos[tile, :n]) and torch.equal(who[tile, :n].cpu(), rwho[tile, :n])
+    assert int(count[2]) == 6 and int(who[2, 0]) == 0b11
+
+
 @pytest.mark.parametrize("block_q", [4, 8])
 def test_union_attention_attends_as_the_gather_kernel(block_q):
     """Random kept sets (little overlap), rows sharing most keys (a real indexer's neighbours),
@@ -81,11 +100,12 @@ def test_union_attention_attends_as_the_gather_kernel(block_q):
         ix = ix.to(DEV)
         out = union_attention(q, k, v, ix, block_q=block_q, block_n=16)
         torch.testing.assert_close(out, sparse_attention(q, k, v, ix, share=0), rtol=0, atol=2e-6)
+        assert torch.equal(union_attention(q, k, v, ix, block_q=block_q, block_n=16, build="bitmap"), out)
         keep = [t for t in range(T) if bool((ix[t] >= 0).any())]
         torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, ix[keep]),
                                    rtol=1e-4, atol=1e-5)
     assert torch.equal(out[:, :, 5], torch.zeros_like(out[:, :, 5]))
-    for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}):
+    for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}, {"build": "radix"}):
         with pytest.raises(ValueError, match="union_attention"):
             union_attention(q, k, v, idx.to(DEV), **bad)
 
@@ -120,8 +140,8 @@ def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monke
 
 def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     """cuda/bench.py's and gpu_profile.py's arms: "<dtype>-union-k<K>" is the arm's server with
-    PREFILL_SHARE 4 while it runs (restored after, an error included); other arms keep the
-    default."""
+    PREFILL_SHARE 4 while it runs (restored after, an error included), "-union-bitmap-" the
+    bitmap build too; other arms keep the defaults."""
     from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
 
     default = attend.PREFILL_SHARE
@@ -134,4 +154,9 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
         raise RuntimeError("the arm failed")
     assert attend.PREFILL_SHARE == default
     with arm_kernels("fp8-k1024"):
-        assert attend.PREFILL_SHARE == default
+        assert attend.PREFILL_SHARE == default and attend.UNION_BUILD == "sort"
+    cfg = arm_config("bf16-union-bitmap-k512", "cpu")
+    assert (cfg.index_dtype, cfg.index_topk, cfg.bf16_read, cfg.topk_impl) == ("bf16", 512, "fused", "niah")
+    with arm_kernels("bf16-union-bitmap-k512"):
+        assert attend.PREFILL_SHARE == 4 and attend.UNION_BUILD == "bitmap"
+    assert attend.PREFILL_SHARE == default and attend.UNION_BUILD == "sort"

@@ -75,6 +75,11 @@ def variants():
                {"idx_ptr": "*i32", "pos_ptr": "*i32", "who_ptr": "*i32", "count_ptr": "*i32", "scratch_ptr": "*i32",
                 "T": "i32", "stride_it": "i32", "stride_pt": "i32"},
                dict(K=lp // block_q, BLOCK_Q=block_q, LP=lp), nw)
+    for block_q, k in ((4, 1024), (8, 512)):
+        yield ("niah.serving.embedded.cuda.union_kernel", "tile_union_bitmap_kernel",
+               {"idx_ptr": "*i32", "pos_ptr": "*i32", "who_ptr": "*i32", "count_ptr": "*i32", "bits_ptr": "*i32",
+                "T": "i32", "W": "i32", "stride_it": "i32", "stride_pt": "i32"},
+               dict(K=k, KP=k, BLOCK_Q=block_q, WB=256, W_CONST=0), 4)
     for fp8 in (True, False):
         yield ("niah.kernels.query_quant.kernel", "quantize_query_kernel",
                {"q_ptr": "*fp32", "out_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_out_ptr": "*fp32", "weight": "fp32",

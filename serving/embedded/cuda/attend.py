@@ -30,6 +30,8 @@ _SPARSE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_kernel"
 _COMBINE = ("niah.serving.embedded.cuda.sparse_kernel", "sparse_attention_combine_kernel")
 _UNION = ("niah.serving.embedded.cuda.union_kernel", "union_attention_kernel")
 _TILE_UNION = ("niah.serving.embedded.cuda.union_kernel", "tile_union_kernel")
+_TILE_UNION_BITMAP = ("niah.serving.embedded.cuda.union_kernel", "tile_union_bitmap_kernel")
+UNION_BUILDS = ("sort", "bitmap")
 
 
 PRECISIONS = ("tf32x3", "ieee", "broadcast")
@@ -67,6 +69,7 @@ PREFILL_SHARE = 0
 UNION_BLOCK_Q = 4      # union_attention's own default tile (what a share of PREFILL_SHARE > 0 would be)
 UNION_BLOCK_N = 64
 UNION_LAUNCH = {"num_warps": 2}
+UNION_BUILD = "sort"   # union_attention's build by default (UNION_BUILDS: tile_union or tile_union_bitmap)
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:
@@ -135,16 +138,21 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
 
 def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                     block_q: int = UNION_BLOCK_Q, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
-                    num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
+                    num_warps: int | None = None, num_stages: int | None = None,
+                    build: str | None = None) -> torch.Tensor:
     """sparse_attention's result (same arguments and shapes) by union_kernel.py: tiles of
-    block_q consecutive queries, each over the union of its queries' kept keys (`tile_union`),
-    every union key's k and v rows loaded once for the tile."""
+    block_q consecutive queries, each over the union of its queries' kept keys (`tile_union`,
+    or `tile_union_bitmap` with build="bitmap": the same entries; UNION_BUILD by default), every
+    union key's k and v rows loaded once for the tile."""
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
         raise ValueError(f"union_attention: idx must be int32 [{T}, K], got {idx.dtype} {tuple(idx.shape)}")
     if precision not in ("tf32x3", "ieee"):
         raise ValueError(f"union_attention: precision must be 'tf32x3' or 'ieee', not {precision!r}")
+    build = build or UNION_BUILD
+    if build not in UNION_BUILDS:
+        raise ValueError(f"union_attention: build must be one of {UNION_BUILDS}, not {build!r}")
     if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
         raise ValueError("union_attention: fp32 q, k, v with H a multiple of Hkv")
     GP = next_pow2(H // Hkv)
@@ -159,7 +167,7 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
     if T == 0:
         return out.transpose(0, 1)[None]
-    pos, who, count = tile_union(idx, block_q, k.shape[2])
+    pos, who, count = (tile_union if build == "sort" else tile_union_bitmap)(idx, block_q, k.shape[2])
     launch = dict(UNION_LAUNCH)
     if num_warps:
         launch["num_warps"] = num_warps
@@ -197,6 +205,30 @@ def tile_union(idx: torch.Tensor, block_q: int, S: int,
     idx = idx if idx.stride(1) == 1 else idx.contiguous()
     launcher_of(*_TILE_UNION)((n,), idx, pos, who, count, scratch, T, idx.stride(0), pos.stride(0),
                               K=K, BLOCK_Q=block_q, LP=LP, num_warps=num_warps or (4 if LP <= 4096 else 8))
+    return pos, who, count
+
+
+def tile_union_bitmap(idx: torch.Tensor, block_q: int, S: int,
+                      num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """tile_union's entries (same arguments and outputs) without a sort: union_kernel.py's
+    tile_union_bitmap_kernel, a bitmap of S bits a row of the tile (scratch of block_q x S / 8
+    bytes a tile, zeroed by the kernel only up to the tile's highest position), then a scan of
+    its words in position order. Not the prefill's build: untimed on a GPU."""
+    T, K = idx.shape
+    _check_codes(S, block_q)
+    n = -(-T // block_q)
+    L = block_q * K
+    W = -(-S // 32)
+    dev = idx.device
+    pos = torch.empty(n, L, dtype=torch.int32, device=dev)
+    who = torch.empty(n, L, dtype=torch.int32, device=dev)
+    count = torch.empty(n, dtype=torch.int32, device=dev)
+    bits = torch.empty(n, block_q, W, dtype=torch.int32, device=dev)
+    idx = idx if idx.stride(1) == 1 else idx.contiguous()
+    WB = 256
+    launcher_of(*_TILE_UNION_BITMAP)((n,), idx, pos, who, count, bits, T, W, idx.stride(0), pos.stride(0),
+                                     K=K, KP=next_pow2(K), BLOCK_Q=block_q, WB=WB,
+                                     W_CONST=-(-W // WB) * WB if interpreting() else 0, num_warps=num_warps or 4)
     return pos, who, count
 
 

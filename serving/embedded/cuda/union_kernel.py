@@ -20,6 +20,10 @@ keys it is as many loads and BLOCK_Q times the products.
 Both products are `tl.dot` at `PRECISION` ("tf32x3" by default, as sparse_kernel.py's; "ieee").
 The kept keys' sums run in position order (the gather kernel's: the top-k's order), so the
 output equals it to fp32 rounding.
+
+The tiles' unions (pos, who, count) come from one of two builds below, the same entries:
+`tile_union_kernel` (a register sort of a tile's codes; attend.tile_union) or
+`tile_union_bitmap_kernel` (a bitmap a row, no sort; attend.tile_union_bitmap).
 """
 
 from __future__ import annotations
@@ -152,3 +156,93 @@ def tile_union_kernel(
     tl.store(pos_ptr + out, p, mask=first)
     tl.store(who_ptr + out, who, mask=first)
     tl.store(count_ptr + tile, tl.sum(first.to(tl.int32), 0))
+
+
+@triton.jit
+def _or(a, b):
+    return a | b
+
+
+@triton.jit
+def _popcount(v):
+    """Set bits of each uint32 (SWAR: pairs, nibbles, bytes, then one multiply sums the bytes)."""
+    v = v - ((v >> 1) & 0x55555555)
+    v = (v & 0x33333333) + ((v >> 2) & 0x33333333)
+    v = (v + (v >> 4)) & 0x0F0F0F0F
+    return ((v * 0x01010101) >> 24) & 0xFF     # the mask: the same where the product is not wrapped at 32 bits
+
+
+@triton.jit
+def _zero_words(bits, w0, W, n_words, BLOCK_Q: tl.constexpr, WB: tl.constexpr):
+    rq = tl.arange(0, BLOCK_Q)
+    w = w0 + tl.arange(0, WB)
+    tl.store(bits + rq[:, None] * W + w[None, :], tl.zeros([BLOCK_Q, WB], tl.int32), mask=(w < n_words)[None, :])
+
+
+@triton.jit
+def _scan_words(bits, pos_t, who_t, w0, W, n_words, base, BLOCK_Q: tl.constexpr, WB: tl.constexpr):
+    """WB bitmap words from w0: their set positions and rows' bits from slot base on; the next base."""
+    rq = tl.arange(0, BLOCK_Q)
+    w = w0 + tl.arange(0, WB)
+    rows = tl.load(bits + rq[:, None] * W + w[None, :], mask=(w < n_words)[None, :], other=0,
+                   cache_modifier=".cg").to(tl.uint32, bitcast=True)                         # [BLOCK_Q, WB]
+    u = tl.reduce(rows, 0, _or)                                                            # [WB]
+    cnt = _popcount(u).to(tl.int32)
+    slot = base + tl.cumsum(cnt, 0) - cnt
+    for b in tl.static_range(32):
+        on = ((u >> b) & 1) != 0
+        who = tl.sum((((rows >> b) & 1) << rq[:, None].to(tl.uint32)).to(tl.int32), 0)
+        tl.store(pos_t + slot, w * 32 + b, mask=on)
+        tl.store(who_t + slot, who, mask=on)
+        slot += on.to(tl.int32)
+    return base + tl.sum(cnt, 0)
+
+
+@triton.jit
+def tile_union_bitmap_kernel(
+    idx_ptr,      # [T, K] int32 kept positions (-1 pads; distinct within a row)
+    pos_ptr,      # [n_tiles, L] int32 out: as tile_union_kernel's
+    who_ptr,      # [n_tiles, L] int32 out
+    count_ptr,    # [n_tiles] int32 out
+    bits_ptr,     # [n_tiles, BLOCK_Q, W] int32 scratch: a bitmap of each row's positions (W words a row)
+    T,
+    W,            # words a row of the scratch (>= the highest position // 32 + 1)
+    stride_it,
+    stride_pt,    # pos and who: a tile's row stride
+    K: tl.constexpr,
+    KP: tl.constexpr,         # next_pow2(K)
+    BLOCK_Q: tl.constexpr,
+    WB: tl.constexpr,         # bitmap words a step of the scan
+    W_CONST: tl.constexpr = 0,  # > 0 under the interpreter (constant loop bounds only): every program walks W_CONST
+):
+    """tile_union_kernel's entries without a sort: each row's positions set bits of its own
+    bitmap (one atomic OR a position, the words up to the tile's highest position zeroed first),
+    then the words are walked in position order WB at a time: a word's union is the OR of its
+    rows' words, its first slot the running count of the words before it (a popcount and a
+    prefix sum), and each of its 32 bits, where set, writes its position and its rows' bits."""
+    tile = tl.program_id(0)
+    rq = tl.arange(0, BLOCK_Q)
+    c = tl.arange(0, KP)
+    t = tile * BLOCK_Q + rq
+    ok = (c[None, :] < K) & (t[:, None] < T)
+    x = tl.load(idx_ptr + t.to(tl.int64)[:, None] * stride_it + c[None, :], mask=ok, other=-1)   # [BLOCK_Q, KP]
+    n_words = (tl.max(tl.max(x, 1), 0) >> 5) + 1                     # 0 where the tile keeps nothing
+    bits = bits_ptr + tile.to(tl.int64) * BLOCK_Q * W
+    if W_CONST > 0:                                   # the interpreter takes only constant range bounds
+        for w0 in range(0, W_CONST, WB):              # (masked past n_words)
+            _zero_words(bits, w0, W, n_words, BLOCK_Q, WB)
+    else:
+        for w0 in range(0, n_words, WB):
+            _zero_words(bits, w0, W, n_words, BLOCK_Q, WB)
+    tl.debug_barrier()
+    tl.atomic_or(bits + rq[:, None] * W + (x >> 5), 1 << (x & 31), mask=x >= 0)
+    tl.debug_barrier()
+    out = tile.to(tl.int64) * stride_pt
+    base = tl.zeros([], tl.int32)
+    if W_CONST > 0:
+        for w0 in range(0, W_CONST, WB):
+            base = _scan_words(bits, pos_ptr + out, who_ptr + out, w0, W, n_words, base, BLOCK_Q, WB)
+    else:
+        for w0 in range(0, n_words, WB):
+            base = _scan_words(bits, pos_ptr + out, who_ptr + out, w0, W, n_words, base, BLOCK_Q, WB)
+    tl.store(count_ptr + tile, base)
