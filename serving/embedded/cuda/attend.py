@@ -64,7 +64,9 @@ DECODE_SPLIT_KEYS = 64
 # device/union_attention-tile-kernel-h100.jsonl): 0.41-0.43 ms a chunk at k 1,024 (torch:
 # 0.62-0.64), so the union with its build is 1.11x the gather at 12,189 tokens and 0.97x at
 # 22,600 on the rows that share keys: about 13 ms off a 12,189-token prefill, not the 38-48 the
-# k 1,024 arms are above dense. It stays 0.
+# k 1,024 arms are above dense. tile_union_bitmap (no sort; device/union_attention-bitmap-h100.jsonl):
+# 0.16-0.18 ms, the union with it 1.40x the gather at 12,189 and 1.17x at 22,600 (about 36 ms
+# off that prefill). It stays 0 until a request-level run beside the default (docs/embedded-server.md).
 PREFILL_SHARE = 0
 UNION_BLOCK_Q = 4      # union_attention's own default tile (what a share of PREFILL_SHARE > 0 would be)
 UNION_BLOCK_N = 64
@@ -213,7 +215,8 @@ def tile_union_bitmap(idx: torch.Tensor, block_q: int, S: int,
     """tile_union's entries (same arguments and outputs) without a sort: union_kernel.py's
     tile_union_bitmap_kernel, a bitmap of S bits a row of the tile (scratch of block_q x S / 8
     bytes a tile, zeroed by the kernel only up to the tile's highest position), then a scan of
-    its words in position order. Not the prefill's build: untimed on a GPU."""
+    its words in position order. 2.3-2.6x faster than tile_union at k 1,024 on one H100
+    (docs/embedded-server.md); the prefill's build where UNION_BUILD = "bitmap"."""
     T, K = idx.shape
     _check_codes(S, block_q)
     n = -(-T // block_q)
