@@ -194,17 +194,9 @@ def tile_union(idx: torch.Tensor, block_q: int, S: int,
     position; count [n_tiles] int32. L = block_q x K. One launch of union_kernel.py's
     tile_union_kernel (a program a tile, its codes sorted in registers; num_warps: 4 up to
     4,096 codes a tile, else 8, by default); the same entries as `tile_union_reference`."""
-    T, K = idx.shape
-    _check_codes(S, block_q)
-    n = -(-T // block_q)
-    L = block_q * K
-    LP = next_pow2(L)
-    dev = idx.device
-    pos = torch.empty(n, L, dtype=torch.int32, device=dev)
-    who = torch.empty(n, L, dtype=torch.int32, device=dev)
-    count = torch.empty(n, dtype=torch.int32, device=dev)
-    scratch = torch.empty(n, LP, dtype=torch.int32, device=dev)
-    idx = idx if idx.stride(1) == 1 else idx.contiguous()
+    idx, T, K, n, (pos, who, count) = _union_outputs(idx, block_q, S)
+    LP = next_pow2(block_q * K)
+    scratch = torch.empty(n, LP, dtype=torch.int32, device=idx.device)
     launcher_of(*_TILE_UNION)((n,), idx, pos, who, count, scratch, T, idx.stride(0), pos.stride(0),
                               K=K, BLOCK_Q=block_q, LP=LP, num_warps=num_warps or (4 if LP <= 4096 else 8))
     return pos, who, count
@@ -217,22 +209,25 @@ def tile_union_bitmap(idx: torch.Tensor, block_q: int, S: int,
     bytes a tile, zeroed by the kernel only up to the tile's highest position), then a scan of
     its words in position order. 2.3-2.6x faster than tile_union at k 1,024 on one H100
     (docs/embedded-server.md); the prefill's build where UNION_BUILD = "bitmap"."""
-    T, K = idx.shape
-    _check_codes(S, block_q)
-    n = -(-T // block_q)
-    L = block_q * K
+    idx, T, K, n, (pos, who, count) = _union_outputs(idx, block_q, S)
     W = -(-S // 32)
-    dev = idx.device
-    pos = torch.empty(n, L, dtype=torch.int32, device=dev)
-    who = torch.empty(n, L, dtype=torch.int32, device=dev)
-    count = torch.empty(n, dtype=torch.int32, device=dev)
-    bits = torch.empty(n, block_q, W, dtype=torch.int32, device=dev)
-    idx = idx if idx.stride(1) == 1 else idx.contiguous()
+    bits = torch.empty(n, block_q, W, dtype=torch.int32, device=idx.device)
     WB = 256
     launcher_of(*_TILE_UNION_BITMAP)((n,), idx, pos, who, count, bits, T, W, idx.stride(0), pos.stride(0),
                                      K=K, KP=next_pow2(K), BLOCK_Q=block_q, WB=WB,
                                      W_CONST=-(-W // WB) * WB if interpreting() else 0, num_warps=num_warps or 4)
     return pos, who, count
+
+
+def _union_outputs(idx: torch.Tensor, block_q: int, S: int):
+    """Both builds' prologue: idx with unit column stride, T, K, the tile count, and the
+    uninitialised pos [n, L], who [n, L], count [n] (int32) they fill."""
+    T, K = idx.shape
+    _check_codes(S, block_q)
+    n = -(-T // block_q)
+    outs = tuple(torch.empty(shape, dtype=torch.int32, device=idx.device)
+                 for shape in ((n, block_q * K), (n, block_q * K), (n,)))
+    return (idx if idx.stride(1) == 1 else idx.contiguous()), T, K, n, outs
 
 
 def _check_codes(S: int, block_q: int) -> None:
