@@ -6,6 +6,12 @@ decodes rows in registers into their even and odd elements, each value e2m1 x 2^
 built from its bits (the code through the fp8 conversion where the GPU has one, `e2m1_value`;
 the exponent as fp32 bits): exact in fp32 and in bf16 (a one-bit mantissa, fp32's exponent range), so the
 unpack path's only rounding is the dot product's fp32 accumulation.
+
+`fp4_e4m3_halves` is the fp8 path's decoding (GPUs with fp8 MMA): a row's groups share one
+power of two (2^(e_min - 127), e_min its smallest group exponent), each group keeps its shift
+e - e_min as a binade offset in the e4m3 code, so the row becomes e4m3 numbers, exactly, while
+its groups' exponents lie within SHIFT_MAX binades of each other (the kernels check and take
+the unpack path for a tile where they do not).
 """
 
 from __future__ import annotations
@@ -51,4 +57,32 @@ def fp4_halves(codes, exps, OUT: tl.constexpr, FP8_CVT: tl.constexpr):
     scale = ue8m0_scale(exps)
     even = (e2m1_value(codes & 0x0F, FP8_CVT) * scale).to(OUT)
     odd = (e2m1_value((codes >> 4) & 0x0F, FP8_CVT) * scale).to(OUT)
+    return even, odd
+
+
+SHIFT_MAX = tl.constexpr(12)   # e4m3 holds e2m1 x 2^(shift - 6) exactly for shifts 0..12 (6 x 2^6 = 384 < 448)
+
+
+@triton.jit
+def e2m1_e4m3_bits(code, shift):
+    """e2m1 codes (0..15) and binade shifts 0..SHIFT_MAX (int32, same shape) -> uint8 e4m3 bits
+    of e2m1 x 2^(shift - 6), exact: the code's e m bits put at e4m3's bits 4..2 give e2m1 x 2^-6
+    (_fp4.e2m1_value), the shift adds to that exponent field; the subnormal 0.5 (e = 0, m = 1)
+    becomes a normal number once shifted (exponent field = shift, mantissa 0), and 0 stays 0."""
+    c = code.to(tl.int32)
+    c7 = c & 7
+    t = (c7 << 2) + (shift << 3)
+    t = tl.where(c7 == 0, 0, tl.where((c7 == 1) & (shift > 0), t - 4, t))
+    return (t | ((c & 8) << 4)).to(tl.uint8)
+
+
+@triton.jit
+def fp4_e4m3_halves(codes, shifts, OUT: tl.constexpr):
+    """codes [R, D/2] uint8 and each byte's group shift [R, D/2] (int32, 0..SHIFT_MAX) -> the
+    (even, odd) elements [R, D/2] as e4m3 (OUT tl.float8e4nv, for the fp8 tensor cores) or
+    their fp32 values (OUT tl.float32, the interpreter): e2m1 x 2^(shift - 6), exact."""
+    even = e2m1_e4m3_bits(codes & 0x0F, shifts).to(tl.float8e4nv, bitcast=True)
+    odd = e2m1_e4m3_bits((codes >> 4) & 0x0F, shifts).to(tl.float8e4nv, bitcast=True)
+    if OUT == tl.float32:
+        return even.to(tl.float32), odd.to(tl.float32)
     return even, odd

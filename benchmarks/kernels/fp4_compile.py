@@ -23,11 +23,14 @@ def compile_(mod, name, sig, consts):
     try:
         k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
                            options={"num_warps": 4})
-        print("OK", name, {k2: v for k2, v in consts.items() if k2 in ("Q_FP4", "SCALED", "FP8_CVT")},
+        print("OK", name, {k2: v for k2, v in consts.items() if k2 in ("Q_FP4", "SCALED", "FP8_CVT", "FP8_MMA")},
               len(k.asm.get("ptx", "")))
     except Exception as e:  # noqa: BLE001 (report every kernel's result)
         failed += 1
-        print("FAIL", name, consts, type(e).__name__, str(e)[:1500])
+        cause = e
+        while cause.__cause__ or cause.__context__:   # the compiler's own message is at the chain's end
+            cause = cause.__cause__ or cause.__context__
+        print("FAIL", name, consts, type(e).__name__, str(e)[:1500], "|", type(cause).__name__, str(cause)[-800:])
 
 
 store_sig = {"k_ptr": "*bf16", "slot_ptr": "*i64", "cache_ptr": "*u8", "N": "i32", "stride_k": "i32",
@@ -38,13 +41,16 @@ compile_("niah.kernels.fp4_store.kernel", "store_fp4_index_keys_kernel", store_s
 names = ["q_ptr", "qe_ptr", "kv_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr"]
 types_ = ["*bf16", "*u8", "*u8", "*fp32", "*i32", "*i32", "*fp32"]
 CVTS = (True, False) if target.arch >= 89 else (False,)   # the fp8-conversion decode needs sm_89+
-for (q_fp4, scaled), cvt in ((v, c) for v in ((False, False), (True, False), (True, True)) for c in CVTS):
+VARIANTS = [(v, c, False) for v in ((False, False), (True, False), (True, True)) for c in CVTS]
+if target.arch >= 89:   # the fp8 MMA path (fp4 query)
+    VARIANTS.append(((True, False), True, True))
+for (q_fp4, scaled), cvt, fp8 in VARIANTS:
     sig = dict(zip(names, types_))
     if q_fp4:
         sig["q_ptr"] = "*u8"
     sig.update({k: "i32" for k in ["H", "max_context_len", "max_pages", "stride_ctx", "stride_bt", "page_stride"]})
     consts = dict(PAGES_PER_SPLIT=8, NEXT_N=1, CTX_2D=False, D=128, BLOCK_H=64, BLOCK_KV=64, Q_FP4=q_fp4, SCALED=scaled,
-                  CLEAN=False, UPCAST=False, LIVE_LOOP=True, FP8_CVT=cvt)
+                  CLEAN=False, UPCAST=False, LIVE_LOOP=True, FP8_CVT=cvt, FP8_MMA=fp8)
     sig.update({k: "constexpr" for k in consts})
     compile_("niah.kernels.fp4_paged_logits.kernel", "fp4_paged_mqa_logits_kernel", sig, consts)
 for q_fp4, cvt in ((q, c) for q in (False, True) for c in CVTS):

@@ -18,7 +18,8 @@ token). Timed (triton.testing.do_bench medians, L2 flushed):
     re-score kernel alone at c = 4;
   - niah's fp4 paged logits (`fp4_paged_mqa_logits`, MXFP4 query as SGLang's fp4 path, and a
     bf16 query), alone and followed by the top-k (one-stage fp4 selection), and
-    `fp4_bf16_two_stage_topk` at c = 2, 4, 8 (fp4 query; c = 4 with the bf16 query too).
+    `fp4_bf16_two_stage_topk` at c = 2, 4, 8 (fp4 query; c = 4 with the bf16 query too); where
+    the GPU has fp8 MMA, the fp4 logits and c = 2 again with mma="fp8".
 Ratios: two-stage and fp4 / DeepGEMM fp8 logits (fp4 logits: goal <= 1.0), / DeepGEMM fp8
 logits + top-k (fp8+bf16 two-stage: goal <= 1.5), and / niah bf16 logits + top-k. Checked first on the same inputs: the
 re-scores equal niah's bf16 logits at the candidates (calc_diff), and both two-stage forms
@@ -106,6 +107,7 @@ def check(results, case, dev, tiny) -> None:
 def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
     from niah.kernels import (bf16_paged_mqa_logits, bf16_paged_rescore, fp4_bf16_two_stage_topk,
                               fp4_paged_mqa_logits, fp8_bf16_two_stage_topk, fp8_paged_mqa_logits, topk_indices)
+    from niah.kernels.fp4_paged_logits.wrapper import has_fp8_mma
     from niah.kernels.quant import quantize_fp4, quantize_fp8
 
     k = 32 if tiny else 2048
@@ -143,6 +145,13 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
                                                                               ctx_len, k, factor=c))
     calls["fp4 two-stage c=4 (bf16 query)"] = lambda: fp4_bf16_two_stage_topk(q16, fp4, w, q16, bf16, w, ctx, table,
                                                                               ctx_len, k, factor=4)
+    fp8_arms = []
+    if has_fp8_mma(fp4):   # the fp4 logits on the fp8 tensor cores (mma="fp8"), alone and as the coarse stage
+        calls["niah fp4 logits (fp4 query, fp8 MMA)"] = lambda: fp4_paged_mqa_logits(q4n, fp4, w, ctx, table, None,
+                                                                                     ctx_len, mma="fp8")
+        calls["fp4 two-stage c=2 (fp8 MMA)"] = lambda: fp4_bf16_two_stage_topk(q4, fp4, w, q16, bf16, w, ctx, table,
+                                                                               ctx_len, k, factor=2, mma="fp8")
+        fp8_arms = ["niah fp4 logits (fp4 query, fp8 MMA)", "fp4 two-stage c=2 (fp8 MMA)"]
     if dg is not None:
         ctx2 = ctx.view(-1, 1)
         meta = dg.get_paged_mqa_logits_metadata(ctx2, 64, dg.get_num_sms())
@@ -167,7 +176,7 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
     goals = {("two-stage", "DeepGEMM fp8 logits + top-k"): 1.5, ("niah fp4 logits", "DeepGEMM fp8 logits"): 1.0}
     arms = [f"{a} c={c}" for a in ("two-stage", "fp4 two-stage") for c in (2, 4, 8)]
     arms += ["two-stage c=2 (final torch.topk)", "fp4 two-stage c=4 (bf16 query)", "niah fp4 logits + top-k",
-             "niah fp4 logits (fp4 query)", "niah fp4 logits (bf16 query)"]
+             "niah fp4 logits (fp4 query)", "niah fp4 logits (bf16 query)"] + fp8_arms
     for base in ("DeepGEMM fp8 logits", "DeepGEMM fp8 logits + top-k", "niah bf16 logits + top-k"):
         if base not in timed:
             continue

@@ -15,6 +15,13 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself.
 - scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
   on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
+- fp8 (FP8_MMA True, fp4 query only; GPUs with fp8 MMA, SM89 / SM90): key and query rows
+  become exact e4m3 numbers (_fp4.fp4_e4m3_halves: one power of two a row, each group's
+  exponent a binade shift) scored as two K = D/2 products on the fp8 tensor cores; the rows'
+  powers of two are applied after the ReLU (they are positive): the query head's folded into
+  its weight, the key's into its logit. A page with a key whose group exponents spread over
+  more than SHIFT_MAX binades (or a query head that does) takes the unpack path, so no value
+  is approximated. Bytes read as unpack.
 """
 
 from __future__ import annotations
@@ -22,14 +29,29 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels._fp4 import fp4_halves
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_halves, ue8m0_scale
 
 
 @triton.jit
-def _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
+def _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D: tl.constexpr, Q_FP4: tl.constexpr, OUT: tl.constexpr,
+              FP8_CVT: tl.constexpr):
+    """The query's even and odd elements [BLOCK_H, D/2] in OUT (exact values)."""
+    if Q_FP4:
+        qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+        qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None], other=127)
+        q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
+    else:
+        q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None], other=0.0).to(OUT)
+        q_odd = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :] + 1, mask=h_ok[:, None], other=0.0).to(OUT)
+    return q_even, q_odd
+
+
+@triton.jit
+def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
+                 kv_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
                  page_stride, offs_t, offs_b, offs_g,
                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                 FP8_CVT: tl.constexpr):
+                 FP8_CVT: tl.constexpr, FP8_MMA: tl.constexpr, OUT8: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
@@ -39,12 +61,28 @@ def _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, st
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
                        other=127)  # [BLOCK_KV, D/32]
         s = tl.dot_scaled(codes, exps, "e2m1", tl.trans(qc), qe, "e2m1")  # [BLOCK_KV, BLOCK_H]
+        logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+    elif FP8_MMA:
+        eg = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
+                     other=127).to(tl.int32)  # [BLOCK_KV, D/32]
+        emin = tl.min(eg, axis=1)
+        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
+                       mask=live, other=127)  # each byte's group exponent
+        if q_fast & (tl.max(tl.max(eg, axis=1) - emin, axis=0) <= SHIFT_MAX):
+            k8_even, k8_odd = fp4_e4m3_halves(codes, exps.to(tl.int32) - emin[:, None], OUT8)
+            s8 = tl.dot(k8_even, tl.trans(q8_even)) + tl.dot(k8_odd, tl.trans(q8_odd))  # [BLOCK_KV, BLOCK_H] fp32
+            logits = tl.sum(tl.maximum(s8, 0.0) * w8[None, :], axis=1) * ue8m0_scale(emin)
+        else:
+            qa, qb = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT)
+            ka, kb = fp4_halves(codes, exps, OUT, FP8_CVT)
+            s16 = tl.dot(ka, tl.trans(qa)) + tl.dot(kb, tl.trans(qb))
+            logits = tl.sum(tl.maximum(s16, 0.0) * w[None, :], axis=1)
     else:
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
         k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
         s = tl.dot(k_even, tl.trans(q_even)) + tl.dot(k_odd, tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H] fp32
-    logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+        logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     pos = p_start + offs_t
     logits = tl.where(pos < seq_len, logits, float("-inf"))
     tl.store(out_row + pos, logits, mask=(pos < max_context_len) & live)
@@ -77,8 +115,10 @@ def fp4_paged_mqa_logits_kernel(
     UPCAST: tl.constexpr,  # interpreter: decode to fp32 and dot in fp32 (its bf16 dot is wrong)
     LIVE_LOOP: tl.constexpr,  # loop to the last live page (a runtime bound: not under the interpreter)
     FP8_CVT: tl.constexpr,  # decode through the fp8 conversion (_fp4.e2m1_value)
+    FP8_MMA: tl.constexpr = False,  # the fp8 path (module doc; Q_FP4 only)
 ):
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
+    OUT8: tl.constexpr = tl.float32 if UPCAST else tl.float8e4nv
     j = tl.program_id(0)
     split = tl.program_id(1)
     b = tl.program_id(2)
@@ -102,32 +142,41 @@ def fp4_paged_mqa_logits_kernel(
         qrow = row.to(tl.int64) * H + offs_h  # [BLOCK_H] (b, j, h) row index
         qc = tl.zeros([BLOCK_H, D // 2], tl.uint8)
         qe = tl.zeros([BLOCK_H, D // 32], tl.uint8)
-        if Q_FP4:
-            qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
-            if SCALED:
-                qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
-                q_even = tl.zeros([BLOCK_H, D // 2], OUT)
-                q_odd = q_even
-            else:
-                qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
-                             other=127)
-                q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
-        else:
-            q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None], other=0.0).to(OUT)
-            q_odd = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :] + 1, mask=h_ok[:, None],
-                            other=0.0).to(OUT)
+        q_even = tl.zeros([BLOCK_H, D // 2], OUT)
+        q_odd = q_even
+        q8_even = tl.zeros([BLOCK_H, D // 2], OUT8)
+        q8_odd = q8_even
         w = tl.load(w_ptr + row.to(tl.int64) * H + offs_h, mask=h_ok, other=0.0)
+        w8 = w
+        q_fast = False
+        if SCALED:
+            qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+            qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
+        elif FP8_MMA:   # the query's rows as e4m3 (one power of two a head, folded into its weight)
+            qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+            qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
+                         other=127).to(tl.int32)
+            qmin = tl.min(qg, axis=1)
+            q_fast = tl.max(tl.max(qg, axis=1) - qmin, axis=0) <= SHIFT_MAX
+            qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
+                         other=127).to(tl.int32)
+            q8_even, q8_odd = fp4_e4m3_halves(qc, tl.minimum(qx - qmin[:, None], SHIFT_MAX), OUT8)
+            w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
+        else:
+            q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT)
         if LIVE_LOOP:
             n_live = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)
             for i in range(0, n_live):
-                _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+                _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
+                             kv_ptr, bt_row, out_row, page0, i, start, seq_len,
                              max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                             FP8_CVT)
+                             FP8_CVT, FP8_MMA, OUT8)
         else:
             for i in range(0, PAGES_PER_SPLIT):
-                _page_logits(q_even, q_odd, qc, qe, w, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+                _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
+                             kv_ptr, bt_row, out_row, page0, i, start, seq_len,
                              max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                             FP8_CVT)
+                             FP8_CVT, FP8_MMA, OUT8)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t

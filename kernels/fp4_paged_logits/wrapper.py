@@ -18,7 +18,10 @@ GPU; Hopper's path; the interpreter); "scaled" uses `tl.dot_scaled` (e2m1 x e2m1
 query only) and is allowed only on GPUs with fp4 MMA (compute capability 10.x / 12.x);
 "auto" picks scaled there for an fp4 query, else unpack. The scaled path has not run on such
 a GPU yet: on its first call on a device it is compared with the unpack path on one small
-case and refused (ValueError) if they disagree.
+case and refused (ValueError) if they disagree. "fp8" (an fp4 query only; GPUs with fp8 MMA,
+compute capability 8.9 and up, and the interpreter) turns key and query rows into exact e4m3
+numbers and multiplies on the fp8 tensor cores (the kernel's doc: a page whose keys' group
+exponents spread past 12 binades takes the unpack path); "auto" does not pick it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from niah.kernels._launch import launcher_of
 from niah.kernels.fp4_store.wrapper import fp4_page_layout
 
 _KERNEL = ("niah.kernels.fp4_paged_logits.kernel", "fp4_paged_mqa_logits_kernel")
-MMA = ("auto", "unpack", "scaled")
+MMA = ("auto", "unpack", "scaled", "fp8")
 
 
 def has_fp4_mma(t: torch.Tensor) -> bool:
@@ -93,12 +96,22 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         raise ValueError(f"{name}: mma='scaled' needs a GPU with fp4 MMA (compute capability 10.x / 12.x)")
     if scaled and mma == "auto":
         _check_scaled(values.device)
+    if mma == "fp8" and exps is None:
+        raise ValueError(f"{name}: mma='fp8' needs an MXFP4 query (codes, exponents)")
+    if mma == "fp8" and not has_fp8_mma(values):
+        raise ValueError(f"{name}: mma='fp8' needs a GPU with fp8 MMA (compute capability 8.9 and up)")
     return _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits,
-                   block_kv, scaled)
+                   block_kv, scaled, fp8=mma == "fp8")
+
+
+def has_fp8_mma(t: torch.Tensor) -> bool:
+    """Whether the tensor's GPU multiplies e4m3 on its tensor cores (compute capability 8.9 and
+    up); True on the CPU, where the kernels run interpreted."""
+    return not t.is_cuda or torch.cuda.get_device_capability(t.device) >= (8, 9)
 
 
 def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, block_kv,
-            scaled):
+            scaled, fp8=False):
     batch, next_n, heads = values.shape[:3]
     dim = values.shape[-1] * (2 if exps is not None else 1)
     out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=values.device)
@@ -121,7 +134,7 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)),
         BLOCK_KV=block_kv, Q_FP4=exps is not None, SCALED=bool(scaled), CLEAN=bool(clean_logits),
         UPCAST=interp, LIVE_LOOP=not interp,
-        FP8_CVT=has_fp8_conversion(values.device), num_warps=4, num_stages=1 if interp else 2,
+        FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8), num_warps=4, num_stages=1 if interp else 2,
     )
     return out
 

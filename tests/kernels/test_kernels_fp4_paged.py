@@ -11,10 +11,10 @@ import triton
 import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
-from niah.kernels._fp4 import fp4_halves
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_halves
 from niah.kernels._common import compare_logits, has_fp8_conversion
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
-from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma
+from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma, has_fp8_mma
 from niah.kernels.fp4_store.reference import ref_store_fp4_index_keys
 from niah.kernels.quant import dequantize_fp4, fp4_sglang_layout, quantize_fp4
 
@@ -136,3 +136,69 @@ def test_every_code_byte_decodes_exactly(fp8_cvt):
     want = dequantize_fp4(codes.view(64, 16), exps.view(64, 16)[:, :1]).view(1024, 2)
     assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
     assert torch.isinf(want[-1, 1]) and (want[:, 0] == 0.5).any()       # the edges are in it: inf, subnormal 0.5
+
+
+@triton.jit
+def _decode_e4m3(c_ptr, s_ptr, even_ptr, odd_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    even, odd = fp4_e4m3_halves(tl.load(c_ptr + offs), tl.load(s_ptr + offs), tl.float8e4nv)
+    tl.store(even_ptr + offs, even.to(tl.float32))
+    tl.store(odd_ptr + offs, odd.to(tl.float32))
+
+
+def test_every_code_byte_and_shift_becomes_the_exact_e4m3_number():
+    """The fp8 path's decoding (kernels/_fp4.py fp4_e4m3_halves) on every byte at every shift
+    0..SHIFT_MAX: e2m1 x 2^(shift - 6) as an e4m3 number, bit for bit (the shifted subnormal
+    0.5 and the largest value, 6 x 2^6, included)."""
+    if not has_fp8_mma(torch.zeros(1, device=DEV)):
+        pytest.skip("this GPU has no fp8 MMA (compute capability < 8.9): the fp8 path is refused there")
+    shifts = torch.arange(16, dtype=torch.int32).clamp(max=SHIFT_MAX.value).repeat_interleave(256)   # a power of 2
+    codes = torch.arange(256, dtype=torch.uint8).repeat(16)
+    n = codes.numel()
+    even, odd = (torch.empty(n, device=DEV) for _ in range(2))
+    _decode_e4m3[(1,)](codes.to(DEV), shifts.to(DEV), even, odd, N=n)
+    base = dequantize_fp4(codes.view(-1, 16), torch.full((n // 16, 1), 127, dtype=torch.uint8)).view(n, 2)
+    want = base * torch.exp2(shifts.float() - 6)[:, None]
+    assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
+    assert want.abs().max() == 384 and (want == 2.0 ** -7).any()
+
+
+def _spread_page(cache, page, dim):
+    """One key of the page gets a group 20 binades below its others (past SHIFT_MAX): that page
+    takes the unpack path."""
+    keys = torch.randn(64, dim, generator=torch.Generator().manual_seed(3))
+    keys[5, :32] *= 2.0 ** -20
+    one = torch.zeros(1, 64 * (dim // 2 + dim // 32), dtype=torch.uint8)
+    one = ref_store_fp4_index_keys(keys, one, torch.arange(64))
+    cache[page] = one[0].to(cache.device)
+    return cache
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["shifts-fit", "one-page-spread"])
+def test_fp8_path_matches_float64_reference_and_its_selection(spread):
+    """mma="fp8" (an MXFP4 query; fp8 tensor cores on a GPU, fp32 under the interpreter) against
+    the float64 reference: calc_diff, masks, and the top-k of every row equal to the reference's
+    (ties by position: topk over the logits then the index order); a page with a key whose
+    group exponents spread past SHIFT_MAX binades is scored by the unpack path, exactly."""
+    q, cache, w, ctx, table = make_case("fp4", 2, 1, 32, [190, 129], 192, seed=7)
+    if spread:
+        cache = _spread_page(cache, int(table[0, 1]), 128)
+    out = fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 192,
+                               clean_logits=True, mma="fp8")
+    ref = ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, 192)
+    diff, masks_equal = compare_logits(out.cpu(), ref)
+    assert diff < 1e-9 and masks_equal, f"calc_diff {diff:.3e}"
+    unpack = fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 192,
+                                  clean_logits=True, mma="unpack")
+    assert compare_logits(out.cpu(), unpack.cpu())[0] < 1e-9
+    for row, n in enumerate(ctx.tolist()):
+        k = min(32, n)
+        got = torch.topk(out[row, :n].cpu().double(), k).indices.sort().values
+        want = torch.topk(ref[row, :n].double(), k).indices.sort().values
+        assert torch.equal(got, want)
+
+
+def test_fp8_path_refuses_what_it_cannot_do():
+    q, cache, w, ctx, table = make_case("bf16", 1, 1, 16, [64], 64)
+    with pytest.raises(ValueError, match="needs an MXFP4 query"):
+        fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 64, mma="fp8")
