@@ -80,6 +80,11 @@ def test_the_bitmap_build_scans_many_words_and_every_bit_of_a_word():
         n = int(rcount[tile])
         assert torch.equal(pos[tile, :n].cpu(), rpos[tile, :n]) and torch.equal(who[tile, :n].cpu(), rwho[tile, :n])
     assert int(count[2]) == 6 and int(who[2, 0]) == 0b11
+    # a scratch sized by a smaller bound (union_attention's `end`; whole words: 34 -> 2 words, 64
+    # positions): the tile below it is whole, a position past the scratch is dropped, never written
+    pos, who, count = tile_union_bitmap(idx.to(DEV), 4, 34)
+    assert int(count[2]) == 6 and torch.equal(pos[2, :6].cpu(), rpos[2, :6])
+    assert int(count[0]) == 2 and torch.equal(pos[0, :2].cpu(), torch.tensor([31, 63], dtype=torch.int32))
 
 
 @pytest.mark.parametrize("block_q", [4, 8])
@@ -101,11 +106,13 @@ def test_union_attention_attends_as_the_gather_kernel(block_q):
         out = union_attention(q, k, v, ix, block_q=block_q, block_n=16)
         torch.testing.assert_close(out, sparse_attention(q, k, v, ix, share=0), rtol=0, atol=2e-6)
         assert torch.equal(union_attention(q, k, v, ix, block_q=block_q, block_n=16, build="bitmap"), out)
+        assert torch.equal(union_attention(q, k, v, ix, block_q=block_q, block_n=16, build="bitmap", end=S), out)
         keep = [t for t in range(T) if bool((ix[t] >= 0).any())]
         torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, ix[keep]),
                                    rtol=1e-4, atol=1e-5)
     assert torch.equal(out[:, :, 5], torch.zeros_like(out[:, :, 5]))
-    for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}, {"build": "radix"}):
+    for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}, {"build": "radix"},
+                {"end": 0}, {"end": k.shape[2] + 1}):
         with pytest.raises(ValueError, match="union_attention"):
             union_attention(q, k, v, idx.to(DEV), **bad)
 

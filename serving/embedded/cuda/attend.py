@@ -13,6 +13,8 @@ many, rounded up to the key tile (split-K, partials combined by a second launch;
 of queries when given, DECODE_SPLIT_KEYS by default for fewer than DECODE_ROWS); 0, or a
 rounded split >= K: no split. `share`: queries a program sharing the union of their kept keys
 (`union_attention`; PREFILL_SHARE by default for a prefill chunk, 0 = the gather kernel).
+`end`: every kept position is below it (a causal prefill chunk: its last position + 1; None:
+S_cap); the bitmap build's scratch is sized by it (a position at or past it would be dropped).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
                      block_n: int | None = None, num_warps: int | None = None,
                      precision: str = "tf32x3", num_stages: int | None = None,
                      one_head: bool = False, split_keys: int | None = None,
-                     share: int | None = None) -> torch.Tensor:
+                     share: int | None = None, end: int | None = None) -> torch.Tensor:
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
@@ -116,7 +118,7 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
         raise ValueError("sparse_attention: share is union_attention's tile; split_keys, one_head, block_n, "
                          "num_warps and num_stages are the gather kernel's")
     if share:
-        return union_attention(q, k, v, idx, block_q=share, precision=precision)
+        return union_attention(q, k, v, idx, block_q=share, precision=precision, end=end)
     broadcast = precision == "broadcast"
     block_n = block_n or (16 if interpreting() else 32 if broadcast else 64)
     few = T < DECODE_ROWS
@@ -141,11 +143,12 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
 def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
                     block_q: int = UNION_BLOCK_Q, block_n: int = UNION_BLOCK_N, precision: str = "tf32x3",
                     num_warps: int | None = None, num_stages: int | None = None,
-                    build: str | None = None) -> torch.Tensor:
+                    build: str | None = None, end: int | None = None) -> torch.Tensor:
     """sparse_attention's result (same arguments and shapes) by union_kernel.py: tiles of
     block_q consecutive queries, each over the union of its queries' kept keys (`tile_union`,
     or `tile_union_bitmap` with build="bitmap": the same entries; UNION_BUILD by default), every
-    union key's k and v rows loaded once for the tile."""
+    union key's k and v rows loaded once for the tile. end: as sparse_attention's (the bitmap's
+    positions; the sort needs no bound)."""
     _, H, T, D = q.shape
     Hkv = k.shape[1]
     if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != T:
@@ -169,7 +172,9 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
     if T == 0:
         return out.transpose(0, 1)[None]
-    pos, who, count = (tile_union if build == "sort" else tile_union_bitmap)(idx, block_q, k.shape[2])
+    if end is not None and not 0 < end <= k.shape[2]:
+        raise ValueError(f"union_attention: end must be in 1..{k.shape[2]} (the cache's capacity), got {end}")
+    pos, who, count = (tile_union if build == "sort" else tile_union_bitmap)(idx, block_q, end or k.shape[2])
     launch = dict(UNION_LAUNCH)
     if num_warps:
         launch["num_warps"] = num_warps

@@ -279,7 +279,7 @@ class CudaDSA(IndexScores):
                     last = self.prefill_scores(cache.layer_id, iq[:, :, c1 - 1:c1], p0 + c1 - c0 - 1)[-1]
                 self._last_row(cache, idx[-1], q[0, :, c1 - 1], last if probe is not None else None,
                                p0 + c1 - c0, needle, probe)
-            out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx)
+            out[:, :, c0:c1] = sparse_attention(q[:, :, c0:c1], cache.k, cache.v, idx, end=p0 + c1 - c0)
         return out
 
     def _dense_rows(self, p0: int, n: int) -> int:

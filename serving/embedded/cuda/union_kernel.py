@@ -206,7 +206,7 @@ def tile_union_bitmap_kernel(
     count_ptr,    # [n_tiles] int32 out
     bits_ptr,     # [n_tiles, BLOCK_Q, W] int32 scratch: a bitmap of each row's positions (W words a row)
     T,
-    W,            # words a row of the scratch (>= the highest position // 32 + 1)
+    W,            # words a row of the scratch (>= the highest position // 32 + 1: positions past it are dropped)
     stride_it,
     stride_pt,    # pos and who: a tile's row stride
     K: tl.constexpr,
@@ -226,6 +226,7 @@ def tile_union_bitmap_kernel(
     t = tile * BLOCK_Q + rq
     ok = (c[None, :] < K) & (t[:, None] < T)
     x = tl.load(idx_ptr + t.to(tl.int64)[:, None] * stride_it + c[None, :], mask=ok, other=-1)   # [BLOCK_Q, KP]
+    x = tl.where(x < W * 32, x, -1)          # a position past the scratch is not set (memory safety; the caller's bound)
     n_words = (tl.max(tl.max(x, 1), 0) >> 5) + 1                     # 0 where the tile keeps nothing
     bits = bits_ptr + tile.to(tl.int64) * BLOCK_Q * W
     if W_CONST > 0:                                   # the interpreter takes only constant range bounds
