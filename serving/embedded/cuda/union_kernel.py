@@ -226,7 +226,7 @@ def tile_union_bitmap_kernel(
     t = tile * BLOCK_Q + rq
     ok = (c[None, :] < K) & (t[:, None] < T)
     x = tl.load(idx_ptr + t.to(tl.int64)[:, None] * stride_it + c[None, :], mask=ok, other=-1)   # [BLOCK_Q, KP]
-    x = tl.where(x < W * 32, x, -1)          # a position past the scratch is not set (memory safety; the caller's bound)
+    x = tl.where(x < W * 32, x, -1)   # a position past the scratch is not set (memory safety; the caller's bound)
     n_words = (tl.max(tl.max(x, 1), 0) >> 5) + 1                     # 0 where the tile keeps nothing
     bits = bits_ptr + tile.to(tl.int64) * BLOCK_Q * W
     if W_CONST > 0:                                   # the interpreter takes only constant range bounds
