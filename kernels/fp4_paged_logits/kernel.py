@@ -19,9 +19,10 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   become exact e4m3 numbers (_fp4.fp4_e4m3_halves: one power of two a row, each group's
   exponent a binade shift) scored as two K = D/2 products on the fp8 tensor cores; the rows'
   powers of two are applied after the ReLU (they are positive): the query head's folded into
-  its weight, the key's into its logit. A page with a key whose group exponents spread over
-  more than SHIFT_MAX binades (or a query head that does) takes the unpack path, so no value
-  is approximated. Bytes read as unpack.
+  its weight, the key's into its logit. A program whose pages hold a key with group exponents
+  spread over more than SHIFT_MAX binades (or whose query has such a head) takes the unpack
+  path, so no value is approximated (the check reads the pages' exponent bytes first: 4 of a
+  key's 68, one reduction a program). Bytes read as unpack.
 """
 
 from __future__ import annotations
@@ -47,11 +48,10 @@ def _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D: tl.constexpr, Q_FP4: tl.cons
 
 
 @triton.jit
-def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
-                 kv_ptr, bt_row, out_row, page0, i, start, seq_len, max_context_len,
-                 page_stride, offs_t, offs_b, offs_g,
+def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+                 max_context_len, page_stride, offs_t, offs_b, offs_g,
                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                 FP8_CVT: tl.constexpr, FP8_MMA: tl.constexpr, OUT8: tl.constexpr):
+                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, OUT8: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
@@ -62,21 +62,14 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, q
                        other=127)  # [BLOCK_KV, D/32]
         s = tl.dot_scaled(codes, exps, "e2m1", tl.trans(qc), qe, "e2m1")  # [BLOCK_KV, BLOCK_H]
         logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
-    elif FP8_MMA:
-        eg = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
-                     other=127).to(tl.int32)  # [BLOCK_KV, D/32]
-        emin = tl.min(eg, axis=1)
+    elif FAST8:   # the fp8 path: the split's pages fit (_pages_fit)
+        emin = tl.min(tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
+                              other=127).to(tl.int32), axis=1)  # [BLOCK_KV]: each key's smallest group exponent
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
-        if q_fast & (tl.max(tl.max(eg, axis=1) - emin, axis=0) <= SHIFT_MAX):
-            k8_even, k8_odd = fp4_e4m3_halves(codes, exps.to(tl.int32) - emin[:, None], OUT8)
-            s8 = tl.dot(k8_even, tl.trans(q8_even)) + tl.dot(k8_odd, tl.trans(q8_odd))  # [BLOCK_KV, BLOCK_H] fp32
-            logits = tl.sum(tl.maximum(s8, 0.0) * w8[None, :], axis=1) * ue8m0_scale(emin)
-        else:
-            qa, qb = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT)
-            ka, kb = fp4_halves(codes, exps, OUT, FP8_CVT)
-            s16 = tl.dot(ka, tl.trans(qa)) + tl.dot(kb, tl.trans(qb))
-            logits = tl.sum(tl.maximum(s16, 0.0) * w[None, :], axis=1)
+        k_even, k_odd = fp4_e4m3_halves(codes, exps.to(tl.int32) - emin[:, None], OUT8)
+        s = tl.dot(k_even, tl.trans(q8_even)) + tl.dot(k_odd, tl.trans(q8_odd))  # [BLOCK_KV, BLOCK_H] fp32
+        logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1) * ue8m0_scale(emin)
     else:
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
@@ -86,6 +79,51 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, q
     pos = p_start + offs_t
     logits = tl.where(pos < seq_len, logits, float("-inf"))
     tl.store(out_row + pos, logits, mask=(pos < max_context_len) & live)
+
+
+@triton.jit
+def _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start, seq_len,
+                  max_context_len, page_stride, offs_t, offs_b, offs_g,
+                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
+                  FP8_CVT: tl.constexpr, FAST8: tl.constexpr, OUT8: tl.constexpr, NP: tl.constexpr):
+    """The split's first n pages (a runtime bound; n = 0: all NP, the interpreter's constant bound)."""
+    if NP > 0:
+        for i in range(0, NP):
+            _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start,
+                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
+                         FP8_CVT, FAST8, OUT8)
+    else:
+        for i in range(0, n):
+            _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start,
+                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
+                         FP8_CVT, FAST8, OUT8)
+
+
+@triton.jit
+def _pages_fit(n, kv_ptr, bt_row, page0, start, seq_len, page_stride, offs_t, offs_g,
+               D: tl.constexpr, BLOCK_KV: tl.constexpr, NP: tl.constexpr):
+    """Whether every live key of the split's first n pages (NP: as _split_logits) has its group
+    exponents within SHIFT_MAX binades of each other (the fp8 path's condition): one reduction a split."""
+    spread = tl.zeros([BLOCK_KV], tl.int32)
+    if NP > 0:
+        for i in range(0, NP):
+            spread = _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
+                                  D, BLOCK_KV)
+    else:
+        for i in range(0, n):
+            spread = _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
+                                  D, BLOCK_KV)
+    return tl.max(spread, axis=0) <= SHIFT_MAX
+
+
+@triton.jit
+def _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
+                 D: tl.constexpr, BLOCK_KV: tl.constexpr):
+    live = start + i * BLOCK_KV < seq_len
+    page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
+    eg = tl.load(kv_ptr + page * page_stride + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :],
+                 mask=live & (start + i * BLOCK_KV + offs_t < seq_len)[:, None], other=127).to(tl.int32)
+    return tl.maximum(spread, tl.max(eg, axis=1) - tl.min(eg, axis=1))
 
 
 @triton.jit
@@ -148,35 +186,40 @@ def fp4_paged_mqa_logits_kernel(
         q8_odd = q8_even
         w = tl.load(w_ptr + row.to(tl.int64) * H + offs_h, mask=h_ok, other=0.0)
         w8 = w
-        q_fast = False
+        n = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)   # live pages
+        NP: tl.constexpr = 0 if LIVE_LOOP else PAGES_PER_SPLIT
         if SCALED:
             qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
             qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
+            _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start,
+                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, True,
+                          FP8_CVT, False, OUT8, NP)
         elif FP8_MMA:   # the query's rows as e4m3 (one power of two a head, folded into its weight)
-            qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
             qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
                          other=127).to(tl.int32)
             qmin = tl.min(qg, axis=1)
-            q_fast = tl.max(tl.max(qg, axis=1) - qmin, axis=0) <= SHIFT_MAX
-            qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
-                         other=127).to(tl.int32)
-            q8_even, q8_odd = fp4_e4m3_halves(qc, tl.minimum(qx - qmin[:, None], SHIFT_MAX), OUT8)
-            w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
+            fits = tl.max(tl.max(qg, axis=1) - qmin, axis=0) <= SHIFT_MAX
+            fits = fits & _pages_fit(n, kv_ptr, bt_row, page0, start, seq_len, page_stride, offs_t, offs_g,
+                                     D, BLOCK_KV, NP)
+            if fits:
+                qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+                qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
+                             other=127).to(tl.int32)
+                q8_even, q8_odd = fp4_e4m3_halves(qc, qx - qmin[:, None], OUT8)
+                w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
+                _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0,
+                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
+                              False, FP8_CVT, True, OUT8, NP)
+            else:   # a key or query head past SHIFT_MAX: the split unpacks
+                q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT)
+                _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0,
+                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
+                              False, FP8_CVT, False, OUT8, NP)
         else:
             q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT)
-        if LIVE_LOOP:
-            n_live = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)
-            for i in range(0, n_live):
-                _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
-                             kv_ptr, bt_row, out_row, page0, i, start, seq_len,
-                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                             FP8_CVT, FP8_MMA, OUT8)
-        else:
-            for i in range(0, PAGES_PER_SPLIT):
-                _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, q_fast, q_ptr, qe_ptr, qrow, h_ok,
-                             kv_ptr, bt_row, out_row, page0, i, start, seq_len,
-                             max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                             FP8_CVT, FP8_MMA, OUT8)
+            _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start,
+                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, False,
+                          FP8_CVT, False, OUT8, NP)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t
