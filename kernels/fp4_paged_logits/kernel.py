@@ -68,7 +68,10 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, 
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
         k_even, k_odd = fp4_e4m3_halves(codes, exps.to(tl.int32) - emin[:, None], OUT8)
-        s = tl.dot(k_even, tl.trans(q8_even)) + tl.dot(k_odd, tl.trans(q8_odd))  # [BLOCK_KV, BLOCK_H] fp32
+        # fp32 sums of each instruction's 32 products (sm_90 otherwise keeps fp8 dots' sums in its
+        # tensor cores' narrower accumulator across instructions)
+        s = tl.dot(k_even, tl.trans(q8_even), max_num_imprecise_acc=32) \
+            + tl.dot(k_odd, tl.trans(q8_odd), max_num_imprecise_acc=32)  # [BLOCK_KV, BLOCK_H] fp32
         logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1) * ue8m0_scale(emin)
     else:
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
