@@ -7,11 +7,12 @@ built from its bits (the code through the fp8 conversion where the GPU has one, 
 the exponent as fp32 bits): exact in fp32 and in bf16 (a one-bit mantissa, fp32's exponent range), so the
 unpack path's only rounding is the dot product's fp32 accumulation.
 
-`fp4_e4m3_halves` is the fp8 path's decoding (GPUs with fp8 MMA): a row's groups share one
-power of two (2^(e_min - 127), e_min its smallest group exponent), each group keeps its shift
-e - e_min as a binade offset in the e4m3 code, so the row becomes e4m3 numbers, exactly, while
-its groups' exponents lie within SHIFT_MAX binades of each other (the kernels check and take
-the unpack path for a tile where they do not).
+The fp8 path's decodings (GPUs with fp8 MMA): `fp4_e4m3_packed` turns key codes into e4m3
+numbers e2m1 x 2^-6 (the group exponent left to the caller, applied to a group's product),
+four codes a 32-bit register by inline PTX on a GPU; `fp4_e4m3_halves` turns a query row into
+e4m3 numbers with one power of two a row (2^(e_min - 127), e_min its smallest group exponent),
+each group's shift e - e_min a binade offset in the code: exact while the row's group
+exponents lie within SHIFT_MAX binades of each other (the kernel checks, and unpacks where not).
 """
 
 from __future__ import annotations
@@ -86,3 +87,30 @@ def fp4_e4m3_halves(codes, shifts, OUT: tl.constexpr):
     if OUT == tl.float32:
         return even.to(tl.float32), odd.to(tl.float32)
     return even, odd
+
+
+@triton.jit
+def fp4_e4m3_packed(codes, ASM: tl.constexpr):
+    """codes uint8 [...] -> (even, odd) tl.float8e4nv [...], e2m1 x 2^-6 each, exact (e2m1_value's
+    bits: magnitude to bits 4..2, sign to bit 7). ASM (a GPU): four code bytes a 32-bit register,
+    two shifts and a mask-and-or a half (inline PTX); else the same bits by uint8 operations."""
+    if ASM:
+        even, odd = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, u;
+            shl.b32 t, $2, 2;
+            shl.b32 u, $2, 4;
+            and.b32 t, t, 0x1C1C1C1C;
+            and.b32 u, u, 0x80808080;
+            or.b32 $0, t, u;
+            shr.b32 t, $2, 2;
+            and.b32 t, t, 0x1C1C1C1C;
+            and.b32 u, $2, 0x80808080;
+            or.b32 $1, t, u;
+            }""",
+            constraints="=r,=r,r", args=[codes], dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
+    else:
+        c = codes.to(tl.uint8)
+        even = ((c & 7) << 2) | ((c & 8) << 4)
+        odd = ((c >> 2) & 0x1C) | (c & 0x80)
+    return even.to(tl.float8e4nv, bitcast=True), odd.to(tl.float8e4nv, bitcast=True)

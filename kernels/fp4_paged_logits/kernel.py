@@ -15,14 +15,15 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself.
 - scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
   on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
-- fp8 (FP8_MMA True, fp4 query only; GPUs with fp8 MMA, SM89 / SM90): key and query rows
-  become exact e4m3 numbers (_fp4.fp4_e4m3_halves: one power of two a row, each group's
-  exponent a binade shift) scored as two K = D/2 products on the fp8 tensor cores; the rows'
-  powers of two are applied after the ReLU (they are positive): the query head's folded into
-  its weight, the key's into its logit. A program whose pages hold a key with group exponents
-  spread over more than SHIFT_MAX binades (or whose query has such a head) takes the unpack
-  path, so no value is approximated (the check reads the pages' exponent bytes first: 4 of a
-  key's 68, one reduction a program). Bytes read as unpack.
+- fp8 (FP8_MMA True, fp4 query, D = 128; GPUs with fp8 MMA, SM89 / SM90): the key codes
+  become e4m3 numbers e2m1 x 2^-6 (_fp4.fp4_e4m3_packed: four codes a register by inline PTX)
+  and each group of 32 is one K = 32 product on the fp8 tensor cores, scaled by the key's
+  group factor 2^(e - 127) and summed in fp32; the query's rows are e4m3 numbers with one power
+  of two a head (_fp4.fp4_e4m3_halves), folded into its weight (positive: it passes the ReLU).
+  Every group product is exact in fp32 (32 products of <= 4-bit significands within ~7
+  binades), so only the fp32 sums round, as in the unpack path. A program whose query has a
+  head with group exponents spread past SHIFT_MAX binades takes the unpack path instead.
+  Bytes read as unpack.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_halves, ue8m0_scale
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, ue8m0_scale
 
 
 @triton.jit
@@ -48,32 +49,55 @@ def _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D: tl.constexpr, Q_FP4: tl.cons
 
 
 @triton.jit
-def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
+def _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, g: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
+              OUT8: tl.constexpr):
+    """The MXFP4 query's group g as e4m3 numbers [BLOCK_H, 32] in element order: e2m1 x
+    2^(e - qmin - 6) (its head's power of two, 2^(qmin - 127 + 6), left out)."""
+    o16 = tl.arange(0, 16)
+    qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + g * 16 + o16[None, :], mask=h_ok[:, None], other=0)
+    e = tl.load(qe_ptr + qrow * (D // 32) + g, mask=h_ok, other=127).to(tl.int32)           # [BLOCK_H]
+    even, odd = fp4_e4m3_halves(qc, tl.broadcast_to((e - qmin)[:, None], (BLOCK_H, 16)), OUT8)
+    return tl.reshape(tl.join(even, odd), (BLOCK_H, 32))
+
+
+@triton.jit
+def _k8_group(base, q8g, live, offs_t, g: tl.constexpr, D: tl.constexpr, BLOCK_KV: tl.constexpr,
+              UPCAST: tl.constexpr):
+    """Group g of a page's keys against the query's: [BLOCK_KV, BLOCK_H] fp32, the product of
+    the e4m3 codes (one K = 32 tensor-core product) times each key's group factor 2^(e - 127)."""
+    o16 = tl.arange(0, 16)
+    codes = tl.load(base + offs_t[:, None] * (D // 2) + g * 16 + o16[None, :], mask=live, other=0)  # [BLOCK_KV, 16]
+    even, odd = fp4_e4m3_packed(codes, not UPCAST)
+    k8 = tl.reshape(tl.join(even, odd), (BLOCK_KV, 32))
+    if UPCAST:
+        k8 = k8.to(tl.float32)
+    scale = ue8m0_scale(tl.load(base + BLOCK_KV * (D // 2) + offs_t * (D // 32) + g, mask=live, other=127))
+    return tl.dot(k8, tl.trans(q8g)) * scale[:, None]
+
+
+@triton.jit
+def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
                  max_context_len, page_stride, offs_t, offs_b, offs_g,
                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, OUT8: tl.constexpr):
+                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
     base = kv_ptr + page * page_stride
-    codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
     if SCALED:
+        codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
                        other=127)  # [BLOCK_KV, D/32]
         s = tl.dot_scaled(codes, exps, "e2m1", tl.trans(qc), qe, "e2m1")  # [BLOCK_KV, BLOCK_H]
         logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
-    elif FAST8:   # the fp8 path: the split's pages fit (_pages_fit)
-        emin = tl.min(tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
-                              other=127).to(tl.int32), axis=1)  # [BLOCK_KV]: each key's smallest group exponent
-        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
-                       mask=live, other=127)  # each byte's group exponent
-        k_even, k_odd = fp4_e4m3_halves(codes, exps.to(tl.int32) - emin[:, None], OUT8)
-        # fp32 sums of each instruction's 32 products (sm_90 otherwise keeps fp8 dots' sums in its
-        # tensor cores' narrower accumulator across instructions)
-        s = tl.dot(k_even, tl.trans(q8_even), max_num_imprecise_acc=32) \
-            + tl.dot(k_odd, tl.trans(q8_odd), max_num_imprecise_acc=32)  # [BLOCK_KV, BLOCK_H] fp32
-        logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1) * ue8m0_scale(emin)
+    elif FAST8:   # the fp8 path (D = 128: four groups), the query's groups q8 = (q8_0, .., q8_3)
+        s = _k8_group(base, q8[0], live, offs_t, 0, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[1], live, offs_t, 1, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[2], live, offs_t, 2, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[3], live, offs_t, 3, D, BLOCK_KV, UPCAST)
+        logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1)
     else:
+        codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
         k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
@@ -85,48 +109,21 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, 
 
 
 @triton.jit
-def _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start, seq_len,
+def _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, start, seq_len,
                   max_context_len, page_stride, offs_t, offs_b, offs_g,
                   D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                  FP8_CVT: tl.constexpr, FAST8: tl.constexpr, OUT8: tl.constexpr, NP: tl.constexpr):
-    """The split's first n pages (a runtime bound; n = 0: all NP, the interpreter's constant bound)."""
+                  FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, NP: tl.constexpr):
+    """The split's first n pages (a runtime bound; NP > 0: all NP, the interpreter's constant bound)."""
     if NP > 0:
         for i in range(0, NP):
-            _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start,
+            _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, OUT8)
+                         FP8_CVT, FAST8, UPCAST)
     else:
         for i in range(0, n):
-            _page_logits(q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, i, start,
+            _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, OUT8)
-
-
-@triton.jit
-def _pages_fit(n, kv_ptr, bt_row, page0, start, seq_len, page_stride, offs_t, offs_g,
-               D: tl.constexpr, BLOCK_KV: tl.constexpr, NP: tl.constexpr):
-    """Whether every live key of the split's first n pages (NP: as _split_logits) has its group
-    exponents within SHIFT_MAX binades of each other (the fp8 path's condition): one reduction a split."""
-    spread = tl.zeros([BLOCK_KV], tl.int32)
-    if NP > 0:
-        for i in range(0, NP):
-            spread = _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
-                                  D, BLOCK_KV)
-    else:
-        for i in range(0, n):
-            spread = _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
-                                  D, BLOCK_KV)
-    return tl.max(spread, axis=0) <= SHIFT_MAX
-
-
-@triton.jit
-def _page_spread(spread, kv_ptr, bt_row, page0, i, start, seq_len, page_stride, offs_t, offs_g,
-                 D: tl.constexpr, BLOCK_KV: tl.constexpr):
-    live = start + i * BLOCK_KV < seq_len
-    page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
-    eg = tl.load(kv_ptr + page * page_stride + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :],
-                 mask=live & (start + i * BLOCK_KV + offs_t < seq_len)[:, None], other=127).to(tl.int32)
-    return tl.maximum(spread, tl.max(eg, axis=1) - tl.min(eg, axis=1))
+                         FP8_CVT, FAST8, UPCAST)
 
 
 @triton.jit
@@ -185,44 +182,38 @@ def fp4_paged_mqa_logits_kernel(
         qe = tl.zeros([BLOCK_H, D // 32], tl.uint8)
         q_even = tl.zeros([BLOCK_H, D // 2], OUT)
         q_odd = q_even
-        q8_even = tl.zeros([BLOCK_H, D // 2], OUT8)
-        q8_odd = q8_even
         w = tl.load(w_ptr + row.to(tl.int64) * H + offs_h, mask=h_ok, other=0.0)
-        w8 = w
         n = tl.minimum((seq_len - start + BLOCK_KV - 1) // BLOCK_KV, PAGES_PER_SPLIT)   # live pages
         NP: tl.constexpr = 0 if LIVE_LOOP else PAGES_PER_SPLIT
         if SCALED:
             qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
             qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
-            _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start,
+            _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start,
                           seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, True,
-                          FP8_CVT, False, OUT8, NP)
-        elif FP8_MMA:   # the query's rows as e4m3 (one power of two a head, folded into its weight)
+                          FP8_CVT, False, UPCAST, NP)
+        elif FP8_MMA:   # the query's groups as e4m3 (one power of two a head, folded into its weight)
             qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
                          other=127).to(tl.int32)
             qmin = tl.min(qg, axis=1)
-            fits = tl.max(tl.max(qg, axis=1) - qmin, axis=0) <= SHIFT_MAX
-            fits = fits & _pages_fit(n, kv_ptr, bt_row, page0, start, seq_len, page_stride, offs_t, offs_g,
-                                     D, BLOCK_KV, NP)
-            if fits:
-                qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
-                qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
-                             other=127).to(tl.int32)
-                q8_even, q8_odd = fp4_e4m3_halves(qc, qx - qmin[:, None], OUT8)
+            if tl.max(tl.max(qg, axis=1) - qmin, axis=0) <= SHIFT_MAX:
+                q8 = (_q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, 0, BLOCK_H, D, OUT8),
+                      _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, 1, BLOCK_H, D, OUT8),
+                      _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, 2, BLOCK_H, D, OUT8),
+                      _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, 3, BLOCK_H, D, OUT8))
                 w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
-                _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0,
+                _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0,
                               start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, True, OUT8, NP)
-            else:   # a key or query head past SHIFT_MAX: the split unpacks
+                              False, FP8_CVT, True, UPCAST, NP)
+            else:   # a query head past SHIFT_MAX: the program unpacks
                 q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT)
-                _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0,
+                _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0,
                               start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, False, OUT8, NP)
+                              False, FP8_CVT, False, UPCAST, NP)
         else:
             q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT)
-            _split_logits(n, q_even, q_odd, qc, qe, w, q8_even, q8_odd, w8, kv_ptr, bt_row, out_row, page0, start,
+            _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start,
                           seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, False,
-                          FP8_CVT, False, OUT8, NP)
+                          FP8_CVT, False, UPCAST, NP)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t

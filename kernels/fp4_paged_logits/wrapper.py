@@ -19,9 +19,9 @@ query only) and is allowed only on GPUs with fp4 MMA (compute capability 10.x / 
 "auto" picks scaled there for an fp4 query, else unpack. The scaled path has not run on such
 a GPU yet: on its first call on a device it is compared with the unpack path on one small
 case and refused (ValueError) if they disagree. "fp8" (an fp4 query only; GPUs with fp8 MMA,
-compute capability 8.9 and up, and the interpreter) turns key and query rows into exact e4m3
-numbers and multiplies on the fp8 tensor cores (the kernel's doc: a page whose keys' group
-exponents spread past 12 binades takes the unpack path); "auto" does not pick it.
+compute capability 8.9 and up, and the interpreter; head dim 128) multiplies exact e4m3 forms
+of the codes on the fp8 tensor cores, a group of 32 a product (the kernel's doc); "auto" does
+not pick it.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         raise ValueError(f"{name}: mma='scaled' needs a GPU with fp4 MMA (compute capability 10.x / 12.x)")
     if scaled and mma == "auto":
         _check_scaled(values.device)
-    if mma == "fp8" and exps is None:
-        raise ValueError(f"{name}: mma='fp8' needs an MXFP4 query (codes, exponents)")
+    if mma == "fp8" and (exps is None or dim != 128):
+        raise ValueError(f"{name}: mma='fp8' needs an MXFP4 query (codes, exponents) of head dim 128")
     if mma == "fp8" and not has_fp8_mma(values):
         raise ValueError(f"{name}: mma='fp8' needs a GPU with fp8 MMA (compute capability 8.9 and up)")
     return _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits,

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_halves
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves
 from niah.kernels._common import compare_logits, has_fp8_conversion
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
 from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma, has_fp8_mma
@@ -163,26 +163,21 @@ def test_every_code_byte_and_shift_becomes_the_exact_e4m3_number():
     assert want.abs().max() == 384 and (want == 2.0 ** -7).any()
 
 
-def _spread_page(cache, page, dim):
-    """One key of the page gets a group 20 binades below its others (past SHIFT_MAX): that page
-    takes the unpack path."""
-    keys = torch.randn(64, dim, generator=torch.Generator().manual_seed(3))
-    keys[5, :32] *= 2.0 ** -20
-    one = torch.zeros(1, 64 * (dim // 2 + dim // 32), dtype=torch.uint8)
-    one = ref_store_fp4_index_keys(keys, one, torch.arange(64))
-    cache[page] = one[0].to(cache.device)
-    return cache
-
-
-@pytest.mark.parametrize("spread", [False, True], ids=["shifts-fit", "one-page-spread"])
+@pytest.mark.parametrize("spread", [False, True], ids=["query-fits", "query-head-spread"])
 def test_fp8_path_matches_float64_reference_and_its_selection(spread):
     """mma="fp8" (an MXFP4 query; fp8 tensor cores on a GPU, fp32 under the interpreter) against
     the float64 reference: calc_diff, masks, and the top-k of every row equal to the reference's
-    (ties by position: topk over the logits then the index order); a page with a key whose
-    group exponents spread past SHIFT_MAX binades is scored by the unpack path, exactly."""
+    (ties by position: topk over the logits then the index order); keys whose groups lie 20
+    binades apart (a group's factor is applied to its own product: exact); a query head whose
+    groups spread past SHIFT_MAX binades sends its program to the unpack path, exactly."""
     q, cache, w, ctx, table = make_case("fp4", 2, 1, 32, [190, 129], 192, seed=7)
-    if spread:
-        cache = _spread_page(cache, int(table[0, 1]), 128)
+    keys = torch.randn(64, 128, generator=torch.Generator().manual_seed(3))
+    keys[5, :32] *= 2.0 ** -20                                      # one key's first group, 20 binades down
+    page = ref_store_fp4_index_keys(keys, torch.zeros(1, 64 * 68, dtype=torch.uint8), torch.arange(64))
+    cache[int(table[0, 1])] = page[0].to(cache.device)
+    if spread:                                                      # request 1, head 3: group 0's exponent - 20
+        q = (q[0], q[1].clone())
+        q[1][1, 0, 3] -= 20
     out = fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 192,
                                clean_logits=True, mma="fp8")
     ref = ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, 192)
@@ -196,6 +191,27 @@ def test_fp8_path_matches_float64_reference_and_its_selection(spread):
         got = torch.topk(out[row, :n].cpu().double(), k).indices.sort().values
         want = torch.topk(ref[row, :n].double(), k).indices.sort().values
         assert torch.equal(got, want)
+
+
+@triton.jit
+def _decode_packed(c_ptr, even_ptr, odd_ptr, N: tl.constexpr, ASM: tl.constexpr):
+    offs = tl.arange(0, N)
+    even, odd = fp4_e4m3_packed(tl.load(c_ptr + offs), ASM)
+    tl.store(even_ptr + offs, even.to(tl.float32))
+    tl.store(odd_ptr + offs, odd.to(tl.float32))
+
+
+def test_every_code_byte_becomes_its_e4m3_number_four_a_register():
+    """The fp8 path's key decoding (kernels/_fp4.py fp4_e4m3_packed): every byte's two codes as
+    e4m3 numbers e2m1 x 2^-6, bit for bit; on a GPU by its inline PTX (four bytes a register),
+    under the interpreter by the same bits in uint8 operations."""
+    if not has_fp8_mma(torch.zeros(1, device=DEV)):
+        pytest.skip("this GPU has no fp8 MMA (compute capability < 8.9): the fp8 path is refused there")
+    codes = torch.arange(256, dtype=torch.uint8).repeat(4)
+    even, odd = (torch.empty(1024, device=DEV) for _ in range(2))
+    _decode_packed[(1,)](codes.to(DEV), even, odd, N=1024, ASM=DEV == "cuda")
+    want = dequantize_fp4(codes.view(-1, 16), torch.full((64, 1), 127 - 6, dtype=torch.uint8)).view(1024, 2)
+    assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
 
 
 def test_fp8_path_refuses_what_it_cannot_do():
