@@ -10,8 +10,8 @@ unpack path's only rounding is the dot product's fp32 accumulation.
 The fp8 path's decodings (GPUs with fp8 MMA): `fp4_e4m3_packed` turns key codes into e4m3
 numbers e2m1 x 2^-6 (the group exponent left to the caller, applied to a group's product),
 four codes a 32-bit register by inline PTX on a GPU; `fp4_e4m3_halves` turns a query row into
-e4m3 numbers with one power of two a row (2^(e_min - 127), e_min its smallest group exponent),
-each group's shift e - e_min a binade offset in the code: exact while the row's group
+e4m3 numbers e2m1 x 2^(shift - 6), shift = e - e_min (e_min its smallest group exponent), so the
+row is those numbers times one power of two, 2^(e_min - 121): exact while the row's group
 exponents lie within SHIFT_MAX binades of each other (the kernel checks, and unpacks where not).
 """
 
@@ -93,7 +93,7 @@ def fp4_e4m3_halves(codes, shifts, OUT: tl.constexpr):
 def fp4_e4m3_packed(codes, ASM: tl.constexpr):
     """codes uint8 [...] -> (even, odd) tl.float8e4nv [...], e2m1 x 2^-6 each, exact (e2m1_value's
     bits: magnitude to bits 4..2, sign to bit 7). ASM (a GPU): four code bytes a 32-bit register,
-    two shifts and a mask-and-or a half (inline PTX); else the same bits by uint8 operations."""
+    nine operations for the eight values (inline PTX); else the same bits by uint8 operations."""
     if ASM:
         even, odd = tl.inline_asm_elementwise(
             asm="""{

@@ -192,6 +192,7 @@ def fp4_paged_mqa_logits_kernel(
                           seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, True,
                           FP8_CVT, False, UPCAST, NP)
         elif FP8_MMA:   # the query's groups as e4m3 (one power of two a head, folded into its weight)
+            tl.static_assert(D == 128, "the fp8 path is written for four groups of 32")
             qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
                          other=127).to(tl.int32)
             qmin = tl.min(qg, axis=1)

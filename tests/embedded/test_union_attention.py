@@ -106,15 +106,22 @@ def test_union_attention_attends_as_the_gather_kernel(block_q):
         out = union_attention(q, k, v, ix, block_q=block_q, block_n=16)
         torch.testing.assert_close(out, sparse_attention(q, k, v, ix, share=0), rtol=0, atol=2e-6)
         assert torch.equal(union_attention(q, k, v, ix, block_q=block_q, block_n=16, build="bitmap"), out)
-        assert torch.equal(union_attention(q, k, v, ix, block_q=block_q, block_n=16, build="bitmap", end=S), out)
         keep = [t for t in range(T) if bool((ix[t] >= 0).any())]
         torch.testing.assert_close(out[:, :, keep], sparse_attention_reference(q[:, :, keep], k, v, ix[keep]),
                                    rtol=1e-4, atol=1e-5)
     assert torch.equal(out[:, :, 5], torch.zeros_like(out[:, :, 5]))
+    # a bound below the capacity (a causal chunk's end: positions < 40, two words of bitmap where
+    # the capacity, 96, would take three): the same output as without it, through sparse_attention too
+    low = torch.stack([torch.randperm(40, generator=g)[:K] for _ in range(T)]).int().to(DEV)
+    whole = union_attention(q, k, v, low, block_q=block_q, block_n=16, build="bitmap")
+    assert torch.equal(union_attention(q, k, v, low, block_q=block_q, block_n=16, build="bitmap", end=40), whole)
+    torch.testing.assert_close(sparse_attention(q, k, v, low, share=block_q, end=40), whole, rtol=0, atol=2e-6)
     for bad in ({"block_q": 2}, {"block_q": 3}, {"block_n": 24}, {"precision": "broadcast"}, {"build": "radix"},
                 {"end": 0}, {"end": k.shape[2] + 1}):
         with pytest.raises(ValueError, match="union_attention"):
             union_attention(q, k, v, idx.to(DEV), **bad)
+    with pytest.raises(ValueError, match="sparse_attention: end must be in 1..96"):
+        sparse_attention(q, k, v, idx.to(DEV), share=0, end=97)
 
 
 def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monkeypatch):

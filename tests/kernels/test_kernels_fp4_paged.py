@@ -170,6 +170,8 @@ def test_fp8_path_matches_float64_reference_and_its_selection(spread):
     (ties by position: topk over the logits then the index order); keys whose groups lie 20
     binades apart (a group's factor is applied to its own product: exact); a query head whose
     groups spread past SHIFT_MAX binades sends its program to the unpack path, exactly."""
+    if not has_fp8_mma(torch.zeros(1, device=DEV)):
+        pytest.skip("this GPU has no fp8 MMA (compute capability < 8.9): the fp8 path is refused there")
     q, cache, w, ctx, table = make_case("fp4", 2, 1, 32, [190, 129], 192, seed=7)
     keys = torch.randn(64, 128, generator=torch.Generator().manual_seed(3))
     keys[5, :32] *= 2.0 ** -20                                      # one key's first group, 20 binades down
@@ -215,6 +217,15 @@ def test_every_code_byte_becomes_its_e4m3_number_four_a_register():
 
 
 def test_fp8_path_refuses_what_it_cannot_do():
+    """mma="fp8": a bf16 query and head dim 64 refused with one ValueError each (and a GPU
+    without fp8 MMA, where there is one: compute capability below 8.9)."""
     q, cache, w, ctx, table = make_case("bf16", 1, 1, 16, [64], 64)
     with pytest.raises(ValueError, match="needs an MXFP4 query"):
         fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 64, mma="fp8")
+    q, cache, w, ctx, table = make_case("fp4", 1, 1, 16, [64], 64, dim=64)
+    with pytest.raises(ValueError, match="of head dim 128"):
+        fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 64, mma="fp8")
+    if not has_fp8_mma(torch.zeros(1, device=DEV)):
+        q, cache, w, ctx, table = make_case("fp4", 1, 1, 16, [64], 64)
+        with pytest.raises(ValueError, match="needs a GPU with fp8 MMA"):
+            fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 64, mma="fp8")

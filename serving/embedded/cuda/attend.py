@@ -14,7 +14,8 @@ of queries when given, DECODE_SPLIT_KEYS by default for fewer than DECODE_ROWS);
 rounded split >= K: no split. `share`: queries a program sharing the union of their kept keys
 (`union_attention`; PREFILL_SHARE by default for a prefill chunk, 0 = the gather kernel).
 `end`: every kept position is below it (a causal prefill chunk: its last position + 1; None:
-S_cap); the bitmap build's scratch is sized by it (a position at or past it would be dropped).
+S_cap; 1..S_cap); the bitmap build's scratch is sized by it, in whole words of 32 positions (a
+position past the last word would be dropped: the caller's bound is the contract).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: tor
         raise ValueError(f"sparse_attention: precision must be one of {PRECISIONS}, not {precision!r}")
     if H % Hkv or q.dtype != torch.float32 or k.dtype != torch.float32 or v.dtype != torch.float32:
         raise ValueError("sparse_attention: fp32 q, k, v with H a multiple of Hkv")
+    _check_end(end, k.shape[2], "sparse_attention")
     check_device(q, k, v, idx)
     G = H // Hkv
     qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
@@ -164,6 +166,7 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
     if block_q not in (1, 2, 4, 8, 16) or block_q * GP < 16 or block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"union_attention: block_q a power of 2 <= 16 with block_q x next_pow2(G) >= 16, "
                          f"block_n a power of 2 >= 16; got {block_q}, {block_n}")
+    _check_end(end, k.shape[2], "union_attention")
     check_device(q, k, v, idx)
     qt = q[0].transpose(0, 1)                                    # [T, H, D] (a view)
     if qt.stride(2) != 1:
@@ -172,8 +175,6 @@ def union_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torc
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
     if T == 0:
         return out.transpose(0, 1)[None]
-    if end is not None and not 0 < end <= k.shape[2]:
-        raise ValueError(f"union_attention: end must be in 1..{k.shape[2]} (the cache's capacity), got {end}")
     pos, who, count = (tile_union if build == "sort" else tile_union_bitmap)(idx, block_q, end or k.shape[2])
     launch = dict(UNION_LAUNCH)
     if num_warps:
@@ -233,6 +234,11 @@ def _union_outputs(idx: torch.Tensor, block_q: int, S: int):
     outs = tuple(torch.empty(shape, dtype=torch.int32, device=idx.device)
                  for shape in ((n, block_q * K), (n, block_q * K), (n,)))
     return (idx if idx.stride(1) == 1 else idx.contiguous()), T, K, n, outs
+
+
+def _check_end(end: int | None, S_cap: int, name: str) -> None:
+    if end is not None and not 0 < end <= S_cap:
+        raise ValueError(f"{name}: end must be in 1..{S_cap} (the cache's capacity), got {end}")
 
 
 def _check_codes(S: int, block_q: int) -> None:
