@@ -105,9 +105,10 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
 
 
 def has_fp8_mma(t: torch.Tensor) -> bool:
-    """Whether the tensor's GPU multiplies e4m3 on its tensor cores (compute capability 8.9 and
-    up); True on the CPU, where the kernels run interpreted."""
-    return not t.is_cuda or torch.cuda.get_device_capability(t.device) >= (8, 9)
+    """Whether the tensor's GPU multiplies e4m3 on its tensor cores: the GPUs that convert fp8
+    in hardware (compute capability 8.9 and up, `has_fp8_conversion`); True on the CPU, where
+    the kernels run interpreted."""
+    return has_fp8_conversion(t.device)
 
 
 def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, block_kv,
