@@ -6,13 +6,14 @@
 Decode logits (clean_logits=False, H=64, D=128, next_n=1) at B=64 with lengths uniform in
 1..65,536 (ragged) and at B=1 x 131,072, on the same keys stored three ways: niah's fp4
 (`fp4_paged_mqa_logits`; bf16 and fp4 queries), niah's fp8 and bf16 (`fp8_paged_mqa_logits`,
-`bf16_paged_mqa_logits`), and DeepGEMM's fp8 (`deep_gemm.fp8_paged_mqa_logits`) when `import deep_gemm` works. Each case
-records the median ms (triton.testing.do_bench), the bytes each one reads (whole pages up to
-the lengths, a key's bytes as the forms table niah.kernels.forms sizes it: fp4 68, fp8 132,
-bf16 256 bytes a token) and the ratios fp4 / DeepGEMM fp8 (goal <= 1.0, moonshot 0.6) and
-fp4 / niah fp8 (the yardstick where DeepGEMM is not built). The fp4 arms: unpack (bf16 and fp4 queries), the fp8 MMA path where the GPU has
-fp8 MMA (fp4 query), scaled where it has fp4 MMA. Also the fp4 key store
-(4,096 tokens) and the fp4 prefill logits (4,096 x 22,016).
+`bf16_paged_mqa_logits`), and DeepGEMM's fp8 (`deep_gemm.fp8_paged_mqa_logits`) when
+`import deep_gemm` works. Each case records the median ms (triton.testing.do_bench), the bytes
+each one reads (whole pages up to the lengths, a key's bytes as the forms table
+niah.kernels.forms sizes it: fp4 68, fp8 132, bf16 256 bytes a token) and the ratios fp4 /
+DeepGEMM fp8 (goal <= 1.0, moonshot 0.6) and fp4 / niah fp8 (the yardstick where DeepGEMM is
+not built). The fp4 arms: unpack (bf16 and fp4 queries), the fp8 MMA path where the GPU has fp8
+MMA (fp4 query), scaled where it has fp4 MMA. Also the fp4 key store (4,096 tokens) and the fp4
+prefill logits (4,096 x 22,016).
 Every case is checked against the float64 / fp32 reference (calc_diff) at B=1 first.
 """
 
