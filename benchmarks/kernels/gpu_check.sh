@@ -8,6 +8,8 @@
 #      TWO_STAGE_BENCH=1 (also benchmarks/kernels/two_stage.py: two-stage selection beside DeepGEMM fp8, niah bf16),
 #      DEEPGEMM_CARRY=DIR (benchmarks/prepare_carry.sh's folder: DeepGEMM is built from it in the background
 #        while the tests run, build_deep_gemm.sh, and importable for the benchmarks after them),
+#      SGLANG_TOPK=1 (with DEEPGEMM_CARRY: SGLang's topk_v2 built from its carried source in the background too,
+#        benchmarks/sglang_jit_build.py; two_stage.py then times it after DeepGEMM's logits),
 #      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
@@ -28,7 +30,14 @@ if [ -n "${DEEPGEMM_CARRY:-}" ]; then
   ( timeout "${DG_BUILD_TIMEOUT:-420}" bash benchmarks/build_deep_gemm.sh "$DEEPGEMM_CARRY" "$DGW/dg"; echo "deep_gemm build exit $?" ) \
     > "$OUT_DIR/deep_gemm_build.log" 2>&1 &
   DG_PID=$!
+  if [ -n "${SGLANG_TOPK:-}" ]; then
+    ( timeout "${DG_BUILD_TIMEOUT:-420}" python3 benchmarks/sglang_jit_build.py build --sglang-src "$DEEPGEMM_CARRY/sglang-src" \
+        --out "$DGW/sgljit" --only topk_v2 --jobs 4; echo "sglang topk_v2 build exit $?" ) > "$OUT_DIR/sglang_topk_build.log" 2>&1 &
+    SG_PID=$!
+    export SGLANG_TOPK_BUILD="$DGW/sgljit" SGLANG_SRC="$DEEPGEMM_CARRY/sglang-src"
+  fi
 fi
+SG_PID=${SG_PID:-}
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider --noconftest --maxfail=20 $TESTS \
   2>&1 | tee "$OUT_DIR/pytest.log" | tail -25
 if [ -n "$DG_PID" ]; then
@@ -36,6 +45,7 @@ if [ -n "$DG_PID" ]; then
   export PYTHONPATH="$PYTHONPATH:$DGW/dg/pkg"
   python3 -c "import deep_gemm; print('deep_gemm importable')" 2>&1 | tail -1
 fi
+if [ -n "$SG_PID" ]; then wait "$SG_PID"; tail -2 "$OUT_DIR/sglang_topk_build.log"; fi
 [ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_TIMEOUT:-300}" python3 $B/bench.py --out "$OUT_DIR/bench.json" ${BENCH_ARGS:-} 2>&1 \
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
 [ -z "${HOST_BENCH:-}" ] || timeout "${HOST_BENCH_TIMEOUT:-240}" python3 $B/host.py \
