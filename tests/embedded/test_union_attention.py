@@ -154,8 +154,8 @@ def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monke
 
 def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     """cuda/bench.py's and gpu_profile.py's arms: "<dtype>-union-k<K>" is the arm's server with
-    PREFILL_SHARE 4 while it runs (restored after, an error included), "-union-bitmap-" the
-    bitmap build too; other arms keep the defaults."""
+    PREFILL_SHARE 4 while it runs (restored after, an error included), "-union8-" 8, "-union3-"
+    refused, "-union-bitmap-" the bitmap build too; other arms keep the defaults."""
     from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
 
     default = attend.PREFILL_SHARE
@@ -174,3 +174,9 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     with arm_kernels("bf16-union-bitmap-k512"):
         assert attend.PREFILL_SHARE == 4 and attend.UNION_BUILD == "bitmap"
     assert attend.PREFILL_SHARE == default and attend.UNION_BUILD == "sort"
+    with arm_kernels("fp8-union8-bitmap-k1024"):                     # a wider tile, named
+        assert attend.PREFILL_SHARE == 8 and attend.UNION_BUILD == "bitmap"
+    assert attend.PREFILL_SHARE == default
+    with pytest.raises(ValueError, match="union tile of 4, 8 or 16"), arm_kernels("fp8-union3-k1024"):
+        pass
+    assert attend.PREFILL_SHARE == default
