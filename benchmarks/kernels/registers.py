@@ -59,10 +59,14 @@ def main() -> None:
                   usage(indexer_logits_kernel, sig, consts, w, aligned), flush=True)
     sig = {"x_ptr": "*fp32", "len_ptr": "*i32", "out_ptr": "*i32", "skey_ptr": "*i32", "sidx_ptr": "*i32",
            "W": "i32", "K": "i32", "stride_x": "i32", "R_HI": "i32", "R_LO": "i32"}
-    for bits in (1, 2, 4):
-        consts = dict(TILE=2048, NS=1024, STRIDE=32, CAP=4096, HAS_LEN=False, K_PAD=512, W_CONST=0, RADIX_BITS=bits)
-        print(f"sample select, 8 warps, {bits} bits:",
-              usage(sample_topk_kernel, sig, consts, 8, ("x_ptr", "out_ptr", "skey_ptr", "sidx_ptr", "stride_x")),
+    # the default launch at 1, 2, 4 bits; then programs of 1 and 2 warps, the scratch read in pieces
+    for tile, warps, bits, pieces in ((2048, 8, 1, 0), (2048, 8, 2, 0), (2048, 8, 4, 0), (512, 1, 1, 512),
+                                      (256, 1, 1, 256), (512, 2, 1, 512), (1024, 2, 1, 1024)):
+        consts = dict(TILE=tile, NS=1024, STRIDE=32, CAP=4096, HAS_LEN=False, K_PAD=512, W_CONST=0, RADIX_BITS=bits,
+                      SCRATCH_TILE=pieces)
+        held = f"in pieces of {pieces}" if pieces else "held"
+        print(f"sample select, tile {tile}, {warps} warps, {bits} bits, scratch {held}:",
+              usage(sample_topk_kernel, sig, consts, warps, ("x_ptr", "out_ptr", "skey_ptr", "sidx_ptr", "stride_x")),
               flush=True)
     sig = {"x_ptr": "*fp32", "idx_in_ptr": "*i32", "len_ptr": "*i32", "out_idx_ptr": "*i32", "out_key_ptr": "*i32",
            "thr_ptr": "*i32", "n_rows": "i32", "W": "i32", "K": "i32", "n_chunks": "i32", "stride_x": "i32",

@@ -119,6 +119,53 @@ def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, 
 
 
 @triton.jit
+def _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, TILE: tl.constexpr):
+    """_from_scratch's selection read from the scratch in TILE-wide pieces (a program of few warps
+    cannot hold CAP keys in registers): T by a binary search, 32 passes over the n_cand
+    candidates (cached reads, a few KB a row), then the candidates > T and the lowest-slot ties,
+    in slot order as _from_scratch lists them. The threshold is unique, so this is _from_scratch's
+    selection whatever bits a step that one takes."""
+    offs = tl.arange(0, TILE)
+    need = K - n_gt
+    pre = tl.zeros([1], tl.int64) - 2147483648
+    for step in range(32):
+        t = pre + (tl.full([1], 1, tl.int64) << (31 - step))
+        cnt = tl.zeros([1], tl.int32)
+        t0 = 0
+        while t0 < n_cand:  # while, not range: the interpreter takes no run-time range bounds
+            cp = t0 + offs
+            key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
+            cnt += tl.sum((key[None, :] >= t.to(tl.int32)[:, None]).to(tl.int32), axis=1)
+            t0 += TILE
+        pre = tl.where(cnt >= need, t, pre)
+    thr = tl.sum(pre, axis=0).to(tl.int32)
+    c_gt = 0
+    t0 = 0
+    while t0 < n_cand:
+        cp = t0 + offs
+        key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
+        c_gt += tl.sum((key > thr).to(tl.int32), axis=0)
+        t0 += TILE
+    b_gt = 0
+    b_eq = 0
+    t0 = 0
+    while t0 < n_cand:
+        cp = t0 + offs
+        key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
+        gt = key > thr
+        eq = key == thr
+        c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)
+        r_eq = b_eq + ((c >> 16) & 0xFFFF)
+        sel = gt | (eq & (r_eq <= need - c_gt))
+        slot = n_gt + tl.where(gt, b_gt + (c & 0xFFFF) - 1, c_gt + r_eq - 1)
+        cidx = tl.load(sidx_ptr + s_off + cp, mask=sel, other=-1)
+        tl.store(out_ptr + out_off + slot, cidx, mask=sel)
+        b_gt += tl.sum(gt.to(tl.int32), axis=0)
+        b_eq += tl.sum(eq.to(tl.int32), axis=0)
+        t0 += TILE
+
+
+@triton.jit
 def _bracket_tile(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, t0, limit, hi, lo, K,
                   n_gt, n_cand, n_eq, n_valid, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr):
     """One tile of pass (b): keys > hi to the output, keys in (lo, hi] to the scratch, in index
@@ -189,6 +236,7 @@ def sample_topk_kernel(
     K_PAD: tl.constexpr,  # next_pow2(K)
     W_CONST: tl.constexpr,  # under the interpreter: W (a constant loop bound); else 0 (W at run time)
     RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_search.kth_threshold): 1, 2 or 4
+    SCRATCH_TILE: tl.constexpr,  # 0: the scratch's CAP keys searched in registers; else read in pieces of this many
 ):
     row = tl.program_id(0).to(tl.int64)
     row_off = row * stride_x
@@ -224,7 +272,10 @@ def sample_topk_kernel(
     tl.debug_barrier()  # the scratch (and the output) written above are read / rewritten below
     fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
     if fits & (n_gt + n_cand >= K):
-        _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP, RADIX_BITS)
+        if SCRATCH_TILE:
+            _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, SCRATCH_TILE)
+        else:
+            _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP, RADIX_BITS)
     elif fits & (n_gt + n_cand + n_eq >= K) & (hi >= lo):   # hi < lo: no bracket to trust (NaN bit patterns)
         _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K, CAP, TILE,
                    HAS_LEN)

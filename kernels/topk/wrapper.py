@@ -47,6 +47,7 @@ SEARCH_RADIX_BITS = 1
 RADIX_BITS = (1, 2, 4)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
+SCRATCH_KEYS_A_THREAD = 16  # the sample select holds its scratch in registers up to this many keys a thread
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
 
@@ -184,10 +185,13 @@ def sample_brackets(k: int, stride: int) -> tuple[int, int]:
 
 def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
                 stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
-                radix_bits: int | None = None) -> torch.Tensor:
+                radix_bits: int | None = None, scratch_tile: int | None = None) -> torch.Tensor:
     """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
-    sized from the shapes alone (graph-safe)."""
+    sized from the shapes alone (graph-safe). scratch_tile: 0 searches the scratch's cap keys
+    in registers, a power of two >= 16 reads them in pieces of that many (the same selection);
+    by default 0 while cap <= SCRATCH_KEYS_A_THREAD keys a thread of num_warps (SAMPLE_WARPS
+    when not given), else the tile."""
 
     if logits.stride(1) != 1:
         logits = logits.contiguous()
@@ -205,6 +209,11 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         if v & (v - 1) or v < 16 or v > MAX_BLOCK:
             raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
     radix_bits = _radix(radix_bits, SAMPLE_RADIX_BITS)
+    if scratch_tile is None:
+        scratch_tile = 0 if cap <= SCRATCH_KEYS_A_THREAD * 32 * (num_warps or SAMPLE_WARPS) else tile
+    if scratch_tile and (scratch_tile & (scratch_tile - 1) or scratch_tile < 16 or scratch_tile > MAX_BLOCK):
+        raise ValueError(f"topk_indices: scratch_tile must be 0 or a power of two in [16, {MAX_BLOCK}], "
+                         f"got {scratch_tile}")
     r_hi, r_lo = sample_brackets(k, stride)
     ns = max(16, next_pow2((width + stride - 1) // stride))
     scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
@@ -213,7 +222,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         width, k, logits.stride(0), r_hi, r_lo,
         TILE=tile, NS=ns, STRIDE=stride, CAP=cap,
         HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
-        RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)),
+        RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)), SCRATCH_TILE=scratch_tile,
         num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out

@@ -237,3 +237,38 @@ def test_sample_select_keeps_the_first_relu_zeros(positives, k, cap):
         want = order[:k].int().sort().values
         got = idx[r]
         assert (got >= 0).all() and torch.equal(got.sort().values, want), f"row {r}"
+
+
+def test_sample_select_reads_its_scratch_in_pieces_alike():
+    """A program of few warps cannot hold the scratch's keys in registers: scratch_tile reads
+    them in pieces (a binary search over the pieces, then the selection piece by piece). The
+    same output in the same order as the search in registers, at 1 and 4 bits a step, on rows
+    whose k-th key is among the candidates (random, rounded to ties, the rows built to defeat a
+    sample), pieces smaller and larger than the candidates; and the rule that picks it: in
+    registers up to SCRATCH_KEYS_A_THREAD keys a thread, in pieces past it (num_warps=1)."""
+    from niah.kernels.topk import wrapper
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.cat([torch.randn(3, 1000, generator=g), torch.round(torch.randn(2, 1000, generator=g) * 4),
+                   adversarial_rows(1000, 8)]).to(DEV)
+    for k, runs in ((40, ((64, 1), (1024, 4))), (333, ((16, 1),))):
+        want = wrapper.sample_topk(x, k, None, stride=8, cap=512, scratch_tile=0).cpu()
+        assert check_topk(x.cpu(), want, k) is None
+        for piece, bits in runs:
+            got = wrapper.sample_topk(x, k, None, stride=8, cap=512, scratch_tile=piece, radix_bits=bits).cpu()
+            assert torch.equal(got, want), (k, piece, bits)
+    calls = []
+    real = wrapper.launcher_of
+
+    def spy(*name):
+        launch = real(*name)
+        return lambda grid, *a, **kw: calls.append(kw["SCRATCH_TILE"]) or launch(grid, *a, **kw)
+    wrapper.launcher_of = spy
+    try:
+        wrapper.sample_topk(x, 40, None, stride=8, cap=4096, tile=256)               # 8 warps: 16 keys a thread
+        wrapper.sample_topk(x, 40, None, stride=8, cap=4096, tile=256, num_warps=1)  # 128 keys a thread
+    finally:
+        wrapper.launcher_of = real
+    assert calls == [0, 256]
+    with pytest.raises(ValueError, match="scratch_tile must be"):
+        wrapper.sample_topk(x, 40, None, scratch_tile=100)
