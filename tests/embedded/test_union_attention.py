@@ -2,7 +2,7 @@
 their kept keys give the gather kernel's output (to fp32 rounding: sums in position order)
 and masked SDPA's; `tile_union` (and `tile_union_bitmap`, its build without a sort) builds
 exactly each tile's union and who keeps what; a prefill chunk takes this path where
-attend.PREFILL_SHARE > 0 (0 by default), a decode step never.
+attend.PREFILL_SHARE > 0 (4 by default), a decode step never.
 
 Without a GPU these run on CPU tensors under TRITON_INTERPRET=1 (set below, before triton is
 imported), at tiny shapes; with one, the same tests run on CUDA.
@@ -154,29 +154,31 @@ def test_a_prefill_chunk_takes_the_union_path_and_a_decode_step_the_gather(monke
 
 def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     """cuda/bench.py's and gpu_profile.py's arms: "<dtype>-union-k<K>" is the arm's server with
-    PREFILL_SHARE 4 while it runs (restored after, an error included), "-union8-" 8, "-union3-"
-    refused, "-union-bitmap-" the bitmap build too; other arms keep the defaults."""
+    PREFILL_SHARE 4 while it runs (restored after, an error included), "-union8-" 8, "-union0-"
+    the gather kernel, "-union3-" refused, "-bitmap-" / "-sort-" the build; an arm naming
+    neither keeps the defaults (tiles of 4, the bitmap build)."""
     from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
 
-    default = attend.PREFILL_SHARE
+    default = attend.PREFILL_SHARE, attend.UNION_BUILD
+    assert default == (4, "bitmap")
     cfg = arm_config("fp8-union-k1024", "cpu")
     assert (cfg.index_dtype, cfg.index_topk, cfg.bf16_read, cfg.topk_impl) == ("fp8", 1024, "fused", "niah")
-    with arm_kernels("fp8-union-k1024"):
-        assert attend.PREFILL_SHARE == attend.UNION_BLOCK_Q == 4
-    assert attend.PREFILL_SHARE == default
-    with pytest.raises(RuntimeError), arm_kernels("bf16-union-k512"):
+    with arm_kernels("fp8-union0-k1024"):                             # the gather kernel, named
+        assert attend.PREFILL_SHARE == 0
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
+    with pytest.raises(RuntimeError), arm_kernels("bf16-union0-k512"):
         raise RuntimeError("the arm failed")
-    assert attend.PREFILL_SHARE == default
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
     with arm_kernels("fp8-k1024"):
-        assert attend.PREFILL_SHARE == default and attend.UNION_BUILD == "sort"
-    cfg = arm_config("bf16-union-bitmap-k512", "cpu")
+        assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
+    cfg = arm_config("bf16-union-sort-k512", "cpu")
     assert (cfg.index_dtype, cfg.index_topk, cfg.bf16_read, cfg.topk_impl) == ("bf16", 512, "fused", "niah")
-    with arm_kernels("bf16-union-bitmap-k512"):
-        assert attend.PREFILL_SHARE == 4 and attend.UNION_BUILD == "bitmap"
-    assert attend.PREFILL_SHARE == default and attend.UNION_BUILD == "sort"
+    with arm_kernels("bf16-union-sort-k512"):
+        assert attend.PREFILL_SHARE == attend.UNION_BLOCK_Q == 4 and attend.UNION_BUILD == "sort"
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
     with arm_kernels("fp8-union8-bitmap-k1024"):                     # a wider tile, named
         assert attend.PREFILL_SHARE == 8 and attend.UNION_BUILD == "bitmap"
-    assert attend.PREFILL_SHARE == default
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
     with pytest.raises(ValueError, match="union tile of 4, 8 or 16"), arm_kernels("fp8-union3-k1024"):
         pass
-    assert attend.PREFILL_SHARE == default
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default

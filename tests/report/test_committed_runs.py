@@ -24,6 +24,19 @@ K32 = ROOT / "results" / "precision-k32"
 H200 = ROOT / "results" / "h200-seed-sweep"
 
 
+def job_seconds(run: Path) -> dict:
+    """Each matrix job's start-to-end seconds from its status file (every job exited 0)."""
+    import datetime as dt
+
+    took = {}
+    for part in (run / "parts").iterdir():
+        st = json.loads((part / "job.status.json").read_text())
+        assert st["exit"] == 0
+        took[part.name] = int((dt.datetime.fromisoformat(st["ended"])
+                               - dt.datetime.fromisoformat(st["started"])).total_seconds())
+    return took
+
+
 def _compare(a: str, b: str) -> dict:
     r = niah("compare", str(K32), "--a", a, "--b", b, "--json")
     assert r.returncode == 0, r.stderr
@@ -217,7 +230,6 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     is the H100 runs' (and the one-arm run's the radix round's), on the committed prompts, with
     every arm's attestation valid, and the six jobs' times from their status files as the docs
     quote them."""
-    import datetime as dt
 
     dev = H200 / "device"
     runs = {name: {(r["config"], r["length"], r["depth"], r["trial"]): r
@@ -238,12 +250,7 @@ def test_the_h200_runs_after_split_k_answer_as_the_runs_before():
     for name, entry in checked.manifest["configs"].items():
         assert status(entry)[0] == VALID, (name, status(entry))
     assert int(re.search(r"sweep rc=0 wall_s=(\d+)", (dev / "h200-matrix" / "sweep.log").read_text()).group(1)) <= 600
-    took = {}
-    for part in (dev / "h200-matrix" / "parts").iterdir():
-        st = json.loads((part / "job.status.json").read_text())
-        assert st["exit"] == 0
-        took[part.name] = int((dt.datetime.fromisoformat(st["ended"])
-                               - dt.datetime.fromisoformat(st["started"])).total_seconds())
+    took = job_seconds(dev / "h200-matrix")
     # the jobs' times docs/embedded-server.md quotes: every fused arm's still above dense's
     assert took == {"dense": 173, "bf16-k512": 181, "fp8-k512": 186, "bf16-k1024": 194, "fp8-k1024": 195,
                     "bf16-gather-k512": 255}
@@ -256,7 +263,6 @@ def test_the_h200_runs_after_the_dense_first_rows_move_only_sparse_sums():
     order: the dense arm answers as before in every trial, the sparse arms in all but the few
     the docs count; prompts are the committed matrix's, attestations valid, and the jobs' times
     from their status files as the docs quote them (three fused arms' at or below dense's)."""
-    import datetime as dt
 
     dev = H200 / "device"
     runs = {name: {(r["config"], r["length"], r["depth"], r["trial"]): r
@@ -276,22 +282,53 @@ def test_the_h200_runs_after_the_dense_first_rows_move_only_sparse_sums():
     assert checked.problems == []
     for name, entry in checked.manifest["configs"].items():
         assert status(entry)[0] == VALID, (name, status(entry))
-    took = {}
-    for part in (dev / "h200-matrix-rows" / "parts").iterdir():
-        st = json.loads((part / "job.status.json").read_text())
-        assert st["exit"] == 0
-        took[part.name] = int((dt.datetime.fromisoformat(st["ended"])
-                               - dt.datetime.fromisoformat(st["started"])).total_seconds())
+    took = job_seconds(dev / "h200-matrix-rows")
     assert took == {"dense": 187, "bf16-k512": 176, "fp8-k512": 179, "bf16-k1024": 185, "fp8-k1024": 189,
                     "bf16-gather-k512": 248}
 
 
-def test_the_union_build_timing_holds_the_default_to_the_gather_kernel():
+def test_the_h100_runs_with_the_union_by_default_move_only_sparse_sums_and_finish_before_dense():
+    """device/h100-one-arm-12k-22k-union/ and device/h100-matrix-union/: the seed's arms with
+    union_attention by default (tiles of 4, the bitmap build), on one H100. The same prompts as
+    the H200's rows round; the dense arm answers as there in every trial, the sparse arms in all
+    but the docs' 15 alone and 19 in the matrix (sums in position order); attestations valid;
+    every fused arm's matrix job ends before dense's; the one-arm medians the docs quote."""
+    import statistics
+
+    from niah.serving.embedded.cuda import attend
+
+    assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == (4, "bitmap")
+    dev = H200 / "device"
+    load = lambda name: {(r["config"], r["length"], r["depth"], r["trial"]): r  # noqa: E731
+                         for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+    for before, after, moved in (("h200-one-arm-12k-22k-rows", "h100-one-arm-12k-22k-union", 15),
+                                 ("h200-matrix-rows", "h100-matrix-union", 19)):
+        old, new = load(before), load(after)
+        assert new.keys() == old.keys()
+        assert all(r["prompt_sha256"] == old[key]["prompt_sha256"] and r["error"] is None for key, r in new.items())
+        differ = [key for key, r in new.items() if r["answer"] != old[key]["answer"]]
+        assert len(differ) == moved and all(key[0] != "dense" for key in differ), after
+        checked = load_checked(dev / after)
+        assert checked.problems == []
+        assert all(status(entry)[0] == VALID for entry in checked.manifest["configs"].values())
+    took = job_seconds(dev / "h100-matrix-union")
+    assert took == {"dense": 185, "bf16-k512": 172, "fp8-k512": 177, "bf16-k1024": 180, "fp8-k1024": 182,
+                    "bf16-gather-k512": 260}
+    assert all(took[arm] <= took["dense"] for arm in ("fp8-k512", "bf16-k512", "fp8-k1024", "bf16-k1024"))
+    alone = load("h100-one-arm-12k-22k-union").values()
+    median = {(arm, n): statistics.median(r["latency_s"] for r in alone if (r["config"], r["length"]) == (arm, n))
+              for arm in ("dense", "fp8-k1024", "bf16-k1024") for n in (12189, 22600)}
+    assert {key: round(v / median[("dense", key[1])], 2) for key, v in median.items() if key[0] != "dense"} == {
+        ("fp8-k1024", 12189): 1.05, ("bf16-k1024", 12189): 0.96, ("fp8-k1024", 22600): 0.85,
+        ("bf16-k1024", 22600): 0.83}
+
+
+def test_the_union_build_timing_kept_the_sort_out_of_the_prefill():
     """device/union_attention-tile-kernel-h100.jsonl: union_attention with tile_union's kernel
     against the gather kernel, its CUDA tests passed first. On the rows that share keys as the
     model's do (tiles of 4, 2 warps) the union with its build is the docs' 1.11x / 0.97x at
     k 1,024 and 1.08x / 0.95x at k 512 (12,189 / 22,600 tokens), the build 0.41-0.43 ms at
-    k 1,024: too little for the prefill, so attend.PREFILL_SHARE stays 0 (the gather kernel)."""
+    k 1,024: too little for the prefill, so the sort's build never became the default."""
     from niah.serving.embedded.cuda import attend
 
     path = H200 / "device" / "union_attention-tile-kernel-h100.jsonl"
@@ -303,17 +340,16 @@ def test_the_union_build_timing_holds_the_default_to_the_gather_kernel():
         (12189, 1024): 1.11, (22600, 1024): 0.97, (12189, 512): 1.08, (22600, 512): 0.95}
     assert all(0.41 <= shared[(end, 1024)]["tile_union_ms"] <= 0.43 for end in (12189, 22600))
     saved = 90 * (shared[(12189, 1024)]["gather_ms"] - shared[(12189, 1024)]["union_ms"])
-    assert 12 < saved < 14 and attend.PREFILL_SHARE == 0
+    assert 12 < saved < 14 and attend.UNION_BUILD != "sort"
 
 
-def test_the_bitmap_build_timing_is_the_docs_and_not_yet_the_default():
+def test_the_bitmap_build_timing_is_the_docs():
     """device/union_attention-bitmap-h100.jsonl: the same benchmark with tile_union_bitmap
     beside the sort, on one H100. Its entries equal the sort's in every case on the GPU; on
     the shared rows (tiles of 4, 2 warps) the union with it is the docs' 1.40x / 1.17x at
     k 1,024 and 1.15x / 1.02x at k 512, the build 2.3-2.6x faster than the sort at k 1,024;
-    about 36 ms off a 12,189-token prefill. Kernel times only: the defaults stay the gather
-    kernel and the sort until a request-level run."""
-    from niah.serving.embedded.cuda import attend
+    about 36 ms off a 12,189-token prefill. Kernel times only: the request-level run below made
+    it the default."""
 
     path = H200 / "device" / "union_attention-bitmap-h100.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -325,4 +361,4 @@ def test_the_bitmap_build_timing_is_the_docs_and_not_yet_the_default():
     assert all(2.3 <= shared[(end, 1024)]["tile_union_ms"] / shared[(end, 1024)]["tile_union_bitmap_ms"] <= 2.7
                for end in (12189, 22600))
     saved = 90 * (shared[(12189, 1024)]["gather_ms"] - shared[(12189, 1024)]["union_bitmap_ms"])
-    assert 35 < saved < 37 and attend.PREFILL_SHARE == 0 and attend.UNION_BUILD == "sort"
+    assert 35 < saved < 37

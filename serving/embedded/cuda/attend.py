@@ -69,12 +69,15 @@ DECODE_SPLIT_KEYS = 64
 # 22,600 on the rows that share keys: about 13 ms off a 12,189-token prefill, not the 38-48 the
 # k 1,024 arms are above dense. tile_union_bitmap (no sort; device/union_attention-bitmap-h100.jsonl):
 # 0.16-0.18 ms, the union with it 1.40x the gather at 12,189 and 1.17x at 22,600 (about 36 ms
-# off that prefill). It stays 0 until a request-level run beside the default (docs/embedded-server.md).
-PREFILL_SHARE = 0
+# off that prefill). The request-level run decided (one H100, the seed's arms one at a time and its matrix,
+# results/h200-seed-sweep/device/h100-*-union/; docs/embedded-server.md): with tiles of 4 and the
+# bitmap build every fused arm's matrix job finished before dense's, and at 22,600 tokens every
+# fused arm's median trial was 0.73-0.85x dense's. 0 gives the gather kernel back.
+PREFILL_SHARE = 4
 UNION_BLOCK_Q = 4      # union_attention's own default tile (what a share of PREFILL_SHARE > 0 would be)
 UNION_BLOCK_N = 64
 UNION_LAUNCH = {"num_warps": 2}
-UNION_BUILD = "sort"   # union_attention's build by default (UNION_BUILDS: tile_union or tile_union_bitmap)
+UNION_BUILD = "bitmap"   # union_attention's build by default (UNION_BUILDS: tile_union or tile_union_bitmap)
 
 
 def launch_options(precision: str, T: int, num_warps: int | None = None, num_stages: int | None = None) -> dict:

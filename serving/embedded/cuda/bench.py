@@ -10,7 +10,8 @@ Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read)
 "<fp8|bf16>-fused-k<K>" (prefill through the fused indexer + top-k, `--topk fused`), or
 "<fp8|bf16>-union-k<K>" (the prefill's attention by union_attention, tiles of 4 queries:
 attend.PREFILL_SHARE for that arm only, `arm_kernels`; "-union8-" / "-union16-": tiles of 8 or 16;
-"<fp8|bf16>-union-bitmap-k<K>": the same with the bitmap build, attend.UNION_BUILD).
+"-union0-": the gather kernel; "-bitmap-" / "-sort-": union_attention's build, attend.UNION_BUILD;
+an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -40,16 +41,18 @@ def arm_config(arm: str, device: str):
 @contextmanager
 def arm_kernels(arm: str):
     """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm (N for
-    "-unionN-") and attend.UNION_BUILD = "bitmap" for a "-bitmap-" one, else attend's defaults."""
+    "-unionN-", 0: the gather kernel) and attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
+    "-sort-" one, else attend's defaults; restored after."""
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     parts = arm.split("-")
     before = attend.PREFILL_SHARE, attend.UNION_BUILD
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
-    if tiles and tiles[0] not in ("", "4", "8", "16"):
-        raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries (-union-, -union8-, -union16-)")
+    if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
+        raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
+                         "(-union-, -union8-, -union16-, -union0-)")
     attend.PREFILL_SHARE = (int(tiles[0] or attend.UNION_BLOCK_Q)) if tiles else before[0]
-    attend.UNION_BUILD = "bitmap" if "bitmap" in parts else before[1]
+    attend.UNION_BUILD = "bitmap" if "bitmap" in parts else "sort" if "sort" in parts else before[1]
     try:
         yield
     finally:

@@ -36,7 +36,7 @@ only), computed the way a DSA server computes it:
   and the probe's reference row stay on the unfused kernels.
 - attention: `attend.sparse_attention`, each query over its own kept keys, fp32 (with
   attend.PREFILL_SHARE > 0 a prefill chunk's tiles of that many queries go through
-  `attend.union_attention`, each over the union of its queries' kept keys; 0 by default). A prompt's
+  `attend.union_attention`, each over the union of its queries' kept keys; 4 by default). A prompt's
   rows at positions < K keep every key, so they attend densely (`dense_attention`, the
   dense arm's SDPA) and are not scored at all, as the whole prompt is while it is at most K
   tokens: the same keys as the kernel's, the sums in another order (`dense_when_short`
