@@ -182,3 +182,25 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
     with pytest.raises(ValueError, match="union tile of 4, 8 or 16"), arm_kernels("fp8-union3-k1024"):
         pass
     assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == default
+
+
+def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_only():
+    """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
+    arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
+    settings are untouched."""
+    from niah.kernels.topk import wrapper
+    from niah.serving.embedded.cuda.bench import arm_kernels
+
+    default = wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE
+    assert default == (8, 2048)
+    with arm_kernels("fp8-sample1-k1024"):
+        assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == (1, 256)
+        assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == (4, "bitmap")
+    assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
+    with pytest.raises(RuntimeError), arm_kernels("bf16-union0-sample4-k512"):
+        assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE, attend.PREFILL_SHARE) == (4, 1024, 0)
+        raise RuntimeError("the arm failed")
+    assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE, attend.PREFILL_SHARE) == (*default, 4)
+    with pytest.raises(ValueError, match="1, 2 or 4 warps"), arm_kernels("fp8-sample8-k1024"):
+        pass
+    assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default

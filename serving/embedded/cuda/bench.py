@@ -11,7 +11,10 @@ Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read)
 "<fp8|bf16>-union-k<K>" (the prefill's attention by union_attention, tiles of 4 queries:
 attend.PREFILL_SHARE for that arm only, `arm_kernels`; "-union8-" / "-union16-": tiles of 8 or 16;
 "-union0-": the gather kernel; "-bitmap-" / "-sort-": union_attention's build, attend.UNION_BUILD;
-an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build).
+an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build); "-sample1-",
+"-sample2-", "-sample4-": the prefill's sample-bracketed top-k launched with 1, 2 or 4 warps a
+row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
+are 8 warps and 2048 keys).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -41,22 +44,29 @@ def arm_config(arm: str, device: str):
 @contextmanager
 def arm_kernels(arm: str):
     """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm (N for
-    "-unionN-", 0: the gather kernel) and attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
-    "-sort-" one, else attend's defaults; restored after."""
+    "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
+    "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
+    keys a step), else the defaults; restored after."""
+    from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     parts = arm.split("-")
-    before = attend.PREFILL_SHARE, attend.UNION_BUILD
+    before = attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
     if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
         raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
                          "(-union-, -union8-, -union16-, -union0-)")
+    warps = [p[len("sample"):] for p in parts if p.startswith("sample")]
+    if warps and warps[0] not in ("1", "2", "4"):
+        raise ValueError(f"arm {arm!r}: the sample select at 1, 2 or 4 warps (-sample1-, -sample2-, -sample4-)")
     attend.PREFILL_SHARE = (int(tiles[0] or attend.UNION_BLOCK_Q)) if tiles else before[0]
     attend.UNION_BUILD = "bitmap" if "bitmap" in parts else "sort" if "sort" in parts else before[1]
+    if warps:
+        wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = int(warps[0]), 256 * int(warps[0])
     try:
         yield
     finally:
-        attend.PREFILL_SHARE, attend.UNION_BUILD = before
+        attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = before
 
 
 def main(argv: list[str] | None = None) -> None:
