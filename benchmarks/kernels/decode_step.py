@@ -29,7 +29,9 @@ from measure import timeit_graph
 
 TOPK_FORMS = {"block 2048": {"block": 2048}, "block 4096": {"block": 4096}, "block 8192": {"block": 8192},
               "final_warps 8": {"final_warps": 8}, "final_warps 32": {"final_warps": 32},
-              "sample": {"method": "sample"}}
+              "sample": {"method": "sample"}, "segmented": {"method": "segmented"},
+              "segmented 1024": {"method": "segmented", "tile": 1024},
+              "segmented 2048": {"method": "segmented", "tile": 2048}}
 
 
 def topk_tune(widths, ks, dev):

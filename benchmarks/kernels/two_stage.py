@@ -22,7 +22,10 @@ token). Timed (triton.testing.do_bench medians, L2 flushed):
   - niah's fp4 paged logits (`fp4_paged_mqa_logits`, MXFP4 query as SGLang's fp4 path, and a
     bf16 query), alone and followed by the top-k (one-stage fp4 selection), and
     `fp4_bf16_two_stage_topk` at c = 2, 4, 8 (fp4 query; c = 4 with the bf16 query too); where
-    the GPU has fp8 MMA, the fp4 logits and c = 2 again with mma="fp8".
+    the GPU has fp8 MMA, the fp4 logits and c = 2 again with mma="fp8";
+  - the decode cases again with the few-rows top-k by the segmented select (`topk_indices`'s
+    method "segmented", kernels/topk/segment_kernel.py): alone on DeepGEMM's logits, after
+    DeepGEMM's and niah's fp8 logits, and in the two-stage selection at c = 2, 4, 8.
 Ratios: two-stage and fp4 / DeepGEMM fp8 logits (fp4 logits: goal <= 1.0), / DeepGEMM fp8
 logits + SGLang's top-k (fp8+bf16 two-stage: goal <= 1.5) and + niah's top-k, and / niah bf16 logits + top-k.
 Checked first on the same inputs: the re-scores equal niah's bf16 logits at the candidates (calc_diff), both
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 if "--tiny" in sys.argv:
@@ -74,6 +78,19 @@ def sglang_topk():
         meta.real_page_table, meta.page_size, meta.topk_v2_plan = table, PAGE, ops.plan_topk_v2(lengths)
         return lambda lg=logits: ops.topk_paged(lg, lengths, k, meta)
     return bind
+
+
+@contextmanager
+def few_rows_method(method: str):
+    """topk_indices' default for few rows (decode) set to `method` while the block runs."""
+    from niah.kernels.topk import wrapper
+
+    before = wrapper.FEW_ROWS_METHOD
+    wrapper.FEW_ROWS_METHOD = method
+    try:
+        yield
+    finally:
+        wrapper.FEW_ROWS_METHOD = before
 
 
 def slots_of(pos: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -221,17 +238,35 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny, sgl=None):
             share = common / max(1, int((mine >= 0).sum()))
             results.append({"case": case, "impl": "check", "sglang_topk_keeps_niah_topk": share})
             print(f"{case}: SGLang's top-k keeps {share:.4f} of niah's on DeepGEMM's logits")
+    # the few-rows top-k by the segmented select (topk.wrapper.FEW_ROWS_METHOD): alone, after
+    # DeepGEMM's logits, and in the two-stage selection (both of its top-k calls)
+    seg_calls = {"two-stage c={c} (segmented top-k)".format(c=c): calls[f"two-stage c={c}"] for c in (2, 4, 8)}
+    seg_calls["niah fp8 logits + segmented top-k"] = calls["niah fp8 logits + top-k"]
+    if dg is not None:
+        alone = calls["niah top-k alone (on DeepGEMM's logits)"]
+        seg_calls["niah segmented top-k alone (on DeepGEMM's logits)"] = alone
+        seg_calls["DeepGEMM fp8 logits + niah segmented top-k"] = calls["DeepGEMM fp8 logits + top-k"]
+        want = topk_indices(dg_out, k, ctx).sort(1).values          # the default method's set
+        with few_rows_method("segmented"):
+            same = torch.equal(alone().sort(1).values, want)
+        results.append({"case": case, "impl": "check", "segmented_topk_keeps_niah_topk": same})
     timed = {}
     for impl, fn in calls.items():
         timed[impl] = ms = timeit(fn)
         results.append({"case": case, "impl": impl, "ms": ms})
         print(f"{case}: {impl}: {ms:.4f} ms")
+    with few_rows_method("segmented"):
+        for impl, fn in seg_calls.items():
+            timed[impl] = ms = timeit(fn)
+            results.append({"case": case, "impl": impl, "ms": ms})
+            print(f"{case}: {impl}: {ms:.4f} ms")
     # goals: the whole two-stage selection <= 1.5x DeepGEMM fp8 logits + SGLang's top-k (where it was
     # built; else niah's stands in, said by the row's name), fp4 logits <= 1.0x DeepGEMM fp8 logits
     top = "DeepGEMM fp8 logits + SGLang top-k" if "DeepGEMM fp8 logits + SGLang top-k" in timed else \
         "DeepGEMM fp8 logits + top-k"
     goals = {("two-stage", top): 1.5, ("niah fp4 logits", "DeepGEMM fp8 logits"): 1.0}
     arms = [f"{a} c={c}" for a in ("two-stage", "fp4 two-stage") for c in (2, 4, 8)]
+    arms += [f"two-stage c={c} (segmented top-k)" for c in (2, 4, 8)]
     arms += ["two-stage c=2 (final torch.topk)", "fp4 two-stage c=4 (bf16 query)", "niah fp4 logits + top-k",
              "niah fp4 logits (fp4 query)", "niah fp4 logits (bf16 query)"] + fp8_arms
     for base in ("DeepGEMM fp8 logits", "DeepGEMM fp8 logits + SGLang top-k", "DeepGEMM fp8 logits + top-k",

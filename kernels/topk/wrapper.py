@@ -6,8 +6,10 @@ unspecified; a row with L <= k candidates returns them in index order (0..L-1 wh
 lengths are given), then -1. Ties at the threshold keep the lowest indices.
 Any 1 <= k <= 16,384 and any width (measured on the H200 up to k = 2048; larger k use
 chunks of 2 * next_pow2(k) keys, up to 32,768 a program). Graph-safe: no host sync.
-Two kernels, same results: "sample" (sample_kernel.py, one program a row; the default for
-many rows and k <= 2048) and "search" (kernel.py; the default otherwise).
+Three kernels, same results: "sample" (sample_kernel.py, one program a row; the default for
+many rows and k <= 2048), "segmented" (segment_kernel.py: the sample select's pass over the row
+split over programs, for few long rows; the same keys in the same order as "sample") and
+"search" (kernel.py; the default otherwise).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from niah.kernels._launch import launcher_of
 # launched through niah.kernels._launch (the kernel modules import triton: loaded at the first launch)
 _TOPK = ("niah.kernels.topk.kernel", "topk_kernel")
 _SAMPLE = ("niah.kernels.topk.sample_kernel", "sample_topk_kernel")
+_SEGMENT = {step: ("niah.kernels.topk.segment_kernel", f"segment_{step}_kernel")
+          for step in ("bracket", "count", "scatter", "finish")}
 
 MAX_BLOCK = 32768  # one row (or chunk) per program, held in registers
 DEFAULT_BLOCK = 8192  # chunk width of the rounds for many rows (H200 sweep: docs/kernels.md)
@@ -47,6 +51,9 @@ SEARCH_RADIX_BITS = 1
 RADIX_BITS = (1, 2, 4)
 MAX_NUMEL = 1 << 20     # Triton's largest tensor: a step counts [searches, 2^bits, keys] comparisons
 SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 sample ranks
+FEW_ROWS_METHOD = "search"  # few rows (decode) by default; "segmented" is timed beside it (docs/kernels.md)
+SEGMENT_KEYS = 4096  # "segmented": keys a program of the row's pass reads (one tile)
+SEGMENT_WARPS = 4  # "segmented": warps of the bracket and pass launches (the finish: SAMPLE_WARPS)
 SCRATCH_KEYS_A_THREAD = 16  # the sample select holds its scratch in registers up to this many keys a thread
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
@@ -101,7 +108,8 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     num_warps / final_warps: warps of the chunk rounds / of the last launch;
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
-    method: "search" or "sample" (sample_topk: tile / sample_stride / cap / num_warps);
+    method: "search", "sample" (sample_topk: tile / sample_stride / cap / num_warps) or "segmented"
+    (segment_topk: tile is its segment, num_warps its bracket and pass launches');
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
     fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
 
@@ -111,9 +119,12 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     # select in two launches; few rows (decode) -> FEW_ROWS_BLOCK-wide chunks
     many = rows * ((width + DEFAULT_BLOCK - 1) // DEFAULT_BLOCK) >= MANY_SEGMENTS
     # H200: "sample" 1.4-1.6x faster for many rows (k <= 2048), 2.2x slower for one row
-    method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search")
-    if method not in ("search", "sample"):
-        raise ValueError(f"topk_indices: method must be 'search' or 'sample', got {method!r}")
+    method = method or ("sample" if many and k <= SAMPLE_MAX_DEFAULT_K else "search" if many else FEW_ROWS_METHOD)
+    if method not in ("search", "sample", "segmented"):
+        raise ValueError(f"topk_indices: method must be 'search', 'sample' or 'segmented', got {method!r}")
+    if method == "segmented":
+        return segment_topk(logits, k, lengths, segment=tile, stride=sample_stride, cap=cap, num_warps=num_warps,
+                          radix_bits=radix_bits)
     if method == "sample":
         return sample_topk(logits, k, lengths, tile=tile, stride=sample_stride, cap=cap, num_warps=num_warps,
                            radix_bits=radix_bits)
@@ -193,27 +204,11 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     by default 0 while cap <= SCRATCH_KEYS_A_THREAD keys a thread of num_warps (SAMPLE_WARPS
     when not given), else the tile."""
 
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    check_device(logits, lengths)
+    logits, out, stride, cap, tile, radix_bits, scratch_tile = _sample_plan(
+        logits, k, lengths, stride, cap, tile, radix_bits, scratch_tile, num_warps or SAMPLE_WARPS)
     rows, width = logits.shape
-    out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
     if rows == 0:
         return out
-    stride = stride or SAMPLE_STRIDE
-    while (width + stride - 1) // stride > MAX_SAMPLE:
-        stride *= 2
-    cap = cap or (4096 if k <= 2048 else 16384)
-    tile = tile or (256 if interpreting() else SAMPLE_TILE)
-    for name, v in (("tile", tile), ("cap", cap)):
-        if v & (v - 1) or v < 16 or v > MAX_BLOCK:
-            raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
-    radix_bits = _radix(radix_bits, SAMPLE_RADIX_BITS)
-    if scratch_tile is None:
-        scratch_tile = 0 if cap <= SCRATCH_KEYS_A_THREAD * 32 * (num_warps or SAMPLE_WARPS) else tile
-    if scratch_tile and (scratch_tile & (scratch_tile - 1) or scratch_tile < 16 or scratch_tile > MAX_BLOCK):
-        raise ValueError(f"topk_indices: scratch_tile must be 0 or a power of two in [16, {MAX_BLOCK}], "
-                         f"got {scratch_tile}")
     r_hi, r_lo = sample_brackets(k, stride)
     ns = max(16, next_pow2((width + stride - 1) // stride))
     scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=logits.device)
@@ -225,4 +220,70 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)), SCRATCH_TILE=scratch_tile,
         num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
+    return out
+
+
+def _sample_plan(logits, k, lengths, stride, cap, tile, radix_bits, scratch_tile, warps):
+    """The sample select's checked arguments and output: (logits with unit column stride, out,
+    stride, cap, tile, radix_bits, scratch_tile)."""
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    check_device(logits, lengths)
+    rows, width = logits.shape
+    out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    stride = stride or SAMPLE_STRIDE
+    while (width + stride - 1) // stride > MAX_SAMPLE:
+        stride *= 2
+    cap = cap or (4096 if k <= 2048 else 16384)
+    tile = tile or (256 if interpreting() else SAMPLE_TILE)
+    for name, v in (("tile", tile), ("cap", cap)):
+        if v & (v - 1) or v < 16 or v > MAX_BLOCK:
+            raise ValueError(f"topk_indices: {name} must be a power of two in [16, {MAX_BLOCK}], got {v}")
+    radix_bits = _radix(radix_bits, SAMPLE_RADIX_BITS)
+    if scratch_tile is None:
+        scratch_tile = 0 if cap <= SCRATCH_KEYS_A_THREAD * 32 * warps else tile
+    if scratch_tile and (scratch_tile & (scratch_tile - 1) or scratch_tile < 16 or scratch_tile > MAX_BLOCK):
+        raise ValueError(f"topk_indices: scratch_tile must be 0 or a power of two in [16, {MAX_BLOCK}], "
+                         f"got {scratch_tile}")
+    return logits, out, stride, cap, tile, radix_bits, scratch_tile
+
+
+def segment_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, segment: int | None = None,
+               stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
+               radix_bits: int | None = None, scratch_tile: int | None = None) -> torch.Tensor:
+    """The sample select with its pass split over programs of `segment` keys (segment_kernel.py):
+    four launches (the bracket a row, the segments' counts, their stores, the finish a row),
+    the same keys in the same order as sample_topk with the same stride and cap. Scratch:
+    the candidates (2 x rows x cap int32), the brackets and the segments' counts."""
+    logits, out, stride, cap, segment, radix_bits, scratch_tile = _sample_plan(
+        logits, k, lengths, stride, cap, segment or (256 if interpreting() else SEGMENT_KEYS), radix_bits,
+        scratch_tile, SAMPLE_WARPS)
+    rows, width = logits.shape
+    if rows == 0:
+        return out
+    r_hi, r_lo = sample_brackets(k, stride)
+    ns = max(16, next_pow2((width + stride - 1) // stride))
+    segs = (width + segment - 1) // segment
+    dev = logits.device
+    scratch = torch.empty((2, rows, cap), dtype=torch.int32, device=dev)
+    br = torch.empty((rows, 2), dtype=torch.int32, device=dev)
+    cnt = torch.empty((rows, segs, 4), dtype=torch.int32, device=dev)
+    lens = lengths if lengths is not None else logits
+    has_len = lengths is not None
+    warps = num_warps or SEGMENT_WARPS
+    launcher_of(*_SEGMENT["bracket"])((rows,), logits, lens, br, width, logits.stride(0), r_hi, r_lo,
+                                    NS=ns, STRIDE=stride, HAS_LEN=has_len, RADIX_BITS=fit_radix(radix_bits, 2 * ns),
+                                    num_warps=warps)
+    for step in ("count", "scatter"):
+        extra = (out, scratch[0], scratch[1], width, k) if step == "scatter" else (width,)
+        consts = dict(SEG=segment, HAS_LEN=has_len)
+        if step == "scatter":
+            consts.update(S_PAD=max(2, next_pow2(segs)), CAP=cap)
+        launcher_of(*_SEGMENT[step])((segs, rows), logits, lens, br, cnt, *extra, logits.stride(0), segs, **consts,
+                                   num_warps=warps)
+    launcher_of(*_SEGMENT["finish"])((rows,), logits, lens, br, cnt, out, scratch[0], scratch[1], width, k,
+                                   logits.stride(0), segs, S_PAD=max(2, next_pow2(segs)),
+                                   TILE=256 if interpreting() else SAMPLE_TILE, CAP=cap, HAS_LEN=has_len,
+                                   K_PAD=next_pow2(k), RADIX_BITS=fit_radix(radix_bits, cap),
+                                   SCRATCH_TILE=scratch_tile, num_warps=4 if interpreting() else SAMPLE_WARPS)
     return out

@@ -187,7 +187,7 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
 def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_only():
     """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
     arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
-    settings are untouched."""
+    settings are untouched. "-segmented-" sets the few-rows top-k's method alone."""
     from niah.kernels.topk import wrapper
     from niah.serving.embedded.cuda.bench import arm_kernels
 
@@ -204,3 +204,7 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     with pytest.raises(ValueError, match="1, 2 or 4 warps"), arm_kernels("fp8-sample8-k1024"):
         pass
     assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
+    assert wrapper.FEW_ROWS_METHOD == "search"
+    with arm_kernels("bf16-segmented-k512"):                         # the decode step's top-k
+        assert wrapper.FEW_ROWS_METHOD == "segmented" and (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
+    assert wrapper.FEW_ROWS_METHOD == "search"

@@ -70,6 +70,8 @@ SPECIAL_VARIANTS = {
     "split-rounds": {"split": True, "block": 256, "final_block": 256},
     "sample": {"method": "sample", "sample_stride": 8},  # the random rows take the bracketed path
     "sample-fallback": {"method": "sample", "sample_stride": 8, "cap": 16},  # every row falls back
+    "segmented": {"method": "segmented", "sample_stride": 8, "tile": 128},  # 5 programs a row's pass
+    "segmented-fallback": {"method": "segmented", "sample_stride": 8, "cap": 16},
 }
 
 
@@ -272,3 +274,33 @@ def test_sample_select_reads_its_scratch_in_pieces_alike():
     assert calls == [0, 256]
     with pytest.raises(ValueError, match="scratch_tile must be"):
         wrapper.sample_topk(x, 40, None, scratch_tile=100)
+
+
+def test_segmented_select_lists_what_the_sample_select_lists():
+    """The sample select with its pass over the row split over programs ("segmented": each
+    program one segment, its offsets the counts of the segments before it) lists the same
+    keys in the same order as the one-program select, on every path of its finish: random
+    rows, rows rounded to ties, the rows built to defeat a sample, ReLU rows whose k-th key
+    is a run of zeros, lengths and -inf masks, a scratch too small (the fallback); segments
+    narrower than the row (down to 64 keys) and wider; and it is exact against the reference."""
+    from niah.kernels.topk import wrapper
+
+    width, stride = 1000, 8
+    g = torch.Generator().manual_seed(12)
+    relu = torch.zeros(2, width)
+    relu[0, torch.randperm(width, generator=g)[:30]] = torch.rand(30, generator=g) + 0.01
+    relu[1, :700] = torch.rand(700, generator=g).round()
+    x = torch.cat([torch.randn(2, width, generator=g), torch.round(torch.randn(2, width, generator=g) * 4),
+                   adversarial_rows(width, stride), relu])
+    x[1, ::3] = float("-inf")
+    x = x.to(DEV)
+    lens = torch.tensor([width, 999, 512, 40, 1, 0, 700, 333, 901, width, 64, 128], dtype=torch.int32, device=DEV)
+    for k, ln, cap, segments in ((40, None, None, (64, 2048)), (100, lens, None, (128,)),
+                                 (64, None, 16, (256,)), (333, lens, None, (512,))):
+        want = wrapper.sample_topk(x, k, ln, stride=stride, cap=cap).cpu()
+        assert check_topk(x.cpu(), want, k, None if ln is None else ln.cpu()) is None
+        for seg in segments:
+            got = wrapper.segment_topk(x, k, ln, segment=seg, stride=stride, cap=cap).cpu()
+            assert torch.equal(got, want), (k, cap, seg)
+    with pytest.raises(ValueError, match="tile must be a power of two"):
+        topk_indices(x, 4, method="segmented", tile=1000)

@@ -14,7 +14,8 @@ attend.PREFILL_SHARE for that arm only, `arm_kernels`; "-union8-" / "-union16-":
 an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build); "-sample1-",
 "-sample2-", "-sample4-": the prefill's sample-bracketed top-k launched with 1, 2 or 4 warps a
 row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
-are 8 warps and 2048 keys).
+are 8 warps and 2048 keys); "-segmented-": the decode step's top-k (one row) by the segmented
+select (topk.wrapper.FEW_ROWS_METHOD, "search" by default).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -46,12 +47,14 @@ def arm_kernels(arm: str):
     """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm (N for
     "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
     "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
-    keys a step), else the defaults; restored after."""
+    keys a step) and the few-rows top-k's method for a "-segmented-" one, else the defaults;
+    restored after."""
     from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     parts = arm.split("-")
-    before = attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE
+    before = (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
+              wrapper.FEW_ROWS_METHOD)
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
     if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
         raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
@@ -63,10 +66,13 @@ def arm_kernels(arm: str):
     attend.UNION_BUILD = "bitmap" if "bitmap" in parts else "sort" if "sort" in parts else before[1]
     if warps:
         wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = int(warps[0]), 256 * int(warps[0])
+    if "segmented" in parts:
+        wrapper.FEW_ROWS_METHOD = "segmented"
     try:
         yield
     finally:
-        attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = before
+        (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
+         wrapper.FEW_ROWS_METHOD) = before
 
 
 def main(argv: list[str] | None = None) -> None:
