@@ -33,7 +33,7 @@ def tok():
 
 
 def test_prompt_set_built_then_run_gives_the_sets_hashes(oracle, tmp_path):
-    """Done when: a set from `niah prompts build`, run with --prompts: trial hashes == the set's."""
+    """A set from `niah prompts build`, run with --prompts: trial hashes == the set's."""
     grid = ["--lengths", "400,1500", "--depths", "0,50,100", "--trials", "2"]
     r = niah("prompts", "build", "--endpoint", oracle.url, *grid, "--keys", "3", "--out", tmp_path / "set.jsonl")
     assert r.returncode == 0, r.stderr
@@ -80,7 +80,7 @@ def test_a_tampered_or_broken_set_is_refused(oracle, tmp_path):
 
 
 def test_rescore_reproduces_an_unchanged_run_and_fixes_a_changed_outcome(oracle_factory, tmp_path):
-    """Done when: `niah rescore` reproduces the stored outcomes of an unchanged run."""
+    """`niah rescore` reproduces the stored outcomes of an unchanged run."""
     srv = oracle_factory("--wrong-above", "1000")
     run = tmp_path / "run"
     run_sweep([Target(srv.url)], SweepSpec(lengths=[500, 1500], depths=[0, 100], trials=2, needles=2), run)
@@ -153,7 +153,7 @@ def test_score_per_value():
 
 
 def test_uuid_multi_value_sweep_scores_per_value(oracle, tmp_path):
-    """Done when: a uuid/multi-value sweep scores per value; the kinds are in the manifest
+    """A uuid/multi-value sweep scores per value; the kinds are in the manifest
     and in each trial."""
     out = tmp_path / "run"
     r = niah("sweep", "--endpoint", oracle.url, "--lengths", "800,2000", "--depths", "20,80", "--trials", "1",

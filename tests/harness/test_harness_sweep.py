@@ -124,7 +124,7 @@ def test_text_only_tokenize_counts_chat_via_calibration(oracle_factory, tmp_path
 
 
 def test_usage_counter_without_tokenize_is_exact(oracle_factory, tmp_path):
-    """Done when: a server with no /tokenize, `--tokenizer usage`: every trial within max(4, 0.5%)."""
+    """A server with no /tokenize, `--tokenizer usage`: every trial within max(4, 0.5%)."""
     srv = oracle_factory("--no-tokenize")
     out = tmp_path / "run"
     r = niah("sweep", "--endpoint", srv.url, "--tokenizer", "usage", "--lengths", "300,1200,5000",
