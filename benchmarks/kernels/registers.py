@@ -63,7 +63,7 @@ def main() -> None:
     for tile, warps, bits, pieces in ((2048, 8, 1, 0), (2048, 8, 2, 0), (2048, 8, 4, 0), (512, 1, 1, 512),
                                       (256, 1, 1, 256), (512, 2, 1, 512), (1024, 2, 1, 1024)):
         consts = dict(TILE=tile, NS=1024, STRIDE=32, CAP=4096, HAS_LEN=False, K_PAD=512, W_CONST=0, RADIX_BITS=bits,
-                      SCRATCH_TILE=pieces)
+                      SCRATCH_TILE=pieces, NARROW=False)
         held = f"in pieces of {pieces}" if pieces else "held"
         print(f"sample select, tile {tile}, {warps} warps, {bits} bits, scratch {held}:",
               usage(sample_topk_kernel, sig, consts, warps, ("x_ptr", "out_ptr", "skey_ptr", "sidx_ptr", "stride_x")),

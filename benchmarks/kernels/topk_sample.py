@@ -8,7 +8,8 @@ selection (the same set a row), and timed with do_bench; stops adding configurat
 
 --causal P0: row r's candidates are its first P0 + r + 1 positions (the GPU server's last prefill
 chunk at 12,189 tokens: 4,096 rows after 8,093). Configurations of 1 and 2 warps read the
-scratch in pieces (sample_topk's scratch_tile): a warp's reductions need no barrier.
+scratch in pieces (sample_topk's scratch_tile): a warp's reductions need no barrier. "narrow":
+the scratch's k-th key searched over the bracket alone (sample_topk's narrow).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import time
 import torch
 from measure import timeit
 
-CONFIGS = [{"tile": 2048, "num_warps": 8}, {"tile": 512, "num_warps": 1}, {"tile": 256, "num_warps": 1},
+CONFIGS = [{"tile": 2048, "num_warps": 8}, {"tile": 2048, "num_warps": 8, "narrow": True},
+           {"tile": 256, "num_warps": 1, "narrow": True}, {"tile": 512, "num_warps": 1}, {"tile": 256, "num_warps": 1},
            {"tile": 1024, "num_warps": 1}, {"tile": 512, "num_warps": 2}, {"tile": 1024, "num_warps": 2},
            {"tile": 1024, "num_warps": 4}, {"tile": 2048, "num_warps": 16}]
 
 
 def main(argv=None) -> None:
-    from niah.kernels import topk_indices
+    from niah.kernels.topk.wrapper import sample_topk
     from niah.kernels.topk.reference import check_topk_fast
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,13 +53,13 @@ def main(argv=None) -> None:
         for cfg in CONFIGS:
             if time.time() - t0 > args.budget_s:
                 break
-            idx = topk_indices(x, k, lens, method="sample", **cfg)
+            idx = sample_topk(x, k, lens, **cfg)
             problem = check_topk_fast(x, idx, k, lens)
             kept = idx.sort(dim=1).values
             first = kept if first is None else first
             if problem is None and not torch.equal(kept, first):
                 problem = "a selection unlike the first configuration's"
-            ms = timeit(lambda: topk_indices(x, k, lens, method="sample", **cfg))
+            ms = timeit(lambda: sample_topk(x, k, lens, **cfg))
             rows.append({"case": case, "config": dict(cfg, method="sample"),
                          "ms": ms, "torch_topk_ms": ref_ms, "speedup_vs_torch": ref_ms / ms, "correct": problem is None,
                          "problem": problem})

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, kern, bits in variants:
                 o = torch.empty(ROWS, k, dtype=torch.int32, device=dev)
                 sc = torch.empty(2, ROWS, 4096, dtype=torch.int32, device=dev)
-                extra = {} if bits is None else {"RADIX_BITS": bits}
+                extra = {} if bits is None else {"RADIX_BITS": bits, "SCRATCH_TILE": 0, "NARROW": False}
 
                 def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo, extra=extra):
                     kern[(ROWS,)](x, x, o, sc[0], sc[1], WIDTH, k, x.stride(0), r_hi, r_lo, TILE=SAMPLE_TILE,

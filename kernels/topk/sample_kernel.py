@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels.topk._search import kth_threshold
+from niah.kernels.topk._search import kth_in, kth_threshold
 
 
 @triton.jit
@@ -100,13 +100,17 @@ def _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD: tl.
 
 
 @triton.jit
-def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP: tl.constexpr,
-                  BITS: tl.constexpr):
-    """The candidates hold the k-th key: select the K - n_gt of them that complete the row."""
+def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, lo, hi, CAP: tl.constexpr,
+                  BITS: tl.constexpr, NARROW: tl.constexpr):
+    """The candidates hold the k-th key: select the K - n_gt of them that complete the row.
+    NARROW: its key found by a binary search over the bracket (lo, hi] only (_search.kth_in)."""
     cp = tl.arange(0, CAP)
     ckey = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
     need = K - n_gt
-    thr = tl.sum(kth_threshold(ckey[None, :], tl.zeros([1], tl.int32) + need, BITS), axis=0)
+    if NARROW:
+        thr = kth_in(ckey, need, lo, hi)
+    else:
+        thr = tl.sum(kth_threshold(ckey[None, :], tl.zeros([1], tl.int32) + need, BITS), axis=0)
     gt = ckey > thr
     eq = ckey == thr
     c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)
@@ -119,26 +123,45 @@ def _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, 
 
 
 @triton.jit
-def _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, TILE: tl.constexpr):
+def _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, lo, hi, TILE: tl.constexpr,
+                        NARROW: tl.constexpr):
     """_from_scratch's selection read from the scratch in TILE-wide pieces (a program of few warps
     cannot hold CAP keys in registers): T by a binary search, 32 passes over the n_cand
     candidates (cached reads, a few KB a row), then the candidates > T and the lowest-slot ties,
     in slot order as _from_scratch lists them. The threshold is unique, so this is _from_scratch's
-    selection whatever bits a step that one takes."""
+    selection whatever bits a step that one takes. NARROW: T searched over the bracket (lo, hi]
+    only, ceil(log2(hi - lo)) passes (_search.kth_in's rule)."""
     offs = tl.arange(0, TILE)
     need = K - n_gt
-    pre = tl.zeros([1], tl.int64) - 2147483648
-    for step in range(32):
-        t = pre + (tl.full([1], 1, tl.int64) << (31 - step))
-        cnt = tl.zeros([1], tl.int32)
-        t0 = 0
-        while t0 < n_cand:  # while, not range: the interpreter takes no run-time range bounds
-            cp = t0 + offs
-            key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
-            cnt += tl.sum((key[None, :] >= t.to(tl.int32)[:, None]).to(tl.int32), axis=1)
-            t0 += TILE
-        pre = tl.where(cnt >= need, t, pre)
-    thr = tl.sum(pre, axis=0).to(tl.int32)
+    if NARROW:
+        pre = lo.to(tl.int64) + 1
+        top = hi.to(tl.int64)
+        while pre < top:
+            mid = pre + ((top - pre + 1) >> 1)
+            cnt = 0
+            t0 = 0
+            while t0 < n_cand:
+                cp = t0 + offs
+                key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
+                cnt += tl.sum((key >= mid.to(tl.int32)).to(tl.int32), axis=0)
+                t0 += TILE
+            ok = cnt >= need
+            pre = tl.where(ok, mid, pre)
+            top = tl.where(ok, top, mid - 1)
+        thr = pre.to(tl.int32)
+    else:
+        pre = tl.zeros([1], tl.int64) - 2147483648
+        for step in range(32):
+            t = pre + (tl.full([1], 1, tl.int64) << (31 - step))
+            cnt = tl.zeros([1], tl.int32)
+            t0 = 0
+            while t0 < n_cand:  # while, not range: the interpreter takes no run-time range bounds
+                cp = t0 + offs
+                key = tl.load(skey_ptr + s_off + cp, mask=cp < n_cand, other=-2147483648)
+                cnt += tl.sum((key[None, :] >= t.to(tl.int32)[:, None]).to(tl.int32), axis=1)
+                t0 += TILE
+            pre = tl.where(cnt >= need, t, pre)
+        thr = tl.sum(pre, axis=0).to(tl.int32)
     c_gt = 0
     t0 = 0
     while t0 < n_cand:
@@ -217,6 +240,27 @@ def _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_c
 
 
 @triton.jit
+def _finish(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, limit, W, K, hi, lo, n_gt, n_cand, n_eq,
+            n_valid, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr, K_PAD: tl.constexpr,
+            RADIX_BITS: tl.constexpr, SCRATCH_TILE: tl.constexpr, NARROW: tl.constexpr):
+    """Step (c) from the row's counts after the pass: the scratch's search, the ties at lo, or
+    the fallback (the segmented select's finish calls it too)."""
+    fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
+    if fits & (n_gt + n_cand >= K):
+        if SCRATCH_TILE:
+            _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, lo, hi, SCRATCH_TILE,
+                                NARROW)
+        else:
+            _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, lo, hi, CAP, RADIX_BITS,
+                          NARROW)
+    elif fits & (n_gt + n_cand + n_eq >= K) & (hi >= lo):   # hi < lo: no bracket to trust (NaN bit patterns)
+        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K, CAP, TILE,
+                   HAS_LEN)
+    else:
+        _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD, TILE, HAS_LEN)
+
+
+@triton.jit
 def sample_topk_kernel(
     x_ptr,  # fp32 logits [R, W]
     len_ptr,  # HAS_LEN: int32 [R]
@@ -237,6 +281,7 @@ def sample_topk_kernel(
     W_CONST: tl.constexpr,  # under the interpreter: W (a constant loop bound); else 0 (W at run time)
     RADIX_BITS: tl.constexpr,  # bits a step of the bracket and scratch searches (_search.kth_threshold): 1, 2 or 4
     SCRATCH_TILE: tl.constexpr,  # 0: the scratch's CAP keys searched in registers; else read in pieces of this many
+    NARROW: tl.constexpr,  # the scratch's search over the bracket (lo, hi] only (_search.kth_in), not all 32 bits
 ):
     row = tl.program_id(0).to(tl.int64)
     row_off = row * stride_x
@@ -270,14 +315,5 @@ def sample_topk_kernel(
     if HAS_LEN:
         n_valid = limit
     tl.debug_barrier()  # the scratch (and the output) written above are read / rewritten below
-    fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
-    if fits & (n_gt + n_cand >= K):
-        if SCRATCH_TILE:
-            _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, SCRATCH_TILE)
-        else:
-            _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP, RADIX_BITS)
-    elif fits & (n_gt + n_cand + n_eq >= K) & (hi >= lo):   # hi < lo: no bracket to trust (NaN bit patterns)
-        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K, CAP, TILE,
-                   HAS_LEN)
-    else:
-        _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD, TILE, HAS_LEN)
+    _finish(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, limit, W, K, hi, lo, n_gt, n_cand, n_eq,
+            n_valid, TILE, CAP, HAS_LEN, K_PAD, RADIX_BITS, SCRATCH_TILE, NARROW)

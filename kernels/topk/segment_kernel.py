@@ -22,8 +22,7 @@ import triton
 import triton.language as tl
 
 from niah.kernels.topk._search import kth_threshold
-from niah.kernels.topk.sample_kernel import _bracket_tile, _fallback, _from_scratch, _from_scratch_tiled, _keys, \
-    _with_ties
+from niah.kernels.topk.sample_kernel import _bracket_tile, _finish, _keys
 
 
 @triton.jit
@@ -87,8 +86,9 @@ def segment_scatter_kernel(x_ptr, len_ptr, br_ptr, cnt_ptr, out_ptr, skey_ptr, s
 
 @triton.jit
 def segment_finish_kernel(x_ptr, len_ptr, br_ptr, cnt_ptr, out_ptr, skey_ptr, sidx_ptr, W, K, stride_x, S,
-                        S_PAD: tl.constexpr, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr,
-                        K_PAD: tl.constexpr, RADIX_BITS: tl.constexpr, SCRATCH_TILE: tl.constexpr):
+                          S_PAD: tl.constexpr, TILE: tl.constexpr, CAP: tl.constexpr, HAS_LEN: tl.constexpr,
+                          K_PAD: tl.constexpr, RADIX_BITS: tl.constexpr, SCRATCH_TILE: tl.constexpr,
+                          NARROW: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     limit = _limit(len_ptr, row, W, HAS_LEN)
     row_off = row * stride_x
@@ -103,14 +103,5 @@ def segment_finish_kernel(x_ptr, len_ptr, br_ptr, cnt_ptr, out_ptr, skey_ptr, si
         n_valid = limit
     else:
         n_valid = _before(cnt_ptr, row, S, S, 3, S_PAD)
-    fits = (n_gt < K) & (n_cand <= CAP) & (n_valid > K)
-    if fits & (n_gt + n_cand >= K):
-        if SCRATCH_TILE:
-            _from_scratch_tiled(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, SCRATCH_TILE)
-        else:
-            _from_scratch(skey_ptr, sidx_ptr, out_ptr, s_off, out_off, n_cand, n_gt, K, CAP, RADIX_BITS)
-    elif fits & (n_gt + n_cand + n_eq >= K) & (hi >= lo):   # hi < lo: no bracket to trust (NaN bit patterns)
-        _with_ties(x_ptr, sidx_ptr, out_ptr, row_off, s_off, out_off, limit, lo, n_cand, n_gt, K, CAP, TILE,
-                   HAS_LEN)
-    else:
-        _fallback(x_ptr, out_ptr, row_off, out_off, limit, W, K, n_valid, K_PAD, TILE, HAS_LEN)
+    _finish(x_ptr, out_ptr, skey_ptr, sidx_ptr, row_off, out_off, s_off, limit, W, K, hi, lo, n_gt, n_cand, n_eq,
+            n_valid, TILE, CAP, HAS_LEN, K_PAD, RADIX_BITS, SCRATCH_TILE, NARROW)

@@ -54,6 +54,7 @@ SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 
 FEW_ROWS_METHOD = "search"  # few rows (decode) by default; "segmented" is timed beside it (docs/kernels.md)
 SEGMENT_KEYS = 4096  # "segmented": keys a program of the row's pass reads (one tile)
 SEGMENT_WARPS = 4  # "segmented": warps of the bracket and pass launches (the finish: SAMPLE_WARPS)
+SCRATCH_NARROW = False  # the scratch's search over the bracket only (fewer steps; not yet timed on a GPU)
 SCRATCH_KEYS_A_THREAD = 16  # the sample select holds its scratch in registers up to this many keys a thread
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 
@@ -196,13 +197,16 @@ def sample_brackets(k: int, stride: int) -> tuple[int, int]:
 
 def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
                 stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
-                radix_bits: int | None = None, scratch_tile: int | None = None) -> torch.Tensor:
+                radix_bits: int | None = None, scratch_tile: int | None = None,
+                narrow: bool | None = None) -> torch.Tensor:
     """The sample-bracketed select (kernels/topk/sample_kernel.py): one program a row, any width,
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
     sized from the shapes alone (graph-safe). scratch_tile: 0 searches the scratch's cap keys
     in registers, a power of two >= 16 reads them in pieces of that many (the same selection);
     by default 0 while cap <= SCRATCH_KEYS_A_THREAD keys a thread of num_warps (SAMPLE_WARPS
-    when not given), else the tile."""
+    when not given), else the tile. narrow: the scratch's k-th key found by a binary search over
+    the bracket (lo, hi] alone, ceil(log2(hi - lo)) steps, not 32 (SCRATCH_NARROW by default):
+    the same selection."""
 
     logits, out, stride, cap, tile, radix_bits, scratch_tile = _sample_plan(
         logits, k, lengths, stride, cap, tile, radix_bits, scratch_tile, num_warps or SAMPLE_WARPS)
@@ -218,6 +222,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         TILE=tile, NS=ns, STRIDE=stride, CAP=cap,
         HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
         RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)), SCRATCH_TILE=scratch_tile,
+        NARROW=SCRATCH_NARROW if narrow is None else bool(narrow),
         num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
     )
     return out
@@ -250,7 +255,8 @@ def _sample_plan(logits, k, lengths, stride, cap, tile, radix_bits, scratch_tile
 
 def segment_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, segment: int | None = None,
                stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
-               radix_bits: int | None = None, scratch_tile: int | None = None) -> torch.Tensor:
+               radix_bits: int | None = None, scratch_tile: int | None = None,
+               narrow: bool | None = None) -> torch.Tensor:
     """The sample select with its pass split over programs of `segment` keys (segment_kernel.py):
     four launches (the bracket a row, the segments' counts, their stores, the finish a row),
     the same keys in the same order as sample_topk with the same stride and cap. Scratch:
@@ -285,5 +291,6 @@ def segment_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, seg
                                    logits.stride(0), segs, S_PAD=max(2, next_pow2(segs)),
                                    TILE=256 if interpreting() else SAMPLE_TILE, CAP=cap, HAS_LEN=has_len,
                                    K_PAD=next_pow2(k), RADIX_BITS=fit_radix(radix_bits, cap),
-                                   SCRATCH_TILE=scratch_tile, num_warps=4 if interpreting() else SAMPLE_WARPS)
+                                   SCRATCH_TILE=scratch_tile, NARROW=SCRATCH_NARROW if narrow is None else bool(narrow),
+                                   num_warps=4 if interpreting() else SAMPLE_WARPS)
     return out

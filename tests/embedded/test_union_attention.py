@@ -187,7 +187,8 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
 def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_only():
     """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
     arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
-    settings are untouched. "-segmented-" sets the few-rows top-k's method alone."""
+    settings are untouched. "-segmented-" sets the few-rows top-k's method alone, "-narrow-" the
+    scratch's search over the bracket."""
     from niah.kernels.topk import wrapper
     from niah.serving.embedded.cuda.bench import arm_kernels
 
@@ -204,7 +205,10 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     with pytest.raises(ValueError, match="1, 2 or 4 warps"), arm_kernels("fp8-sample8-k1024"):
         pass
     assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
-    assert wrapper.FEW_ROWS_METHOD == "search"
+    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)
     with arm_kernels("bf16-segmented-k512"):                         # the decode step's top-k
         assert wrapper.FEW_ROWS_METHOD == "segmented" and (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
-    assert wrapper.FEW_ROWS_METHOD == "search"
+        assert not wrapper.SCRATCH_NARROW
+    with arm_kernels("fp8-sample1-narrow-k1024"):                    # the scratch's search over the bracket
+        assert wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 1 and wrapper.FEW_ROWS_METHOD == "search"
+    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)

@@ -303,5 +303,9 @@ def test_the_server_path_launches_pass_every_constexpr_by_name(monkeypatch):
     topk_indices(x, 20)                                # few rows: the search
     topk_indices(x, 20, method="sample")               # the sample select (many rows' default)
     topk_indices(torch.randn(1, 9000, generator=g), 20, block=4096)   # chunk rounds
-    assert set(seen) == {"sparse_attention_kernel", "sparse_attention_combine_kernel",
-                         "union_attention_kernel", "tile_union_kernel", "topk_kernel", "sample_topk_kernel"}, seen
+    topk_indices(x, 20, method="segmented", tile=128)  # the segmented select's four launches
+    union_attention(q, k, v, idx, block_q=4, block_n=16, build="sort")
+    assert set(seen) == {"sparse_attention_kernel", "sparse_attention_combine_kernel", "union_attention_kernel",
+                         "tile_union_bitmap_kernel", "tile_union_kernel", "topk_kernel", "sample_topk_kernel",
+                         "segment_bracket_kernel", "segment_count_kernel", "segment_scatter_kernel",
+                         "segment_finish_kernel"}, seen

@@ -304,3 +304,23 @@ def test_segmented_select_lists_what_the_sample_select_lists():
             assert torch.equal(got, want), (k, cap, seg)
     with pytest.raises(ValueError, match="tile must be a power of two"):
         topk_indices(x, 4, method="segmented", tile=1000)
+
+
+def test_the_scratch_searched_over_the_bracket_alone_selects_alike():
+    """narrow: the candidates' k-th key found by a binary search over the bracket (lo, hi]
+    only, not over all 32 bits: the same output in the same order, from registers and in
+    pieces, in the one-program and the segmented select, on random rows, rows rounded to ties
+    and the rows built to defeat a sample (one whose upper bracket is missing: top k)."""
+    from niah.kernels.topk import wrapper
+
+    g = torch.Generator().manual_seed(13)
+    x = torch.cat([torch.randn(2, 1000, generator=g), torch.round(torch.randn(2, 1000, generator=g) * 4),
+                   adversarial_rows(1000, 8)]).to(DEV)
+    for k in (5, 40, 333):
+        want = wrapper.sample_topk(x, k, None, stride=8, cap=512, narrow=False).cpu()
+        assert check_topk(x.cpu(), want, k) is None
+        for piece in (0, 64):
+            got = wrapper.sample_topk(x, k, None, stride=8, cap=512, scratch_tile=piece, narrow=True).cpu()
+            assert torch.equal(got, want), (k, piece)
+        got = wrapper.segment_topk(x, k, None, segment=256, stride=8, cap=512, narrow=True).cpu()
+        assert torch.equal(got, want), (k, "segmented")

@@ -15,7 +15,8 @@ an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build);
 "-sample2-", "-sample4-": the prefill's sample-bracketed top-k launched with 1, 2 or 4 warps a
 row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
 are 8 warps and 2048 keys); "-segmented-": the decode step's top-k (one row) by the segmented
-select (topk.wrapper.FEW_ROWS_METHOD, "search" by default).
+select (topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-": the sample and segmented
+selects' scratch searched over the bracket alone (topk.wrapper.SCRATCH_NARROW).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -47,14 +48,15 @@ def arm_kernels(arm: str):
     """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm (N for
     "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
     "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
-    keys a step) and the few-rows top-k's method for a "-segmented-" one, else the defaults;
+    keys a step), the few-rows top-k's method for a "-segmented-" one and the scratch's
+    narrow search for a "-narrow-" one, else the defaults;
     restored after."""
     from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     parts = arm.split("-")
     before = (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-              wrapper.FEW_ROWS_METHOD)
+              wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW)
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
     if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
         raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
@@ -68,11 +70,13 @@ def arm_kernels(arm: str):
         wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = int(warps[0]), 256 * int(warps[0])
     if "segmented" in parts:
         wrapper.FEW_ROWS_METHOD = "segmented"
+    if "narrow" in parts:
+        wrapper.SCRATCH_NARROW = True
     try:
         yield
     finally:
         (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-         wrapper.FEW_ROWS_METHOD) = before
+         wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) = before
 
 
 def main(argv: list[str] | None = None) -> None:
