@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from niah.serving.embedded import weights
-    from niah.serving.embedded.cuda.bench import arm_config, arm_kernels
+    from niah.serving.embedded.cuda.bench import arm_config, arm_kernels, check_arms
     from niah.serving.embedded.device import build_model, warm_up
     from niah.serving.embedded.generate import generate
 
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile-steps", type=int, default=4)
     ap.add_argument("--out", default="profile-out")
     a = ap.parse_args(argv)
+    check_arms(a.arms.split(","), "cuda")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     loaded = weights.load()

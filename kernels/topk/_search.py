@@ -43,8 +43,8 @@ def kth_threshold(key, kk, BITS: tl.constexpr):
 def kth_in(key, need, lo, hi):
     """key [N] (INT_MIN = empty), need >= 1 and lo < T <= hi for T, the need-th largest key
     (count(key > lo) >= need, count(key > hi) < need): T by a binary search over (lo, hi]
-    only, ceil(log2(hi - lo)) steps instead of 32 (a bracket a few float steps wide takes
-    20 or so). The same answer as kth_threshold's."""
+    only, ceil(log2(hi - lo)) steps instead of 32 (20 for a bracket 2^20 keys wide). The
+    same answer as kth_threshold's."""
     pre = lo.to(tl.int64) + 1
     top = hi.to(tl.int64)
     while pre < top:  # while, not range: the bound is the bracket's

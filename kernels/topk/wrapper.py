@@ -110,7 +110,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
     rows_per_program: segments sharing each reduction; split: search the thresholds in one
     launch and select in a second (the search then holds few registers), with select_warps.
     method: "search", "sample" (sample_topk: tile / sample_stride / cap / num_warps) or "segmented"
-    (segment_topk: tile is its segment, num_warps its bracket and pass launches');
+    (segment_topk: tile is its segment, num_warps its bracket and pass launches);
     radix_bits: bits of the threshold a search step finds, either method (1: binary; at most:
     fewer where a step's comparisons would pass Triton's largest tensor, `fit_radix`)."""
 

@@ -212,3 +212,22 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     with arm_kernels("fp8-sample1-narrow-k1024"):                    # the scratch's search over the bracket
         assert wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 1 and wrapper.FEW_ROWS_METHOD == "search"
     assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)
+
+
+def test_a_misspelt_gpu_benchmark_arm_is_refused_before_any_weights_load(capsys):
+    """An arm word the benchmarks do not know (a typo of -sample1-, a stray word, a bad dtype or
+    top-k) would otherwise run the defaults under that arm's name: check_arms exits 2 with the
+    word named, before the weights load; the known words pass."""
+    from niah.serving.embedded.cuda.bench import arm_config, check_arms
+
+    check_arms(["dense", "fp8-k1024", "bf16-gather-k512", "fp8-union0-sample1-narrow-segmented-k1024",
+                "bf16-fused-k512", "fp8-union8-sort-k512"], "cpu")
+    for arm, word in (("fp8-sampel1-k1024", "sampel1"), ("fp8-segmentd-k1024", "segmentd"),
+                      ("fp16-k512", None), ("fp8-1024", None), ("fp8-union3-k512", "union tile")):
+        with pytest.raises(SystemExit) as e:
+            check_arms(["dense", arm], "cpu")
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: arm ") and arm in err and (word is None or word in err), err
+    with pytest.raises(ValueError, match="unknown: sampel1"):
+        arm_config("fp8-sampel1-k1024", "cpu")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from contextlib import contextmanager
 
@@ -32,11 +33,21 @@ from niah.serving.embedded.device import build_model, warm_up
 from niah.serving.embedded.server import ServeConfig
 
 
+ARM_WORDS = ("gather", "fused", "bitmap", "sort", "segmented", "narrow")   # plus unionN, sampleN
+
+
 def arm_config(arm: str, device: str):
+    """The arm's server config; an arm of an unknown shape or word is refused (ValueError), so a
+    misspelt arm never runs the defaults under its name."""
     base = dict(device=device, rope_scaling="yarn", rope_factor=4.0, query_chunk=4096)
     if arm == "dense":
         return ServeConfig(attention="dense", **base)
     parts = arm.split("-")
+    bad = [p for p in parts[1:-1] if p not in ARM_WORDS and not p.startswith(("union", "sample"))]
+    if len(parts) < 2 or parts[0] not in ("fp8", "bf16", "fp32") or not parts[-1][1:].isdigit() \
+            or not parts[-1].startswith("k") or bad:
+        raise ValueError(f"arm {arm!r}: not 'dense' or '<fp8|bf16|fp32>[-word...]-k<K>' with words from "
+                         f"{', '.join(ARM_WORDS)}, unionN, sampleN" + (f" (unknown: {', '.join(bad)})" if bad else ""))
     gather = "gather" in parts
     return ServeConfig(attention="dsa", index_dtype=parts[0], index_topk=int(parts[-1].lstrip("k")),
                        bf16_read="gather" if gather else "fused", topk_impl="fused" if "fused" in parts else "niah",
@@ -79,6 +90,19 @@ def arm_kernels(arm: str):
          wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) = before
 
 
+def check_arms(arms: list[str], device: str) -> None:
+    """Every arm's config and kernel words checked before any weights load: a bad arm exits 2
+    with its one-line reason."""
+    try:
+        for arm in arms:
+            arm_config(arm, device)
+            with arm_kernels(arm):
+                pass
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -90,8 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args(argv)
+    arms = a.arms.split(",")
+    check_arms(arms, a.device)
     loaded = weights.load()
-    for arm in a.arms.split(","):
+    for arm in arms:
         with arm_kernels(arm):
             cfg = arm_config(arm, a.device)
             t0 = time.perf_counter()
