@@ -5,10 +5,13 @@ heads x 3 heads x 64 dims; `score_rows` rows = 64 MiB of fp32 scores, the prompt
   (once a chunk: timed apart, `gather_ms`), then `fp8_mqa_logits` / `bf16_mqa_logits` once
   per kv head, each adding its logits into the running sum (`accumulate_into`): `per_head_ms`;
 - `indexer_logits`: the pages read in place, the kv heads summed inside one kernel, the
-  query's heads padded once (as the server pads them a chunk): `fused_ms`.
+  query's heads padded once (as the server pads them a chunk): `fused_ms`;
+- the same with `form="pages"` (a program walks page positions for its rows, the queries loaded
+  once, the loop pipelined): `pages_ms`, `pages_over_tile` (against `fused_ms`), and how its
+  scores compare with the tile form's (`pages_vs_tile`: the same fields as below).
 
     python benchmarks/kernels/indexer_logits.py [--lengths 12189,22600] [--dtypes fp8,bf16]
-        [--topk 512,1024] [--out F] [--tune]
+        [--topk 512,1024] [--out F] [--tune] [--pages-tune]
     TRITON_INTERPRET=1 python benchmarks/kernels/indexer_logits.py --smoke   # CPU: tiny, no timing
 
 One JSON line per case: the medians (triton do_bench), `fused_over_per_head` and, untimed, how
@@ -88,6 +91,25 @@ def timed(fn, rep_ms):
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"))
 
 
+def pages_tuned(qp, wp, pages, table, p0, kind):
+    """The pages form at other rows a program, warps, pipeline depths and page positions a program."""
+    from niah.kernels import indexer_logits
+    from niah.kernels.fused_indexer import wrapper
+
+    before = (wrapper.PAGES_A_PROGRAM, wrapper.PAGES_STAGES)
+    out = {}
+    try:
+        for ppp in (8, 16, 32):
+            for st in (2, 3, 4):
+                wrapper.PAGES_A_PROGRAM, wrapper.PAGES_STAGES = ppp, st
+                for bm, nw in ((16, 4), (16, 8), (32, 8)):
+                    out[f"p{ppp}-s{st}-m{bm}-w{nw}"] = round(timed(lambda: indexer_logits(  # noqa: B023
+                        qp, wp, pages, table, p0, kind, block_m=bm, num_warps=nw, form="pages"), 40), 4)  # noqa: B023
+    finally:
+        wrapper.PAGES_A_PROGRAM, wrapper.PAGES_STAGES = before
+    return out
+
+
 def run_case(kind, S, a, device):
     from niah.kernels import indexer_logits
 
@@ -102,12 +124,17 @@ def run_case(kind, S, a, device):
     new = indexer_logits(qp, wp, pages, table, p0, kind)
     row = {"dtype": kind, "tokens": S, "rows": C, "heads": f"{HKV}x{G}x{D}"}
     row |= compare(old, new, a.ks)   # on the device: topk_indices runs where the scores are
+    row["pages_vs_tile"] = compare(new, indexer_logits(qp, wp, pages, table, p0, kind, form="pages"), a.ks)
     if device == "cuda":
         t_g = timed(lambda: per_head_inputs(kind, pages, table, S), a.rep)
         t_old = timed(lambda: per_head(kind, q, w, keys, p0), a.rep)
         t_new = timed(lambda: indexer_logits(qp, wp, pages, table, p0, kind), a.rep)
+        t_pages = timed(lambda: indexer_logits(qp, wp, pages, table, p0, kind, form="pages"), a.rep)
         row |= {"gather_ms": round(t_g, 4), "per_head_ms": round(t_old, 4), "fused_ms": round(t_new, 4),
-                "fused_over_per_head": round(t_new / t_old, 3)}
+                "fused_over_per_head": round(t_new / t_old, 3), "pages_ms": round(t_pages, 4),
+                "pages_over_tile": round(t_pages / t_new, 3)}
+        if a.pages_tune:
+            row["pages_tuned_ms"] = pages_tuned(qp, wp, pages, table, p0, kind)
         if a.tune:
             row["tuned_ms"] = {f"m{bm}-n{bn}-w{nw}": round(timed(lambda: indexer_logits(  # noqa: B023
                 qp, wp, pages, table, p0, kind, block_m=bm, block_n=bn, num_warps=nw), 60), 4)
@@ -127,6 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rep", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--tune", action="store_true", help="also time indexer_logits at other tiles")
+    ap.add_argument("--pages-tune", action="store_true", help="also time the pages form at other launches")
     ap.add_argument("--smoke", action="store_true", help="CPU under TRITON_INTERPRET=1: 200 tokens, 40 rows, k 8")
     a = ap.parse_args(argv)
     if a.smoke:

@@ -195,3 +195,132 @@ def indexer_logits_kernel(
         tl.store(o_ptrs, acc, mask=o_mask)
     else:
         tl.store(o_ptrs, tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32), mask=o_mask)
+
+
+@triton.jit
+def _head_query(q_ptr, w_ptr, r_row, r_ok, h, g, stride_qc, stride_wc, GP: tl.constexpr, D: tl.constexpr,
+                UPCAST: tl.constexpr):
+    """kv head g's queries [BLOCK_M * GP, D] and weights [BLOCK_M * GP] (_tile_scores' loads)."""
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + r_row[:, None] * stride_qc + (g * GP + h)[:, None] * D + offs_d[None, :],
+                mask=r_ok[:, None], other=0.0)
+    w = tl.load(w_ptr + r_row * stride_wc + g * GP + h, mask=r_ok, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    return q, w
+
+
+@triton.jit
+def _head_page(q, w, kv_ptr, sf_ptr, bt_ptr, pg, g, stride_bt, page_stride, sf_page_stride, BLOCK_M: tl.constexpr,
+               GP: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, IS_FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """kv head g's part of the scores [BLOCK_M, PAGE] against its page pg (one block-table
+    entry, the page's PAGE x D keys read as one contiguous block): _tile_scores' operations on
+    one head, in its order."""
+    page = tl.load(bt_ptr + g * stride_bt + pg).to(tl.int64)
+    k = tl.load(kv_ptr + page * page_stride + tl.arange(0, PAGE)[:, None] * D + tl.arange(0, D)[None, :])
+    if UPCAST:
+        k = k.to(tl.float32)
+    s = tl.dot(q, tl.trans(k))                                                    # [BLOCK_M*GP, PAGE]
+    s = tl.maximum(s, 0.0) * w[:, None]
+    part = tl.sum(tl.reshape(s, (BLOCK_M, GP, PAGE)), axis=1)                     # [BLOCK_M, PAGE]
+    if IS_FP8:
+        part = part * tl.load(sf_ptr + page * sf_page_stride + (PAGE * D) // 4 + tl.arange(0, PAGE))[None, :]
+    return part
+
+
+@triton.jit
+def _pages_step(q0, w0, q1, w1, q2, w2, q3, w3, kv_ptr, sf_ptr, bt_ptr, out_rows, rows, row_ok, p0, S, pg,
+                stride_bt, page_stride, sf_page_stride, HKV: tl.constexpr, BLOCK_M: tl.constexpr, GP: tl.constexpr,
+                D: tl.constexpr, PAGE: tl.constexpr, IS_FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """One page position of every kv head: the rows' scores summed over the heads in order
+    g = 0, 1, ... (as _tile_scores: from zero), -inf past each row's position, written."""
+    acc = tl.zeros([BLOCK_M, PAGE], tl.float32)
+    acc += _head_page(q0, w0, kv_ptr, sf_ptr, bt_ptr, pg, 0, stride_bt, page_stride, sf_page_stride, BLOCK_M, GP, D,
+                      PAGE, IS_FP8, UPCAST)
+    if HKV > 1:
+        acc += _head_page(q1, w1, kv_ptr, sf_ptr, bt_ptr, pg, 1, stride_bt, page_stride, sf_page_stride, BLOCK_M, GP,
+                          D, PAGE, IS_FP8, UPCAST)
+    if HKV > 2:
+        acc += _head_page(q2, w2, kv_ptr, sf_ptr, bt_ptr, pg, 2, stride_bt, page_stride, sf_page_stride, BLOCK_M, GP,
+                          D, PAGE, IS_FP8, UPCAST)
+    if HKV > 3:
+        acc += _head_page(q3, w3, kv_ptr, sf_ptr, bt_ptr, pg, 3, stride_bt, page_stride, sf_page_stride, BLOCK_M, GP,
+                          D, PAGE, IS_FP8, UPCAST)
+    pos = pg * PAGE + tl.arange(0, PAGE)
+    acc = tl.where(pos[None, :] <= (p0 + rows)[:, None], acc, float("-inf"))
+    tl.store(out_rows + pos[None, :], acc, mask=row_ok[:, None] & (pos < S)[None, :])
+
+
+@triton.jit
+def indexer_logits_pages_kernel(
+    q_ptr,  # [C, HKV * GP, D] bf16 | e4m3 (padded heads: zeros)
+    w_ptr,  # [C, HKV * GP] fp32 (padded heads: 0)
+    kv_ptr,  # bf16: [pages, PAGE * D] | fp8: the page bytes viewed as e4m3
+    sf_ptr,  # fp8: the same bytes viewed as fp32; unused for bf16
+    bt_ptr,  # [HKV, max_pages] int32
+    out_ptr,  # [C, p0 + C] fp32 out, row stride stride_out
+    C,
+    p0,
+    pages_a_program,  # page positions a program walks
+    stride_qc,
+    stride_wc,
+    stride_bt,
+    page_stride,
+    sf_page_stride,
+    stride_out,
+    HKV: tl.constexpr,  # 1 to 4
+    GP: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    PAGE: tl.constexpr,
+    IS_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter: dot/sum in fp32, and while loops (no run-time range bounds)
+    STAGES: tl.constexpr,  # the page loop's software pipeline depth (tl.range num_stages)
+):
+    """indexer_logits_kernel's output, walked by pages: one program = BLOCK_M rows and
+    `pages_a_program` consecutive page positions. Each kv head's queries and weights are loaded
+    once a program (not once a tile), and each step reads one page a kv head as one contiguous
+    [PAGE, D] block (one block-table entry, not one a key), in a loop the compiler can pipeline.
+    A page wholly past the program's last row is only written -inf. The same operations in the
+    same order as indexer_logits_kernel's tile function, so the same scores."""
+    tl.static_assert(HKV <= 4)
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < C
+    S = p0 + C
+    last = tl.minimum(p0 + pid_m * BLOCK_M + BLOCK_M, S)            # keys the program's last row sees
+    pg0 = pid_n * pages_a_program
+    pg1 = tl.minimum(pg0 + pages_a_program, (S + PAGE - 1) // PAGE)
+    live = tl.maximum(tl.minimum(pg1, (last + PAGE - 1) // PAGE), pg0)   # pages some row sees end here
+    offs_r = tl.arange(0, BLOCK_M * GP)
+    h = offs_r % GP
+    r_ok = tl.reshape(tl.broadcast_to(row_ok[:, None], (BLOCK_M, GP)), (BLOCK_M * GP,))
+    r_row = tl.reshape(tl.broadcast_to(rows[:, None], (BLOCK_M, GP)), (BLOCK_M * GP,)).to(tl.int64)
+    q0, w0 = _head_query(q_ptr, w_ptr, r_row, r_ok, h, 0, stride_qc, stride_wc, GP, D, UPCAST)
+    q1, w1 = q0, w0
+    q2, w2 = q0, w0
+    q3, w3 = q0, w0
+    if HKV > 1:
+        q1, w1 = _head_query(q_ptr, w_ptr, r_row, r_ok, h, 1, stride_qc, stride_wc, GP, D, UPCAST)
+    if HKV > 2:
+        q2, w2 = _head_query(q_ptr, w_ptr, r_row, r_ok, h, 2, stride_qc, stride_wc, GP, D, UPCAST)
+    if HKV > 3:
+        q3, w3 = _head_query(q_ptr, w_ptr, r_row, r_ok, h, 3, stride_qc, stride_wc, GP, D, UPCAST)
+    out_rows = out_ptr + rows.to(tl.int64)[:, None] * stride_out
+    if UPCAST:
+        pg = pg0
+        while pg < live:
+            _pages_step(q0, w0, q1, w1, q2, w2, q3, w3, kv_ptr, sf_ptr, bt_ptr, out_rows, rows, row_ok, p0, S, pg,
+                        stride_bt, page_stride, sf_page_stride, HKV, BLOCK_M, GP, D, PAGE, IS_FP8, UPCAST)
+            pg += 1
+    else:
+        for pg in tl.range(pg0, live, num_stages=STAGES):
+            _pages_step(q0, w0, q1, w1, q2, w2, q3, w3, kv_ptr, sf_ptr, bt_ptr, out_rows, rows, row_ok, p0, S, pg,
+                        stride_bt, page_stride, sf_page_stride, HKV, BLOCK_M, GP, D, PAGE, IS_FP8, UPCAST)
+    ninf = tl.full([BLOCK_M, PAGE], float("-inf"), tl.float32)
+    pg = live
+    while pg < pg1:
+        pos = pg * PAGE + tl.arange(0, PAGE)
+        tl.store(out_rows + pos[None, :], ninf, mask=row_ok[:, None] & (pos < S)[None, :])
+        pg += 1

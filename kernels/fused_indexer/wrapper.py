@@ -92,6 +92,11 @@ def _kernel():
 
 
 _LOGITS_KERNEL = ("niah.kernels.fused_indexer.kernel", "indexer_logits_kernel")   # loaded at first launch
+_PAGES_KERNEL = ("niah.kernels.fused_indexer.kernel", "indexer_logits_pages_kernel")
+LOGITS_FORMS = ("tile", "pages")
+LOGITS_FORM = "tile"   # indexer_logits' kernel by default; "pages" is timed beside it (docs/kernels.md)
+PAGES_A_PROGRAM = 16   # "pages": page positions a program walks (1,024 keys)
+PAGES_STAGES = 3       # "pages": the page loop's pipeline depth
 
 
 def _check(q, weights, pages, block_table, p0, k, index_dtype, name="indexer_topk"):
@@ -229,14 +234,25 @@ def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bl
 
 def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
                    index_dtype: str, block_m: int | None = None, block_n: int | None = None,
-                   num_warps: int | None = None) -> torch.Tensor:
+                   num_warps: int | None = None, form: str | None = None) -> torch.Tensor:
     """The fused indexer's scores, written: fp32 [C, p0 + C] (row stride a multiple of 256
     floats, DeepGEMM's 1 KiB alignment), I[i, s] as in the module docstring for s <= p0 + i
     and -inf past it; every kv head read in place from its pages and summed in the kernel, in
     order g = 0, 1, ... (arguments as indexer_topk's, less k). The candidates kernel's tile
     function: under the interpreter a key's score here is, bit for bit, the score that kernel
     compares; on a GPU their launches (8 warps here, 4 there) may round the head sum another
-    way, in the last bits (seen on the H200)."""
+    way, in the last bits (seen on the H200).
+
+    form (LOGITS_FORM by default): "tile", a program a [block_m rows, block_n keys] tile, the
+    keys gathered one block-table lookup a key; "pages", a program walks PAGES_A_PROGRAM page
+    positions for block_m rows (`indexer_logits_pages_kernel`: the rows' queries loaded once, a
+    page of every kv head read as one contiguous block a step, the loop pipelined), for up to 4
+    kv heads (more: refused). The same scores either way (the same operations in one order);
+    block_n is the tile form's only."""
+    if form is None:
+        form = LOGITS_FORM
+    if form not in LOGITS_FORMS:
+        raise ValueError(f"indexer_logits: form must be one of {LOGITS_FORMS}, got {form!r}")
     _check(q, weights, pages, block_table, p0, None, index_dtype, name="indexer_logits")
     C, Hkv, _, D = q.shape
     S = p0 + C
@@ -250,6 +266,19 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     sf = pages.view(torch.float32) if fp8 else pages
     interp = interpreting()
     block_m = block_m or 16
+    if form == "pages":
+        if Hkv > 4:
+            raise ValueError(f"indexer_logits: form 'pages' takes at most 4 kv heads, got {Hkv} "
+                             "(form 'tile' takes any)")
+        grid = (triton_cdiv(triton_cdiv(S, PAGE), PAGES_A_PROGRAM), triton_cdiv(C, block_m))
+        launcher_of(*_PAGES_KERNEL)(grid,
+            qp, wp, kv, sf, block_table, out,
+            C, p0, PAGES_A_PROGRAM, qp.stride(0), wp.stride(0), block_table.stride(0), kv.stride(0),
+            sf.stride(0) if fp8 else 0, stride,
+            HKV=Hkv, GP=qp.shape[2], D=D, BLOCK_M=block_m, PAGE=PAGE, IS_FP8=fp8, UPCAST=interp,
+            STAGES=PAGES_STAGES, num_warps=num_warps or 4,
+        )
+        return out
     block_n = block_n or (64 if interp else 128)
     grid = (triton_cdiv(S, block_n), triton_cdiv(C, block_m))
     launcher_of(*_LOGITS_KERNEL)(grid,   # the compiled launch, not Triton's ~40 us launcher (_launch.py)

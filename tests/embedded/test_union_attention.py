@@ -188,7 +188,7 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
     arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
     settings are untouched. "-segmented-" sets the few-rows top-k's method alone, "-narrow-" the
-    scratch's search over the bracket."""
+    scratch's search over the bracket, "-pages-" the score calls' page-walking form."""
     from niah.kernels.topk import wrapper
     from niah.serving.embedded.cuda.bench import arm_kernels
 
@@ -212,6 +212,11 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     with arm_kernels("fp8-sample1-narrow-k1024"):                    # the scratch's search over the bracket
         assert wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 1 and wrapper.FEW_ROWS_METHOD == "search"
     assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)
+    from niah.kernels.fused_indexer import wrapper as logits
+    assert logits.LOGITS_FORM == "tile"
+    with arm_kernels("fp8-pages-k1024"):                             # the score calls' page-walking form
+        assert logits.LOGITS_FORM == "pages" and not wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 8
+    assert logits.LOGITS_FORM == "tile"
 
 
 def test_a_misspelt_gpu_benchmark_arm_is_refused_before_any_weights_load(capsys):
@@ -221,7 +226,7 @@ def test_a_misspelt_gpu_benchmark_arm_is_refused_before_any_weights_load(capsys)
     from niah.serving.embedded.cuda.bench import arm_config, check_arms
 
     check_arms(["dense", "fp8-k1024", "bf16-gather-k512", "fp8-union0-sample1-narrow-segmented-k1024",
-                "bf16-fused-k512", "fp8-union8-sort-k512"], "cpu")
+                "bf16-fused-k512", "fp8-union8-sort-k512", "bf16-pages-k1024"], "cpu")
     for arm, word in (("fp8-sampel1-k1024", "sampel1"), ("fp8-segmentd-k1024", "segmentd"),
                       ("fp16-k512", None), ("fp8-1024", None), ("fp8-union3-k512", "union tile")):
         with pytest.raises(SystemExit) as e:

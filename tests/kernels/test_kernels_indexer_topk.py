@@ -326,6 +326,51 @@ def test_logits_are_the_scores_the_candidates_kernel_compares(kind):
         assert torch.allclose(out, ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+@pytest.mark.parametrize("case", CASES + [("four-kv-heads", 4, 2, 32, 70, 33, 16)],
+                         ids=[c[0] for c in CASES] + ["four-kv-heads"])
+@pytest.mark.parametrize("per_program", [16, 2])
+def test_the_pages_form_writes_the_tile_forms_scores(kind, case, per_program, monkeypatch):
+    """form="pages" (a program walks page positions for its rows; here 16 or 2 a program, so
+    programs split a row's pages and some walk only pages past their rows) writes the tile form's
+    scores: bit for bit under the interpreter (the same operations in one order), -inf at the
+    same places; on a GPU the two launches may round a head sum another way in the last bits.
+    Exact (integer) scores equal the float64 reference's in both."""
+    from niah.kernels.fused_indexer import wrapper
+
+    monkeypatch.setattr(wrapper, "PAGES_A_PROGRAM", per_program)
+    _, hkv, G, D, p0, C, k = case
+    gen = torch.Generator().manual_seed(hash(case[0]) % 1000 + 7)
+    pages, table, keys = make_pool(kind, hkv, D, p0 + C, gen, integer=False)
+    q, w = make_query(kind, C, hkv, G, D, gen, integer=False)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, kind)
+    tile, paged = indexer_logits(*args, form="tile").cpu(), indexer_logits(*args, form="pages").cpu()
+    assert paged.shape == tile.shape and paged.stride() == tile.stride()
+    assert torch.equal(torch.isneginf(paged), torch.isneginf(tile))
+    if DEV == "cpu":
+        assert torch.equal(paged.view(torch.int32), tile.view(torch.int32))
+    else:
+        assert torch.allclose(paged, tile, rtol=4e-7, atol=1e-6)
+    pages, table, keys = make_pool(kind, hkv, D, p0 + C, gen)
+    q, w = make_query(kind, C, hkv, G, D, gen)
+    out = indexer_logits(q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, kind, form="pages")
+    ref = reference_scores(q.float(), w, keys, p0)
+    assert torch.equal(out.cpu().double(), ref)
+    assert_reference(topk_indices(out, min(k, p0 + C)), reference_topk(ref, k), p0, k)
+
+
+def test_the_pages_form_refuses_more_than_four_kv_heads_and_unknown_forms():
+    gen = torch.Generator().manual_seed(3)
+    pages, table, _ = make_pool("bf16", 5, 32, 70, gen)
+    q, w = make_query("bf16", 6, 5, 2, 32, gen)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), 64, "bf16")
+    with pytest.raises(ValueError, match="at most 4 kv heads"):
+        indexer_logits(*args, form="pages")
+    assert indexer_logits(*args, form="tile").shape == (6, 70)
+    with pytest.raises(ValueError, match="form must be one of"):
+        indexer_logits(*args, form="page")
+
+
 def test_logits_refuse_bad_arguments_in_their_own_name():
     gen = torch.Generator().manual_seed(2)
     pages, table, _ = make_pool("bf16", 1, 32, 64, gen)

@@ -16,7 +16,9 @@ an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build);
 row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
 are 8 warps and 2048 keys); "-segmented-": the decode step's top-k (one row) by the segmented
 select (topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-": the sample and segmented
-selects' scratch searched over the bracket alone (topk.wrapper.SCRATCH_NARROW).
+selects' scratch searched over the bracket alone (topk.wrapper.SCRATCH_NARROW); "-pages-": the
+prefill's score calls by indexer_logits' page-walking form (fused_indexer.wrapper.LOGITS_FORM,
+"tile" by default).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -33,7 +35,7 @@ from niah.serving.embedded.device import build_model, warm_up
 from niah.serving.embedded.server import ServeConfig
 
 
-ARM_WORDS = ("gather", "fused", "bitmap", "sort", "segmented", "narrow")   # plus unionN, sampleN
+ARM_WORDS = ("gather", "fused", "bitmap", "sort", "segmented", "narrow", "pages")   # plus unionN, sampleN
 
 
 def arm_config(arm: str, device: str):
@@ -60,14 +62,15 @@ def arm_kernels(arm: str):
     "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
     "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
     keys a step), the few-rows top-k's method for a "-segmented-" one and the scratch's
-    narrow search for a "-narrow-" one, else the defaults;
-    restored after."""
+    narrow search for a "-narrow-" one, the score calls' page-walking form for a "-pages-" one,
+    else the defaults; restored after."""
+    from niah.kernels.fused_indexer import wrapper as logits  # noqa: PLC0415 (imports torch)
     from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
 
     parts = arm.split("-")
     before = (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-              wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW)
+              wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW, logits.LOGITS_FORM)
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
     if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
         raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
@@ -83,11 +86,13 @@ def arm_kernels(arm: str):
         wrapper.FEW_ROWS_METHOD = "segmented"
     if "narrow" in parts:
         wrapper.SCRATCH_NARROW = True
+    if "pages" in parts:
+        logits.LOGITS_FORM = "pages"
     try:
         yield
     finally:
         (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-         wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) = before
+         wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW, logits.LOGITS_FORM) = before
 
 
 def check_arms(arms: list[str], device: str) -> None:
