@@ -100,7 +100,7 @@ def pages_tuned(qp, wp, pages, table, p0, kind):
     out = {}
     try:
         for ppp in (8, 16, 32):
-            for st in (2, 3, 4):
+            for st in (2, 3):
                 wrapper.PAGES_A_PROGRAM, wrapper.PAGES_STAGES = ppp, st
                 for bm, nw in ((16, 4), (16, 8), (32, 8)):
                     out[f"p{ppp}-s{st}-m{bm}-w{nw}"] = round(timed(lambda: indexer_logits(  # noqa: B023
