@@ -63,13 +63,10 @@ def _tile_scores(q_ptr, w_ptr, kv_ptr, sf_ptr, bt_ptr, rows, row_ok, pos, stride
     slot = pos % PAGE
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for g in tl.static_range(HKV):
-        q = tl.load(q_ptr + r_row[:, None] * stride_qc + (g * GP + h)[:, None] * D + offs_d[None, :],
-                    mask=r_ok[:, None], other=0.0)                                    # [BLOCK_M*GP, D]
-        w = tl.load(w_ptr + r_row * stride_wc + g * GP + h, mask=r_ok, other=0.0)     # [BLOCK_M*GP]
+        q, w = _head_query(q_ptr, w_ptr, r_row, r_ok, h, g, stride_qc, stride_wc, GP, D, UPCAST)   # [BLOCK_M*GP, D]
         page = tl.load(bt_ptr + g * stride_bt + page_i).to(tl.int64)                  # [BLOCK_N]
         k = tl.load(kv_ptr + page[:, None] * page_stride + slot[:, None] * D + offs_d[None, :])   # [BLOCK_N, D]
         if UPCAST:
-            q = q.to(tl.float32)
             k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k))                                                    # [BLOCK_M*GP, BLOCK_N]
         s = tl.maximum(s, 0.0) * w[:, None]

@@ -94,7 +94,7 @@ def _kernel():
 _LOGITS_KERNEL = ("niah.kernels.fused_indexer.kernel", "indexer_logits_kernel")   # loaded at first launch
 _PAGES_KERNEL = ("niah.kernels.fused_indexer.kernel", "indexer_logits_pages_kernel")
 LOGITS_FORMS = ("tile", "pages")
-LOGITS_FORM = "tile"   # indexer_logits' kernel by default; "pages" is timed beside it (docs/kernels.md)
+LOGITS_FORM = "pages"  # indexer_logits' kernel by default ("tile": the first form; docs/kernels.md)
 PAGES_A_PROGRAM = 16   # "pages": page positions a program walks (1,024 keys)
 PAGES_STAGES = 3       # "pages": the page loop's pipeline depth
 

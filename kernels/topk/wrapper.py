@@ -54,7 +54,7 @@ SAMPLE_SIGMAS = 4.0  # bracket half-width: SAMPLE_SIGMAS * sqrt(k / stride) + 4 
 FEW_ROWS_METHOD = "search"  # few rows (decode) by default; "segmented" is timed beside it (docs/kernels.md)
 SEGMENT_KEYS = 4096  # "segmented": keys a program of the row's pass reads (one tile)
 SEGMENT_WARPS = 4  # "segmented": warps of the bracket and pass launches (the finish: SAMPLE_WARPS)
-SCRATCH_NARROW = False  # the scratch's search over the bracket only (fewer steps; not yet timed on a GPU)
+SCRATCH_NARROW = True  # the scratch's search over the bracket only (H100: faster at every shape timed, docs/kernels.md)
 SCRATCH_KEYS_A_THREAD = 16  # the sample select holds its scratch in registers up to this many keys a thread
 MANY_SELECT_WARPS = 16  # warps of the select launch for many rows (H200: 1.05-1.11x faster than 8)
 

@@ -187,8 +187,9 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
 def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_only():
     """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
     arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
-    settings are untouched. "-segmented-" sets the few-rows top-k's method alone, "-narrow-" the
-    scratch's search over the bracket, "-pages-" the score calls' page-walking form."""
+    settings are untouched. "-segmented-" sets the few-rows top-k's method alone, "-wide-" the
+    scratch's search over all 32 bits (the bracket alone by default), "-tile-" the score calls'
+    first form (the page-walking one by default); opposite words in one arm are refused."""
     from niah.kernels.topk import wrapper
     from niah.serving.embedded.cuda.bench import arm_kernels
 
@@ -205,18 +206,23 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     with pytest.raises(ValueError, match="1, 2 or 4 warps"), arm_kernels("fp8-sample8-k1024"):
         pass
     assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
-    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)
+    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", True)
     with arm_kernels("bf16-segmented-k512"):                         # the decode step's top-k
         assert wrapper.FEW_ROWS_METHOD == "segmented" and (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
-        assert not wrapper.SCRATCH_NARROW
-    with arm_kernels("fp8-sample1-narrow-k1024"):                    # the scratch's search over the bracket
-        assert wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 1 and wrapper.FEW_ROWS_METHOD == "search"
-    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", False)
+        assert wrapper.SCRATCH_NARROW
+    with arm_kernels("fp8-sample1-wide-k1024"):                      # the scratch's search over all 32 bits
+        assert not wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 1 and wrapper.FEW_ROWS_METHOD == "search"
+    assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", True)
     from niah.kernels.fused_indexer import wrapper as logits
-    assert logits.LOGITS_FORM == "tile"
-    with arm_kernels("fp8-pages-k1024"):                             # the score calls' page-walking form
-        assert logits.LOGITS_FORM == "pages" and not wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 8
-    assert logits.LOGITS_FORM == "tile"
+    assert logits.LOGITS_FORM == "pages"
+    with arm_kernels("fp8-tile-k1024"):                              # the score calls' first, tile form
+        assert logits.LOGITS_FORM == "tile" and wrapper.SCRATCH_NARROW and wrapper.SAMPLE_WARPS == 8
+    with arm_kernels("fp8-pages-narrow-k1024"):                      # the defaults, named
+        assert logits.LOGITS_FORM == "pages" and wrapper.SCRATCH_NARROW
+    for arm in ("fp8-pages-tile-k1024", "bf16-narrow-wide-k512"):    # opposites: refused, nothing set
+        with pytest.raises(ValueError, match="opposites"), arm_kernels(arm):
+            pass
+    assert (logits.LOGITS_FORM, wrapper.SCRATCH_NARROW) == ("pages", True)
 
 
 def test_a_misspelt_gpu_benchmark_arm_is_refused_before_any_weights_load(capsys):
@@ -226,7 +232,7 @@ def test_a_misspelt_gpu_benchmark_arm_is_refused_before_any_weights_load(capsys)
     from niah.serving.embedded.cuda.bench import arm_config, check_arms
 
     check_arms(["dense", "fp8-k1024", "bf16-gather-k512", "fp8-union0-sample1-narrow-segmented-k1024",
-                "bf16-fused-k512", "fp8-union8-sort-k512", "bf16-pages-k1024"], "cpu")
+                "bf16-fused-k512", "fp8-union8-sort-k512", "bf16-pages-k1024", "fp8-tile-wide-k512"], "cpu")
     for arm, word in (("fp8-sampel1-k1024", "sampel1"), ("fp8-segmentd-k1024", "segmentd"),
                       ("fp16-k512", None), ("fp8-1024", None), ("fp8-union3-k512", "union tile")):
         with pytest.raises(SystemExit) as e:

@@ -323,6 +323,42 @@ def test_the_h100_runs_with_the_union_by_default_move_only_sparse_sums_and_finis
         ("bf16-k1024", 22600): 0.83}
 
 
+def test_the_h100_run_with_the_pages_logits_answers_as_the_tile_form_and_every_fused_arm_is_below_dense():
+    """device/h100-one-arm-12k-22k-pages/: the seed's arms one at a time, indexer_logits' page-walking
+    form by default, on one H100. Its scores are the tile form's bit for bit (the kernel benchmark
+    on the same card: docs/results/h100-indexer-logits-pages.jsonl), so every one of the 180
+    answers is the union run's; attestations valid; every fused arm's median trial below dense's
+    at both lengths, the docs' ratios."""
+    import statistics
+
+    from niah.kernels.fused_indexer import wrapper
+
+    assert wrapper.LOGITS_FORM == "pages"
+    dev = H200 / "device"
+    load = lambda name: {(r["config"], r["length"], r["depth"], r["trial"]): r  # noqa: E731
+                         for r in map(json.loads, (dev / name / "trials.jsonl").read_text().splitlines())}
+    old, new = load("h100-one-arm-12k-22k-union"), load("h100-one-arm-12k-22k-pages")
+    assert new.keys() == old.keys() and len(new) == 180
+    assert all(r["prompt_sha256"] == old[key]["prompt_sha256"] and r["error"] is None for key, r in new.items())
+    assert all(r["answer"] == old[key]["answer"] for key, r in new.items())
+    checked = load_checked(dev / "h100-one-arm-12k-22k-pages")
+    assert checked.problems == []
+    assert all(status(entry)[0] == VALID for entry in checked.manifest["configs"].values())
+    arms = ("fp8-k512", "bf16-k512", "fp8-k1024", "bf16-k1024")
+    median = {(arm, n): statistics.median(r["latency_s"] for r in new.values()
+                                          if (r["config"], r["length"]) == (arm, n))
+              for arm in ("dense", *arms) for n in (12189, 22600)}
+    ratio = {key: round(v / median[("dense", key[1])], 2) for key, v in median.items() if key[0] != "dense"}
+    assert ratio == {("fp8-k512", 12189): 0.85, ("bf16-k512", 12189): 0.83, ("fp8-k1024", 12189): 0.9,
+                     ("bf16-k1024", 12189): 0.94, ("fp8-k512", 22600): 0.66, ("bf16-k512", 22600): 0.68,
+                     ("fp8-k1024", 22600): 0.75, ("bf16-k1024", 22600): 0.76}
+    rows = [json.loads(line) for line in (ROOT / "docs" / "results" / "h100-indexer-logits-pages.jsonl")
+            .read_text().splitlines()]
+    assert all(r["pages_vs_tile"]["bitwise_equal"] and r["pages_vs_tile"]["inf_mismatch"] == 0 for r in rows)
+    assert {(r["dtype"], r["tokens"]): r["pages_over_tile"] for r in rows} == {
+        ("fp8", 12189): 0.491, ("fp8", 22600): 0.341, ("bf16", 12189): 0.631, ("bf16", 22600): 0.54}
+
+
 def test_the_union_build_timing_kept_the_sort_out_of_the_prefill():
     """device/union_attention-tile-kernel-h100.jsonl: union_attention with tile_union's kernel
     against the gather kernel, its CUDA tests passed first. On the rows that share keys as the

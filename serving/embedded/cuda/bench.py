@@ -15,10 +15,10 @@ an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build);
 "-sample2-", "-sample4-": the prefill's sample-bracketed top-k launched with 1, 2 or 4 warps a
 row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
 are 8 warps and 2048 keys); "-segmented-": the decode step's top-k (one row) by the segmented
-select (topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-": the sample and segmented
-selects' scratch searched over the bracket alone (topk.wrapper.SCRATCH_NARROW); "-pages-": the
-prefill's score calls by indexer_logits' page-walking form (fused_indexer.wrapper.LOGITS_FORM,
-"tile" by default).
+select (topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-" / "-wide-": the sample and
+segmented selects' scratch searched over the bracket alone (the default) or over all 32 bits
+(topk.wrapper.SCRATCH_NARROW); "-pages-" / "-tile-": the prefill's score calls by indexer_logits'
+page-walking form (the default) or its first, tile form (fused_indexer.wrapper.LOGITS_FORM).
 Prompts are random token ids (timing and memory only; recall is the sweep's business).
 """
 
@@ -35,7 +35,7 @@ from niah.serving.embedded.device import build_model, warm_up
 from niah.serving.embedded.server import ServeConfig
 
 
-ARM_WORDS = ("gather", "fused", "bitmap", "sort", "segmented", "narrow", "pages")   # plus unionN, sampleN
+ARM_WORDS = ("gather", "fused", "bitmap", "sort", "segmented", "narrow", "wide", "pages", "tile")  # + unionN, sampleN
 
 
 def arm_config(arm: str, device: str):
@@ -62,8 +62,9 @@ def arm_kernels(arm: str):
     "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
     "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
     keys a step), the few-rows top-k's method for a "-segmented-" one and the scratch's
-    narrow search for a "-narrow-" one, the score calls' page-walking form for a "-pages-" one,
-    else the defaults; restored after."""
+    narrow search for a "-narrow-" one (its 32-bit search for "-wide-"), the score calls'
+    page-walking form for a "-pages-" one (the tile form for "-tile-"), else the defaults;
+    restored after. Opposite words in one arm are refused."""
     from niah.kernels.fused_indexer import wrapper as logits  # noqa: PLC0415 (imports torch)
     from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
@@ -78,16 +79,19 @@ def arm_kernels(arm: str):
     warps = [p[len("sample"):] for p in parts if p.startswith("sample")]
     if warps and warps[0] not in ("1", "2", "4"):
         raise ValueError(f"arm {arm!r}: the sample select at 1, 2 or 4 warps (-sample1-, -sample2-, -sample4-)")
+    for a, b in (("narrow", "wide"), ("pages", "tile")):
+        if a in parts and b in parts:
+            raise ValueError(f"arm {arm!r}: -{a}- and -{b}- are opposites; name one")
     attend.PREFILL_SHARE = (int(tiles[0] or attend.UNION_BLOCK_Q)) if tiles else before[0]
     attend.UNION_BUILD = "bitmap" if "bitmap" in parts else "sort" if "sort" in parts else before[1]
     if warps:
         wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = int(warps[0]), 256 * int(warps[0])
     if "segmented" in parts:
         wrapper.FEW_ROWS_METHOD = "segmented"
-    if "narrow" in parts:
-        wrapper.SCRATCH_NARROW = True
-    if "pages" in parts:
-        logits.LOGITS_FORM = "pages"
+    if "narrow" in parts or "wide" in parts:
+        wrapper.SCRATCH_NARROW = "narrow" in parts
+    if "pages" in parts or "tile" in parts:
+        logits.LOGITS_FORM = "pages" if "pages" in parts else "tile"
     try:
         yield
     finally:
