@@ -247,14 +247,14 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     keys gathered one block-table lookup a key; "pages", a program walks PAGES_A_PROGRAM page
     positions for block_m rows (`indexer_logits_pages_kernel`: the rows' queries loaded once, a
     page of every kv head read as one contiguous block a step, the loop pipelined), for up to 4
-    kv heads (more: refused). The same scores either way (the same operations in one order);
-    block_n is the tile form's only."""
-    if form is None:
-        form = LOGITS_FORM
-    if form not in LOGITS_FORMS:
+    kv heads (more: the default takes the tile form; form="pages" is refused). The same scores
+    either way (the same operations in one order); block_n is the tile form's only."""
+    if form is not None and form not in LOGITS_FORMS:
         raise ValueError(f"indexer_logits: form must be one of {LOGITS_FORMS}, got {form!r}")
     _check(q, weights, pages, block_table, p0, None, index_dtype, name="indexer_logits")
     C, Hkv, _, D = q.shape
+    if form is None:
+        form = LOGITS_FORM if Hkv <= 4 else "tile"
     S = p0 + C
     stride = -(-S // 256) * 256
     out = torch.empty_strided((C, S), (stride, 1), dtype=torch.float32, device=q.device)

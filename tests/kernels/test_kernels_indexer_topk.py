@@ -359,14 +359,16 @@ def test_the_pages_form_writes_the_tile_forms_scores(kind, case, per_program, mo
     assert_reference(topk_indices(out, min(k, p0 + C)), reference_topk(ref, k), p0, k)
 
 
-def test_the_pages_form_refuses_more_than_four_kv_heads_and_unknown_forms():
+def test_the_pages_form_refuses_more_than_four_kv_heads_and_the_default_takes_the_tile_form():
     gen = torch.Generator().manual_seed(3)
     pages, table, _ = make_pool("bf16", 5, 32, 70, gen)
     q, w = make_query("bf16", 6, 5, 2, 32, gen)
     args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), 64, "bf16")
     with pytest.raises(ValueError, match="at most 4 kv heads"):
         indexer_logits(*args, form="pages")
-    assert indexer_logits(*args, form="tile").shape == (6, 70)
+    tile = indexer_logits(*args, form="tile")
+    assert tile.shape == (6, 70)
+    assert torch.equal(indexer_logits(*args), tile)                  # the default: the tile form for them
     with pytest.raises(ValueError, match="form must be one of"):
         indexer_logits(*args, form="page")
 
