@@ -1,7 +1,7 @@
-"""Compile the GPU server's decode-step kernels for sm_90 (H100 / H200) on a machine without a
-GPU, no launch: the interpreter runs code the compiler refuses (a statement after a `return` in
-a constexpr branch is still built; a tensor past Triton's largest), so this is the check a GPU
-run would otherwise be the first to make.
+"""Compile the GPU server's decode-step kernels and its prefill's score kernel for sm_90
+(H100 / H200) on a machine without a GPU, no launch: the interpreter runs code the compiler
+refuses (a statement after a `return` in a constexpr branch is still built; a tensor past
+Triton's largest), so this is the check a GPU run would otherwise be the first to make.
 
     python tests/kernels/compile_sm90.py        # TRITON_INTERPRET unset: triton.jit must compile
 
@@ -85,6 +85,14 @@ def variants():
                {"q_ptr": "*fp32", "out_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_out_ptr": "*fp32", "weight": "fp32",
                 "Hkv": "i32", "stride_n": "i32", "stride_h": "i32", "stride_g": "i32"},
                dict(G=3, GP=4, GB=4, D=64, IS_FP8=fp8, INTERP=False), 4)
+    for fp8 in (True, False):                      # the prefill's score calls, the default form
+        t = "*fp8e4nv" if fp8 else "*bf16"
+        yield ("niah.kernels.fused_indexer.kernel", "indexer_logits_pages_kernel",
+               {"q_ptr": t, "w_ptr": "*fp32", "kv_ptr": t, "sf_ptr": "*fp32" if fp8 else t, "bt_ptr": "*i32",
+                "out_ptr": "*fp32", "C": "i32", "p0": "i32", "pages_a_program": "i32", "stride_qc": "i32",
+                "stride_wc": "i32", "stride_bt": "i32", "page_stride": "i32", "sf_page_stride": "i32",
+                "stride_out": "i32"},
+               dict(HKV=3, GP=4, D=64, BLOCK_M=16, PAGE=64, IS_FP8=fp8, UPCAST=False, STAGES=3), 4)
 
 
 def main() -> int:
