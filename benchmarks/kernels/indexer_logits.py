@@ -4,10 +4,10 @@ heads x 3 heads x 64 dims; `score_rows` rows = 64 MiB of fp32 scores, the prompt
 - per kv head (the server's earlier path): each kv head's keys gathered from the paged pool
   (once a chunk: timed apart, `gather_ms`), then `fp8_mqa_logits` / `bf16_mqa_logits` once
   per kv head, each adding its logits into the running sum (`accumulate_into`): `per_head_ms`;
-- `indexer_logits`: the pages read in place, the kv heads summed inside one kernel, the
-  query's heads padded once (as the server pads them a chunk): `fused_ms`;
-- the same with `form="pages"` (a program walks page positions for its rows, the queries loaded
-  once, the loop pipelined): `pages_ms`, `pages_over_tile` (against `fused_ms`), and how its
+- `indexer_logits(form="tile")`: the pages read in place, the kv heads summed inside one kernel,
+  the query's heads padded once (as the server pads them a chunk): `fused_ms` (`--tune`: its tiles);
+- the same with `form="pages"`, the server's default (a program walks page positions for its
+  rows, the queries loaded once, the loop pipelined): `pages_ms`, `pages_over_tile` (against `fused_ms`), and how its
   scores compare with the tile form's (`pages_vs_tile`: the same fields as below).
 
     python benchmarks/kernels/indexer_logits.py [--lengths 12189,22600] [--dtypes fp8,bf16]
@@ -121,14 +121,14 @@ def run_case(kind, S, a, device):
     qp, wp = padded(q, w)
     keys = per_head_inputs(kind, pages, table, S)
     old = per_head(kind, q, w, keys, p0)
-    new = indexer_logits(qp, wp, pages, table, p0, kind)
+    new = indexer_logits(qp, wp, pages, table, p0, kind, form="tile")
     row = {"dtype": kind, "tokens": S, "rows": C, "heads": f"{HKV}x{G}x{D}"}
     row |= compare(old, new, a.ks)   # on the device: topk_indices runs where the scores are
     row["pages_vs_tile"] = compare(new, indexer_logits(qp, wp, pages, table, p0, kind, form="pages"), a.ks)
     if device == "cuda":
         t_g = timed(lambda: per_head_inputs(kind, pages, table, S), a.rep)
         t_old = timed(lambda: per_head(kind, q, w, keys, p0), a.rep)
-        t_new = timed(lambda: indexer_logits(qp, wp, pages, table, p0, kind), a.rep)
+        t_new = timed(lambda: indexer_logits(qp, wp, pages, table, p0, kind, form="tile"), a.rep)
         t_pages = timed(lambda: indexer_logits(qp, wp, pages, table, p0, kind, form="pages"), a.rep)
         row |= {"gather_ms": round(t_g, 4), "per_head_ms": round(t_old, 4), "fused_ms": round(t_new, 4),
                 "fused_over_per_head": round(t_new / t_old, 3), "pages_ms": round(t_pages, 4),
@@ -137,7 +137,7 @@ def run_case(kind, S, a, device):
             row["pages_tuned_ms"] = pages_tuned(qp, wp, pages, table, p0, kind)
         if a.tune:
             row["tuned_ms"] = {f"m{bm}-n{bn}-w{nw}": round(timed(lambda: indexer_logits(  # noqa: B023
-                qp, wp, pages, table, p0, kind, block_m=bm, block_n=bn, num_warps=nw), 60), 4)
+                qp, wp, pages, table, p0, kind, block_m=bm, block_n=bn, num_warps=nw, form="tile"), 60), 4)
                 for bm in (16, 32, 64) for bn in (64, 128, 256) for nw in (4, 8)}
         row["device"] = torch.cuda.get_device_name()
     else:

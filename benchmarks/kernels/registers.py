@@ -1,11 +1,12 @@
 """What the compiler gives the prefill's indexer kernels on a GPU target, without a GPU: registers
-a thread and bytes spilled (ptxas -v on Triton's PTX), at the launches' argument divisibility
+a thread, bytes spilled (ptxas -v on Triton's PTX) and shared memory, at the launches' argument divisibility
 (pointers and 16-aligned strides specialised as Triton specialises them at a launch).
 
     python benchmarks/kernels/registers.py [ARCH]      # 90 (H200) by default
 
 Rows: `indexer_logits_kernel` at tiles x warps (fp8 and bf16 keys, SmolLM2's 3 kv heads x 4
-padded heads x 64), the sample select and the search kernel at radix widths 1, 2 and 4.
+padded heads x 64), its pages form (`indexer_logits_pages_kernel`) at rows x warps, the sample
+select and the search kernel at radix widths 1, 2 and 4.
 Register counts are not times: the timings are benchmarks/kernels/indexer_logits.py --tune,
 topk_ties.py --radix-bits and bench.py --only topk, on a GPU.
 """
@@ -38,11 +39,11 @@ def usage(fn, sig: dict, consts: dict, warps: int, aligned: tuple) -> str:
                               f.name, "-o", os.devnull], capture_output=True, text=True, check=True).stderr
     regs = next(line.split("Used ")[1].split(" registers")[0] for line in out.splitlines() if "Used " in line)
     spill = next(line.split(", ")[1].split(" bytes")[0] for line in out.splitlines() if "spill stores" in line)
-    return f"{regs} registers, {spill} bytes spilled"
+    return f"{regs} registers, {spill} bytes spilled, {k.metadata.shared} bytes of shared memory"
 
 
 def main() -> None:
-    from niah.kernels.fused_indexer.kernel import indexer_logits_kernel
+    from niah.kernels.fused_indexer.kernel import indexer_logits_kernel, indexer_logits_pages_kernel
     from niah.kernels.topk.kernel import topk_kernel
     from niah.kernels.topk.sample_kernel import sample_topk_kernel
 
@@ -57,6 +58,13 @@ def main() -> None:
             consts = dict(HKV=3, GP=4, D=64, BLOCK_M=bm, BLOCK_N=bn, PAGE=64, IS_FP8=fp8, UPCAST=False)
             print(f"indexer_logits {'fp8' if fp8 else 'bf16'} {bm}x{bn} {w} warps:",
                   usage(indexer_logits_kernel, sig, consts, w, aligned), flush=True)
+        sig_p = {k: sig[k] for k in ("q_ptr", "w_ptr", "kv_ptr", "sf_ptr", "bt_ptr", "out_ptr", "C", "p0")}
+        sig_p |= {"pages_a_program": "i32"} | {k: sig[k] for k in ("stride_qc", "stride_wc", "stride_bt", "page_stride",
+                                                                  "sf_page_stride", "stride_out")}
+        for bm, w in ((16, 4), (16, 8), (32, 8)):
+            consts = dict(HKV=3, GP=4, D=64, BLOCK_M=bm, PAGE=64, IS_FP8=fp8, UPCAST=False, STAGES=3)
+            print(f"indexer_logits pages {'fp8' if fp8 else 'bf16'} {bm} rows {w} warps:",
+                  usage(indexer_logits_pages_kernel, sig_p, consts, w, aligned), flush=True)
     sig = {"x_ptr": "*fp32", "len_ptr": "*i32", "out_ptr": "*i32", "skey_ptr": "*i32", "sidx_ptr": "*i32",
            "W": "i32", "K": "i32", "stride_x": "i32", "R_HI": "i32", "R_LO": "i32"}
     # the default launch at 1, 2, 4 bits; then programs of 1 and 2 warps, the scratch read in pieces

@@ -240,8 +240,8 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     and -inf past it; every kv head read in place from its pages and summed in the kernel, in
     order g = 0, 1, ... (arguments as indexer_topk's, less k). The candidates kernel's tile
     function: under the interpreter a key's score here is, bit for bit, the score that kernel
-    compares; on a GPU their launches (8 warps here, 4 there) may round the head sum another
-    way, in the last bits (seen on the H200).
+    compares; on a GPU their launches (the tile form's 8 warps, the candidates kernel's 4) may
+    round the head sum another way, in the last bits (seen on the H200).
 
     form (LOGITS_FORM by default): "tile", a program a [block_m rows, block_n keys] tile, the
     keys gathered one block-table lookup a key; "pages", a program walks PAGES_A_PROGRAM page

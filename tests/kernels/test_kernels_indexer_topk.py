@@ -332,7 +332,7 @@ def test_logits_are_the_scores_the_candidates_kernel_compares(kind):
 @pytest.mark.parametrize("per_program", [16, 2])
 def test_the_pages_form_writes_the_tile_forms_scores(kind, case, per_program, monkeypatch):
     """form="pages" (a program walks page positions for its rows; here 16 or 2 a program, so
-    programs split a row's pages and some walk only pages past their rows) writes the tile form's
+    programs split a row's pages, some only partly before their rows' ends) writes the tile form's
     scores: bit for bit under the interpreter (the same operations in one order), -inf at the
     same places; on a GPU the two launches may round a head sum another way in the last bits.
     Exact (integer) scores equal the float64 reference's in both."""
@@ -357,6 +357,31 @@ def test_the_pages_form_writes_the_tile_forms_scores(kind, case, per_program, mo
     ref = reference_scores(q.float(), w, keys, p0)
     assert torch.equal(out.cpu().double(), ref)
     assert_reference(topk_indices(out, min(k, p0 + C)), reference_topk(ref, k), p0, k)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_a_pages_program_past_its_rows_writes_only_minus_inf(kind, monkeypatch):
+    """One page position a program over a first chunk of 96 rows: the first 16 rows see only
+    page 0, so their program at page 1 walks no page its rows see (its loop runs zero times) and
+    writes that page's -inf alone; every score is still the tile form's."""
+    from niah.kernels.fused_indexer import wrapper
+
+    monkeypatch.setattr(wrapper, "PAGES_A_PROGRAM", 1)
+    C, p0, block_m = 96, 0, 16
+    assert -(-(p0 + block_m) // PAGE) == 1 < -(-(p0 + C) // PAGE) == 2     # rows 0-15 end in page 0 of 2
+    gen = torch.Generator().manual_seed(11)
+    pages, table, _ = make_pool(kind, 3, 64, p0 + C, gen, integer=False)
+    q, w = make_query(kind, C, 3, 3, 64, gen, integer=False)
+    args = (q.to(DEV), w.to(DEV), pages.to(DEV), table.to(DEV), p0, kind)
+    paged = indexer_logits(*args, form="pages", block_m=block_m).cpu()
+    assert torch.isneginf(paged[:block_m, PAGE:]).all()
+    assert torch.isfinite(paged[:block_m, :PAGE].diagonal()).all()
+    tile = indexer_logits(*args, form="tile").cpu()
+    assert torch.equal(torch.isneginf(paged), torch.isneginf(tile))
+    if DEV == "cpu":
+        assert torch.equal(paged.view(torch.int32), tile.view(torch.int32))
+    else:
+        assert torch.allclose(paged, tile, rtol=4e-7, atol=1e-6)
 
 
 def test_the_pages_form_refuses_more_than_four_kv_heads_and_the_default_takes_the_tile_form():

@@ -64,7 +64,8 @@ def arm_kernels(arm: str):
     keys a step), the few-rows top-k's method for a "-segmented-" one and the scratch's
     narrow search for a "-narrow-" one (its 32-bit search for "-wide-"), the score calls'
     page-walking form for a "-pages-" one (the tile form for "-tile-"), else the defaults;
-    restored after. Opposite words in one arm are refused."""
+    restored after. "-narrow-" with "-wide-", or "-pages-" with "-tile-", in one arm is refused.
+    """
     from niah.kernels.fused_indexer import wrapper as logits  # noqa: PLC0415 (imports torch)
     from niah.kernels.topk import wrapper  # noqa: PLC0415 (imports torch)
     from niah.serving.embedded.cuda import attend  # noqa: PLC0415 (imports torch)
