@@ -58,9 +58,8 @@ def main() -> None:
             consts = dict(HKV=3, GP=4, D=64, BLOCK_M=bm, BLOCK_N=bn, PAGE=64, IS_FP8=fp8, UPCAST=False)
             print(f"indexer_logits {'fp8' if fp8 else 'bf16'} {bm}x{bn} {w} warps:",
                   usage(indexer_logits_kernel, sig, consts, w, aligned), flush=True)
-        sig_p = {k: sig[k] for k in ("q_ptr", "w_ptr", "kv_ptr", "sf_ptr", "bt_ptr", "out_ptr", "C", "p0")}
-        sig_p |= {"pages_a_program": "i32"} | {k: sig[k] for k in ("stride_qc", "stride_wc", "stride_bt", "page_stride",
-                                                                  "sf_page_stride", "stride_out")}
+        at = list(sig).index("stride_qc")            # the pages form's one more argument comes before the strides
+        sig_p = dict([*sig.items()][:at] + [("pages_a_program", "i32")] + [*sig.items()][at:])
         for bm, w in ((16, 4), (16, 8), (32, 8)):
             consts = dict(HKV=3, GP=4, D=64, BLOCK_M=bm, PAGE=64, IS_FP8=fp8, UPCAST=False, STAGES=3)
             print(f"indexer_logits pages {'fp8' if fp8 else 'bf16'} {bm} rows {w} warps:",
