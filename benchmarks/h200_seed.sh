@@ -16,8 +16,8 @@
 #             gguf, ...), sha256.txt (the GGUF's);
 #      OUT    where results go (the device tool's folder);
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
-# Making CARRY here: `bash benchmarks/prepare_gpu_carry.sh` (five GGUF parts of 20 MB: the device
-# call takes at most 64 MiB, the checkout included, ~45 MB with results/, so one part fits a
+# Making CARRY here: `bash benchmarks/prepare_gpu_carry.sh` (six GGUF parts of 17 MB: the device
+# call takes at most 64 MiB, the checkout included, ~47 MB with results/, so one part fits a
 # call, and the wheels the setup call; the calls one after another: that script's header).
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.

