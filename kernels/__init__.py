@@ -39,6 +39,7 @@ _EXPORTS = {
     "topk_indices": "niah.kernels.topk.wrapper",
     "indexer_topk": "niah.kernels.fused_indexer.wrapper",
     "indexer_logits": "niah.kernels.fused_indexer.wrapper",
+    "logits_form": "niah.kernels.fused_indexer.wrapper",
     "bf16_paged_rescore": "niah.kernels.rescore.wrapper",
     "fp8_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",
     "fp4_bf16_two_stage_topk": "niah.kernels.rescore.wrapper",

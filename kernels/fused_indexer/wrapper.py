@@ -232,6 +232,14 @@ def indexer_topk(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, bl
     return select(cand, p0, k)
 
 
+def logits_form(n_kv: int, form: str | None = None) -> str:
+    """The form indexer_logits takes for n_kv kv heads: `form` when given (checked), else
+    LOGITS_FORM up to 4 kv heads and "tile" past them."""
+    if form is not None and form not in LOGITS_FORMS:
+        raise ValueError(f"indexer_logits: form must be one of {LOGITS_FORMS}, got {form!r}")
+    return form or (LOGITS_FORM if n_kv <= 4 else "tile")
+
+
 def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, p0: int,
                    index_dtype: str, block_m: int | None = None, block_n: int | None = None,
                    num_warps: int | None = None, form: str | None = None) -> torch.Tensor:
@@ -249,12 +257,9 @@ def indexer_logits(q: torch.Tensor, weights: torch.Tensor, pages: torch.Tensor, 
     page of every kv head read as one contiguous block a step, the loop pipelined), for up to 4
     kv heads (more: the default takes the tile form; form="pages" is refused). The same scores
     either way (the same operations in one order); block_n is the tile form's only."""
-    if form is not None and form not in LOGITS_FORMS:
-        raise ValueError(f"indexer_logits: form must be one of {LOGITS_FORMS}, got {form!r}")
     _check(q, weights, pages, block_table, p0, None, index_dtype, name="indexer_logits")
     C, Hkv, _, D = q.shape
-    if form is None:
-        form = LOGITS_FORM if Hkv <= 4 else "tile"
+    form = logits_form(Hkv, form)
     S = p0 + C
     stride = -(-S // 256) * 256
     out = torch.empty_strided((C, S), (stride, 1), dtype=torch.float32, device=q.device)

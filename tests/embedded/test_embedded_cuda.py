@@ -470,7 +470,9 @@ def test_fused_topk_prefill_scores_a_chunk_it_cannot_vouch_for_again_unfused():
         attest.reset()
         return logits.cpu(), dict(att.fused_calls), calls
 
-    unfused, _, _ = run("niah")
+    unfused, _, calls = run("niah")
+    from niah.kernels import logits_form
+    assert set(calls["prefill_logits"]) == {f"niah.indexer_logits.{logits_form(HKV)}"}   # the form attested
     vouched, counts, calls = run("fused")
     assert counts == {"calls": 6, "fallbacks": 0, "fallback_rows": 0}        # 2 layers x 3 chunks
     assert calls["topk"] == {"niah.indexer_topk": 6}

@@ -10,10 +10,10 @@ exactly 0) hold the bracket at 0, where the ties at the bracket must cost the bu
 import pytest
 import torch
 
-from niah.kernels import calc_diff, indexer_logits, indexer_topk, topk_indices
+from niah.kernels import calc_diff, indexer_logits, indexer_topk, logits_form, topk_indices
 from niah.kernels._common import zero_masked
 from niah.kernels.fused_indexer.reference import reference_scores, reference_topk
-from niah.kernels.fused_indexer.wrapper import Candidates, brackets, candidates, capacity, select
+from niah.kernels.fused_indexer.wrapper import LOGITS_FORM, Candidates, brackets, candidates, capacity, select
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 PAGE = 64
@@ -396,6 +396,7 @@ def test_the_pages_form_refuses_more_than_four_kv_heads_and_the_default_takes_th
     assert torch.equal(indexer_logits(*args), tile)                  # the default: the tile form for them
     with pytest.raises(ValueError, match="form must be one of"):
         indexer_logits(*args, form="page")
+    assert (logits_form(5), logits_form(4), logits_form(4, "tile")) == ("tile", LOGITS_FORM, "tile")  # as attested
 
 
 def test_logits_refuse_bad_arguments_in_their_own_name():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits, quantize_query
+from niah.kernels import bf16_paged_mqa_logits, fp8_paged_mqa_logits, indexer_logits, logits_form, quantize_query
 from niah.kernels._common import next_pow2
 from niah.serving.sglang import attest
 
@@ -103,7 +103,7 @@ class IndexScores:
         qk, w = inputs
         out = indexer_logits(qk[r0:r1], w[r0:r1], self.pool.layer(layer), self.pool.block_table, p0 + r0,
                              self.index_dtype)
-        attest.record("prefill_logits", self.index_dtype, "niah.indexer_logits")
+        attest.record("prefill_logits", self.index_dtype, f"niah.indexer_logits.{logits_form(self.n_kv)}")
         return out
 
     def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
