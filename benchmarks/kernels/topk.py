@@ -11,7 +11,7 @@ from measure import host_overhead, peak_extra, record, timeit, timeit_graph
 def topk_configs(rows, width, k, tiny):
     """The launch configurations swept (the wrappers' defaults were chosen among them: docs/kernels.md)."""
     if tiny:
-        return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}]
+        return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}, {"method": "segmented"}]
     # the search kernel explicitly (its defaults), then the sample-bracketed select's variants
     # (radix_bits: the threshold search's bits a step; 1, the binary search, is the default)
     sample = [{"method": "sample"}, {"method": "sample", "tile": 2048}, {"method": "sample", "num_warps": 8},
@@ -21,8 +21,11 @@ def topk_configs(rows, width, k, tiny):
     if rows >= 256:
         cfgs = [{}, {"method": "search"}, {"split": True, "block": 4096}, {"split": False, "block": 8192}] + radix \
             + sample
-    else:
-        cfgs = [{}, {"method": "search"}, {"method": "search", "block": 8192}, {"split": True}] + radix + sample
+    else:   # few rows (decode): the segmented select too, its segment (tile) and warps
+        segmented = [{"method": "segmented"}, {"method": "segmented", "tile": 2048},
+                     {"method": "segmented", "tile": 8192}, {"method": "segmented", "num_warps": 8}]
+        cfgs = [{}, {"method": "search"}, {"method": "search", "block": 8192}, {"split": True}] + radix + sample \
+            + segmented
     return [c for c in cfgs if c.get("block", 4096) >= 2 * (1 << max(0, (k - 1).bit_length()))]
 
 
