@@ -25,7 +25,9 @@ token). Timed (triton.testing.do_bench medians, L2 flushed):
     the GPU has fp8 MMA, the fp4 logits and c = 2 again with mma="fp8";
   - the decode cases again with the few-rows top-k by the segmented select (`topk_indices`'s
     method "segmented", kernels/topk/segment_kernel.py): alone on DeepGEMM's logits, after
-    DeepGEMM's and niah's fp8 logits, and in the two-stage selection at c = 2, 4, 8.
+    DeepGEMM's and niah's fp8 logits, and in the two-stage selection at c = 2, 4, 8;
+  - the goals' arms (GRAPH_ARMS) again replayed in a CUDA graph, as SGLang replays decode
+    (`graph_ms`, and `graph_ratio` beside each ratio): the host's launch cost out of the number.
 Ratios: two-stage and fp4 / DeepGEMM fp8 logits (fp4 logits: goal <= 1.0), / DeepGEMM fp8
 logits + SGLang's top-k (fp8+bf16 two-stage: goal <= 1.5) and + niah's top-k, and / niah bf16 logits + top-k.
 Checked first on the same inputs: the re-scores equal niah's bf16 logits at the candidates (calc_diff), both
@@ -45,7 +47,7 @@ if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import deep_gemm, fp8_pages, has_cuda, timeit, write_results  # noqa: E402
+from measure import deep_gemm, fp8_pages, has_cuda, timeit, timeit_graph, write_results  # noqa: E402
 
 HEADS, DIM = 64, 128
 PAGE = 64
@@ -78,6 +80,21 @@ def sglang_topk():
         meta.real_page_table, meta.page_size, meta.topk_v2_plan = table, PAGE, ops.plan_topk_v2(lengths)
         return lambda lg=logits: ops.topk_paged(lg, lengths, k, meta)
     return bind
+
+
+# the arms timed again in a CUDA graph: the goals' numerators and denominators, and the top-k alone
+GRAPH_ARMS = ("DeepGEMM fp8 logits", "DeepGEMM fp8 logits + SGLang top-k", "DeepGEMM fp8 logits + top-k",
+              "SGLang top-k alone (on DeepGEMM's logits)", "niah top-k alone (on DeepGEMM's logits)",
+              "niah segmented top-k alone (on DeepGEMM's logits)", "niah fp8 logits + top-k",
+              "niah fp4 logits (fp4 query)", "niah fp4 logits (fp4 query, fp8 MMA)", "two-stage c=2",
+              "two-stage c=4", "two-stage c=8", "two-stage c=2 (segmented top-k)", "two-stage c=4 (segmented top-k)",
+              "two-stage c=8 (segmented top-k)")
+
+
+def wrapper_default() -> str:
+    from niah.kernels.topk import wrapper
+
+    return wrapper.FEW_ROWS_METHOD
 
 
 @contextmanager
@@ -260,6 +277,16 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny, sgl=None):
             timed[impl] = ms = timeit(fn)
             results.append({"case": case, "impl": impl, "ms": ms})
             print(f"{case}: {impl}: {ms:.4f} ms")
+    # the goal's arms again replayed in a CUDA graph (as SGLang replays its decode step): GPU time
+    # alone, without the host's launch cost, which dominates the eager B=1 numbers
+    graphed = {}
+    for impl in GRAPH_ARMS:
+        if impl in calls or impl in seg_calls:
+            with few_rows_method("segmented" if impl in seg_calls else wrapper_default()):
+                graphed[impl] = ms = timeit_graph([seg_calls.get(impl) or calls[impl]])
+            if ms is not None:
+                results.append({"case": case, "impl": impl, "graph_ms": ms})
+                print(f"{case}: {impl}: {ms:.4f} ms in a CUDA graph")
     # goals: the whole two-stage selection <= 1.5x DeepGEMM fp8 logits + SGLang's top-k (where it was
     # built; else niah's stands in, said by the row's name), fp4 logits <= 1.0x DeepGEMM fp8 logits
     top = "DeepGEMM fp8 logits + SGLang top-k" if "DeepGEMM fp8 logits + SGLang top-k" in timed else \
@@ -279,8 +306,11 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny, sgl=None):
             goal = goals.get((arm.split(" c=")[0].split(" (")[0], base))
             if goal is not None:
                 row["goal"] = goal
+            if graphed.get(arm) and graphed.get(base):
+                row["graph_ratio"] = graphed[arm] / graphed[base]
             results.append(row)
-            print(f"{case}: {arm} / {base} = {ratio:.3f}" + (f" (goal <= {goal})" if goal else ""))
+            print(f"{case}: {arm} / {base} = {ratio:.3f}" + (f" (goal <= {goal})" if goal else "")
+                  + (f"; in a CUDA graph {row['graph_ratio']:.3f}" if "graph_ratio" in row else ""))
 
 
 def main() -> None:
