@@ -40,6 +40,13 @@ SAMPLE_STRIDE = 32  # every 32nd key of a row is sampled (more when the sample w
 MAX_SAMPLE = 8192
 SAMPLE_TILE = 2048  # keys a program reads per step of its pass over the row (H200 sweep: 2048 x 8 warps best)
 SAMPLE_WARPS = 8
+# at least SAMPLE_MANY_ROWS rows (the prefill's score calls: 742 to 4,096 rows) the sample select runs
+# one warp a row with a pass tile of 256 keys (one H100, the server's prefill: 0.243 -> 0.229 s at 12,189
+# tokens, 0.539 -> 0.535 at 22,600; the select alone on a 4,096-row chunk 1.12-1.25x faster); below it
+# SAMPLE_WARPS and SAMPLE_TILE (64 decode rows: one warp 4.8x slower there). docs/kernels.md, "Top-k".
+SAMPLE_MANY_ROWS = 512
+SAMPLE_MANY_WARPS = 1
+SAMPLE_MANY_TILE = 256
 # bits a step of the threshold searches (_search.kth_threshold): 1 is the binary search (32
 # block-wide reductions a search), 2 and 4 take 16 and 8 wider ones; every width finds the
 # same threshold. On the H200 the binary search was the fastest for both kernels at every
@@ -195,6 +202,13 @@ def sample_brackets(k: int, stride: int) -> tuple[int, int]:
     return math.floor(r - d), math.ceil(r + d)
 
 
+def sample_launch(rows: int) -> tuple[int, int]:
+    """The sample select's (warps, pass tile) for `rows` rows: (SAMPLE_MANY_WARPS,
+    SAMPLE_MANY_TILE) from SAMPLE_MANY_ROWS rows on, else (SAMPLE_WARPS, SAMPLE_TILE). The
+    launch changes no selection."""
+    return (SAMPLE_MANY_WARPS, SAMPLE_MANY_TILE) if rows >= SAMPLE_MANY_ROWS else (SAMPLE_WARPS, SAMPLE_TILE)
+
+
 def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile: int | None = None,
                 stride: int | None = None, cap: int | None = None, num_warps: int | None = None,
                 radix_bits: int | None = None, scratch_tile: int | None = None,
@@ -203,13 +217,16 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
     any k the wrapper takes. Scratch: 2 x rows x cap int32 (cap 4096 for k <= 2048, else 16384),
     sized from the shapes alone (graph-safe). scratch_tile: 0 searches the scratch's cap keys
     in registers, a power of two >= 16 reads them in pieces of that many (the same selection);
-    by default 0 while cap <= SCRATCH_KEYS_A_THREAD keys a thread of num_warps (SAMPLE_WARPS
-    when not given), else the tile. narrow: the scratch's k-th key found by a binary search over
-    the bracket (lo, hi] alone, ceil(log2(hi - lo)) steps, not 32 (SCRATCH_NARROW by default):
-    the same selection."""
+    by default 0 while cap <= SCRATCH_KEYS_A_THREAD keys a thread of num_warps, else the tile.
+    num_warps and tile default to `sample_launch(rows)` (under the interpreter: 4 warps, tiles of
+    256). narrow: the scratch's k-th key found by a binary search over the bracket (lo, hi]
+    alone, ceil(log2(hi - lo)) steps, not 32 (SCRATCH_NARROW by default): the same selection."""
 
+    interp = interpreting()
+    warps, default_tile = sample_launch(logits.shape[0])
     logits, out, stride, cap, tile, radix_bits, scratch_tile = _sample_plan(
-        logits, k, lengths, stride, cap, tile, radix_bits, scratch_tile, num_warps or SAMPLE_WARPS)
+        logits, k, lengths, stride, cap, tile or (None if interp else default_tile), radix_bits, scratch_tile,
+        num_warps or (SAMPLE_WARPS if interp else warps))
     rows, width = logits.shape
     if rows == 0:
         return out
@@ -223,7 +240,7 @@ def sample_topk(logits: torch.Tensor, k: int, lengths: torch.Tensor | None, tile
         HAS_LEN=lengths is not None, K_PAD=next_pow2(k), W_CONST=width if interpreting() else 0,
         RADIX_BITS=fit_radix(radix_bits, max(2 * ns, cap)), SCRATCH_TILE=scratch_tile,
         NARROW=SCRATCH_NARROW if narrow is None else bool(narrow),
-        num_warps=num_warps or (4 if interpreting() else SAMPLE_WARPS),
+        num_warps=num_warps or (4 if interp else warps),
     )
     return out
 

@@ -185,8 +185,8 @@ def test_a_union_arm_of_the_gpu_benchmarks_sets_the_share_for_that_arm_only():
 
 
 def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_only():
-    """"-sampleN-" runs the prefill's sample select at N warps and 256 N keys a step while the
-    arm runs (restored after, an error included); N other than 1, 2, 4 is refused; the union
+    """"-sampleN-" runs the sample select at N warps and 256 N keys a step, at every row count,
+    while the arm runs (restored after, an error included); N other than 1, 2, 4, 8 is refused; the union
     settings are untouched. "-segmented-" sets the few-rows top-k's method alone, "-wide-" the
     scratch's search over all 32 bits (the bracket alone by default), "-tile-" the score calls'
     first form (the page-walking one by default); opposite words in one arm are refused."""
@@ -194,16 +194,19 @@ def test_a_sample_arm_of_the_gpu_benchmarks_sets_the_select_launch_for_that_arm_
     from niah.serving.embedded.cuda.bench import arm_kernels
 
     default = wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE
-    assert default == (8, 2048)
+    assert default == (8, 2048) and (wrapper.SAMPLE_MANY_WARPS, wrapper.SAMPLE_MANY_TILE) == (1, 256)
+    assert wrapper.sample_launch(511) == default and wrapper.sample_launch(742) == (1, 256)   # decode, prefill
+    with arm_kernels("fp8-sample8-k1024"):                           # 8 warps at every row count
+        assert wrapper.sample_launch(742) == wrapper.sample_launch(64) == (8, 2048)
     with arm_kernels("fp8-sample1-k1024"):
-        assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == (1, 256)
+        assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == (1, 256) == wrapper.sample_launch(64)
         assert (attend.PREFILL_SHARE, attend.UNION_BUILD) == (4, "bitmap")
-    assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
+    assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default and wrapper.sample_launch(742) == (1, 256)
     with pytest.raises(RuntimeError), arm_kernels("bf16-union0-sample4-k512"):
         assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE, attend.PREFILL_SHARE) == (4, 1024, 0)
         raise RuntimeError("the arm failed")
     assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE, attend.PREFILL_SHARE) == (*default, 4)
-    with pytest.raises(ValueError, match="1, 2 or 4 warps"), arm_kernels("fp8-sample8-k1024"):
+    with pytest.raises(ValueError, match="1, 2, 4 or 8 warps"), arm_kernels("fp8-sample3-k1024"):
         pass
     assert (wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE) == default
     assert (wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW) == ("search", True)

@@ -12,10 +12,12 @@ Arms: "dense", or "<fp8|bf16|fp32>-k<K>", or "bf16-gather-k<K>" (the naive read)
 attend.PREFILL_SHARE for that arm only, `arm_kernels`; "-union8-" / "-union16-": tiles of 8 or 16;
 "-union0-": the gather kernel; "-bitmap-" / "-sort-": union_attention's build, attend.UNION_BUILD;
 an arm naming neither keeps attend's defaults, tiles of 4 and the bitmap build); "-sample1-",
-"-sample2-", "-sample4-": the prefill's sample-bracketed top-k launched with 1, 2 or 4 warps a
-row and a pass tile of 256 keys a warp (topk.wrapper.SAMPLE_WARPS / SAMPLE_TILE, whose defaults
-are 8 warps and 2048 keys); "-segmented-": the decode step's top-k (one row) by the segmented
-select (topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-" / "-wide-": the sample and
+"-sample2-", "-sample4-", "-sample8-": the sample-bracketed top-k launched with 1, 2, 4 or 8 warps
+a row and a pass tile of 256 keys a warp at every row count (topk.wrapper.SAMPLE_WARPS /
+SAMPLE_TILE and SAMPLE_MANY_WARPS / SAMPLE_MANY_TILE; by default the prefill's score calls, 512
+rows or more, take 1 warp and 256 keys, fewer rows 8 warps and 2048: "-sample8-" is the launch
+before that rule); "-segmented-": the decode step's top-k (one row) by the segmented select
+(topk.wrapper.FEW_ROWS_METHOD, "search" by default); "-narrow-" / "-wide-": the sample and
 segmented selects' scratch searched over the bracket alone (the default) or over all 32 bits
 (topk.wrapper.SCRATCH_NARROW); "-pages-" / "-tile-": the prefill's score calls by indexer_logits'
 page-walking form (the default) or its first, tile form (fused_indexer.wrapper.LOGITS_FORM).
@@ -72,21 +74,24 @@ def arm_kernels(arm: str):
 
     parts = arm.split("-")
     before = (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-              wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW, logits.LOGITS_FORM)
+              wrapper.SAMPLE_MANY_WARPS, wrapper.SAMPLE_MANY_TILE, wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW,
+              logits.LOGITS_FORM)
     tiles = [p[len("union"):] for p in parts if p.startswith("union")]
     if tiles and tiles[0] not in ("", "0", "4", "8", "16"):
         raise ValueError(f"arm {arm!r}: a union tile of 4, 8 or 16 queries, or 0 for the gather kernel "
                          "(-union-, -union8-, -union16-, -union0-)")
     warps = [p[len("sample"):] for p in parts if p.startswith("sample")]
-    if warps and warps[0] not in ("1", "2", "4"):
-        raise ValueError(f"arm {arm!r}: the sample select at 1, 2 or 4 warps (-sample1-, -sample2-, -sample4-)")
+    if warps and warps[0] not in ("1", "2", "4", "8"):
+        raise ValueError(f"arm {arm!r}: the sample select at 1, 2, 4 or 8 warps (-sample1-, -sample2-, -sample4-, "
+                         "-sample8-)")
     for a, b in (("narrow", "wide"), ("pages", "tile")):
         if a in parts and b in parts:
             raise ValueError(f"arm {arm!r}: -{a}- and -{b}- are opposites; name one")
     attend.PREFILL_SHARE = (int(tiles[0] or attend.UNION_BLOCK_Q)) if tiles else before[0]
     attend.UNION_BUILD = "bitmap" if "bitmap" in parts else "sort" if "sort" in parts else before[1]
-    if warps:
-        wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = int(warps[0]), 256 * int(warps[0])
+    if warps:   # at every row count
+        n = int(warps[0])
+        wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE = wrapper.SAMPLE_MANY_WARPS, wrapper.SAMPLE_MANY_TILE = n, 256 * n
     if "segmented" in parts:
         wrapper.FEW_ROWS_METHOD = "segmented"
     if "narrow" in parts or "wide" in parts:
@@ -97,7 +102,8 @@ def arm_kernels(arm: str):
         yield
     finally:
         (attend.PREFILL_SHARE, attend.UNION_BUILD, wrapper.SAMPLE_WARPS, wrapper.SAMPLE_TILE,
-         wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW, logits.LOGITS_FORM) = before
+         wrapper.SAMPLE_MANY_WARPS, wrapper.SAMPLE_MANY_TILE, wrapper.FEW_ROWS_METHOD, wrapper.SCRATCH_NARROW,
+         logits.LOGITS_FORM) = before
 
 
 def check_arms(arms: list[str], device: str) -> None:
