@@ -9,7 +9,8 @@ selection (the same set a row), and timed with do_bench; stops adding configurat
 --causal P0: row r's candidates are its first P0 + r + 1 positions (the GPU server's last prefill
 chunk at 12,189 tokens: 4,096 rows after 8,093). Configurations of 1 and 2 warps read the
 scratch in pieces (sample_topk's scratch_tile): a warp's reductions need no barrier. "narrow":
-the scratch's k-th key searched over the bracket alone (sample_topk's narrow).
+the scratch's k-th key searched over the bracket alone (sample_topk's narrow). The first
+configuration, {}, is the default launch (by rows: topk.wrapper.sample_launch).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import torch
 from measure import timeit
 
-CONFIGS = [{"tile": 2048, "num_warps": 8}, {"tile": 2048, "num_warps": 8, "narrow": True},
+CONFIGS = [{}, {"tile": 2048, "num_warps": 8}, {"tile": 2048, "num_warps": 8, "narrow": True},
            {"tile": 256, "num_warps": 1, "narrow": True}, {"tile": 512, "num_warps": 1}, {"tile": 256, "num_warps": 1},
            {"tile": 1024, "num_warps": 1}, {"tile": 512, "num_warps": 2}, {"tile": 1024, "num_warps": 2},
            {"tile": 1024, "num_warps": 4}, {"tile": 2048, "num_warps": 16}]
