@@ -64,13 +64,16 @@ def split_fp4_query(q, shape_name: str, name: str):
     return codes, sf.contiguous(), dim
 
 
-def _pages_per_split(rows: int, n_pages: int, sms: int) -> int:
+def _pages_per_split(rows: int, n_pages: int, sms: int, override: int | None = None) -> int:
+    if override is not None:
+        return max(1, int(override))
     return 4 if rows * n_pages < 8 * 2 * sms else 8
 
 
 def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-                         clean_logits=False, mma="auto"):
-    """See the module doc."""
+                         clean_logits=False, mma="auto", pages_per_split=None, num_warps=None, num_stages=None):
+    """See the module doc. pages_per_split / num_warps / num_stages: the launch (benchmarks'
+    sweeps; by default 4 or 8 pages a program, 4 warps, 2 stages): the same logits."""
     name = "fp4_paged_mqa_logits"
     values, exps, dim = split_fp4_query(q, "[B, next_n, H, D]", name)
     if values.dim() != 4:
@@ -101,7 +104,7 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     if mma == "fp8" and not has_fp8_mma(values):
         raise ValueError(f"{name}: mma='fp8' needs a GPU with fp8 MMA (compute capability 8.9 and up)")
     return _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits,
-                   block_kv, scaled, fp8=mma == "fp8")
+                   block_kv, scaled, fp8=mma == "fp8", tuning=(pages_per_split, num_warps, num_stages))
 
 
 def has_fp8_mma(t: torch.Tensor) -> bool:
@@ -112,7 +115,7 @@ def has_fp8_mma(t: torch.Tensor) -> bool:
 
 
 def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, block_kv,
-            scaled, fp8=False):
+            scaled, fp8=False, tuning=(None, None, None)):
     batch, next_n, heads = values.shape[:3]
     dim = values.shape[-1] * (2 if exps is not None else 1)
     out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=values.device)
@@ -127,7 +130,7 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
     block_table = block_table.contiguous()
     n_pages = (max_context_len + block_kv - 1) // block_kv
     sms = torch.cuda.get_device_properties(values.device).multi_processor_count if values.is_cuda else 4
-    pps = _pages_per_split(batch * next_n, n_pages, sms)
+    pps = _pages_per_split(batch * next_n, n_pages, sms, tuning[0])
     grid = (next_n, (n_pages + pps - 1) // pps, batch)
     launcher_of(*_KERNEL)(grid,
         values, values if exps is None else exps, kv_cache, weights.contiguous(), ctx, block_table, out,
@@ -135,7 +138,8 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)),
         BLOCK_KV=block_kv, Q_FP4=exps is not None, SCALED=bool(scaled), CLEAN=bool(clean_logits),
         UPCAST=interp, LIVE_LOOP=not interp,
-        FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8), num_warps=4, num_stages=1 if interp else 2,
+        FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8), num_warps=tuning[1] or 4,
+        num_stages=tuning[2] or (1 if interp else 2),
     )
     return out
 
