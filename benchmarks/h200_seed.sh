@@ -18,7 +18,8 @@
 #      PARTS  where earlier calls left the parts (default /tmp/gguf-parts).
 # Making CARRY here: `bash benchmarks/prepare_gpu_carry.sh` (six GGUF parts of 17 MB: the device
 # call takes at most 64 MiB, the checkout included, ~47 MB with results/, so one part fits a
-# call, and the wheels the setup call; the calls one after another: that script's header).
+# call, and the last, 13 MB, beside the wheels in the setup call; the calls one after another:
+# that script's header).
 # For a user with a GPU and network none of this is needed: `pip install -e '.[serve,kernels]'`,
 # then the commands of the `matrix` step.
 set -uo pipefail

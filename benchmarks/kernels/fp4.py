@@ -99,8 +99,8 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
         results.append({"case": case, "impl": impl, "ms": ms, "bytes_read": pages_read * row_bytes,
                         "GBps": pages_read * row_bytes / (ms * 1e-3) / 1e9 if has_cuda() else None})
         print(f"{case}: {impl}: {ms:.4f} ms, {pages_read * row_bytes / 2**20:.1f} MiB of keys")
-    launch_sweep(results, case, timed, lambda mma, **t: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
-                                                                           mma=mma, **t),
+    launch_sweep(results, case, timed, lambda mma, **kw: fp4_paged_mqa_logits(q4, fp4, w, ctx, table, None, ctx_len,
+                                                                            mma=mma, **kw),
                  ("unpack", "fp8") if has_fp8_mma(fp4) else ("unpack",), tiny)
     for base in ("DeepGEMM fp8", "niah fp8"):   # niah fp8: the yardstick where DeepGEMM is not built
         if base not in timed:
@@ -139,20 +139,22 @@ SWEEP = [dict(pages_per_split=p, num_warps=n, num_stages=st) for p in (4, 8, 16)
 
 def launch_sweep(results, case, timed, call, mmas, tiny):
     """The fp4 query's paths (unpack, fp8 MMA) at each launch of SWEEP (pages a program, warps,
-    stages), each checked against the default launch's logits (calc_diff) and timed; the best
+    stages), each checked against the default launch's clean logits (calc_diff, the -inf masks)
+    and timed as the other rows (clean_logits=False); the best
     becomes a "... best launch" row beside the default's, so the ratios below include it."""
-    from niah.kernels._common import calc_diff
+    from niah.kernels._common import compare_logits
 
     for mma in mmas:
-        want = call(mma)
+        want = call(mma, clean_logits=True)
         best = None
         for cfg in SWEEP[:2] if tiny else SWEEP:
-            diff = float(calc_diff(call(mma, **cfg), want))
+            diff, masks = compare_logits(call(mma, clean_logits=True, **cfg), want)
             ms = timeit(lambda cfg=cfg: call(mma, **cfg))
             results.append({"case": case, "impl": f"sweep: niah fp4 ({mma}, fp4 query)", "launch": cfg, "ms": ms,
-                            "calc_diff_vs_default": diff})
-            print(f"{case}: sweep {mma} {cfg}: {ms:.4f} ms (calc_diff vs the default launch {diff:.1e})")
-            if diff < 1e-9 and (best is None or ms < best[0]):
+                            "calc_diff_vs_default": float(diff), "masks_equal": bool(masks)})
+            print(f"{case}: sweep {mma} {cfg}: {ms:.4f} ms (calc_diff vs the default launch {diff:.1e}, "
+                  f"masks equal: {masks})")
+            if diff < 1e-9 and masks and (best is None or ms < best[0]):
                 best = (ms, cfg)
         if best is not None:
             impl = f"niah fp4 ({'fp8 MMA' if mma == 'fp8' else 'unpack'}, fp4 query) best launch"

@@ -14,9 +14,10 @@ def topk_configs(rows, width, k, tiny):
         return [{}, {"split": True, "block": 1024}, {"method": "search"}, {"method": "sample"}, {"method": "segmented"}]
     # the search kernel explicitly (its defaults), then the sample-bracketed select's variants
     # (radix_bits: the threshold search's bits a step; 1, the binary search, is the default)
-    sample = [{"method": "sample"}, {"method": "sample", "tile": 2048}, {"method": "sample", "num_warps": 8},
-              {"method": "sample", "tile": 8192}, {"method": "sample", "radix_bits": 2},
-              {"method": "sample", "radix_bits": 4}]
+    # ({"method": "sample"}: its launch by rows, topk.wrapper.sample_launch; the others spell theirs out)
+    sample = [{"method": "sample"}, {"method": "sample", "tile": 2048, "num_warps": 8},
+              {"method": "sample", "tile": 256, "num_warps": 1}, {"method": "sample", "tile": 8192, "num_warps": 8},
+              {"method": "sample", "radix_bits": 2}, {"method": "sample", "radix_bits": 4}]
     radix = [{"method": "search", "radix_bits": 2}, {"method": "search", "radix_bits": 4}]
     if rows >= 256:
         cfgs = [{}, {"method": "search"}, {"split": True, "block": 4096}, {"split": False, "block": 8192}] + radix \

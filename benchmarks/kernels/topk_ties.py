@@ -8,7 +8,9 @@ kept sets compared.
     python benchmarks/kernels/topk_ties.py [--before before.py] [--radix-bits 1,2,4] --out topk_ties.json
 
 --radix-bits: this kernel's searches at 1 (binary), 2 and 4 bits a step (RADIX_BITS), each
-timed and its kept sets compared with the first variant's.
+timed and its kept sets compared with the first variant's. This kernel runs the wrapper's launch
+for 742 rows (topk.wrapper.sample_launch: one warp, tiles of 256, the scratch in pieces, its
+narrow search); the --before kernel the 8-warp, 2,048-key launch of before the rule by rows.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     from niah.kernels._common import next_pow2
     from niah.kernels.topk.reference import check_topk_fast
     from niah.kernels.topk.sample_kernel import sample_topk_kernel
-    from niah.kernels.topk.wrapper import SAMPLE_STRIDE, SAMPLE_TILE, SAMPLE_WARPS, sample_brackets
+    from niah.kernels.topk.wrapper import (SAMPLE_STRIDE, SAMPLE_TILE, SAMPLE_WARPS, SCRATCH_KEYS_A_THREAD,
+                                           SCRATCH_NARROW, sample_brackets, sample_launch)
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default=None, help="another sample_kernel.py to time beside this one")
@@ -71,12 +74,16 @@ def main(argv: list[str] | None = None) -> None:
             for name, kern, bits in variants:
                 o = torch.empty(ROWS, k, dtype=torch.int32, device=dev)
                 sc = torch.empty(2, ROWS, 4096, dtype=torch.int32, device=dev)
-                extra = {} if bits is None else {"RADIX_BITS": bits, "SCRATCH_TILE": 0, "NARROW": False}
+                # this kernel: the wrapper's launch for these rows; --before: the 8-warp launch of before
+                warps, tile = (SAMPLE_WARPS, SAMPLE_TILE) if bits is None else sample_launch(ROWS)
+                extra = {} if bits is None else {
+                    "RADIX_BITS": bits, "NARROW": SCRATCH_NARROW,
+                    "SCRATCH_TILE": 0 if 4096 <= SCRATCH_KEYS_A_THREAD * 32 * warps else tile}
 
-                def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo, extra=extra):
-                    kern[(ROWS,)](x, x, o, sc[0], sc[1], WIDTH, k, x.stride(0), r_hi, r_lo, TILE=SAMPLE_TILE,
+                def go(kern=kern, o=o, sc=sc, k=k, r_hi=r_hi, r_lo=r_lo, extra=extra, warps=warps, tile=tile):
+                    kern[(ROWS,)](x, x, o, sc[0], sc[1], WIDTH, k, x.stride(0), r_hi, r_lo, TILE=tile,
                                   NS=max(16, next_pow2(-(-WIDTH // SAMPLE_STRIDE))), STRIDE=SAMPLE_STRIDE,
-                                  CAP=4096, HAS_LEN=False, K_PAD=next_pow2(k), W_CONST=0, num_warps=SAMPLE_WARPS,
+                                  CAP=4096, HAS_LEN=False, K_PAD=next_pow2(k), W_CONST=0, num_warps=warps,
                                   **extra)
 
                 go()

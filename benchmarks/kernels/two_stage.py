@@ -27,7 +27,9 @@ token). Timed (triton.testing.do_bench medians, L2 flushed):
     method "segmented", kernels/topk/segment_kernel.py): alone on DeepGEMM's logits, after
     DeepGEMM's and niah's fp8 logits, and in the two-stage selection at c = 2, 4, 8;
   - the goals' arms (GRAPH_ARMS) again replayed in a CUDA graph, as SGLang replays decode
-    (`graph_ms`, and `graph_ratio` beside each ratio): the host's launch cost out of the number.
+    (`graph_ms`, and `graph_ratio` beside each ratio where both arms have one): the host's
+    launch cost out of the number; one copy of the inputs, so the replays find them in L2
+    where they fit (B=1: 17-33 MB of keys and logits) while the eager timings flush it.
 Ratios: two-stage and fp4 / DeepGEMM fp8 logits (fp4 logits: goal <= 1.0), / DeepGEMM fp8
 logits + SGLang's top-k (fp8+bf16 two-stage: goal <= 1.5) and + niah's top-k, and / niah bf16 logits + top-k.
 Checked first on the same inputs: the re-scores equal niah's bf16 logits at the candidates (calc_diff), both
@@ -86,7 +88,8 @@ def sglang_topk():
 GRAPH_ARMS = ("DeepGEMM fp8 logits", "DeepGEMM fp8 logits + SGLang top-k", "DeepGEMM fp8 logits + top-k",
               "SGLang top-k alone (on DeepGEMM's logits)", "niah top-k alone (on DeepGEMM's logits)",
               "niah segmented top-k alone (on DeepGEMM's logits)", "niah fp8 logits + top-k",
-              "niah fp4 logits (fp4 query)", "niah fp4 logits (fp4 query, fp8 MMA)", "two-stage c=2",
+              "niah fp4 logits (fp4 query)", "niah fp4 logits (bf16 query)", "niah fp4 logits (fp4 query, fp8 MMA)",
+              "fp4 two-stage c=2", "fp4 two-stage c=4", "fp4 two-stage c=8", "two-stage c=2",
               "two-stage c=4", "two-stage c=8", "two-stage c=2 (segmented top-k)", "two-stage c=4 (segmented top-k)",
               "two-stage c=8 (segmented top-k)")
 

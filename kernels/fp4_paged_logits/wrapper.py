@@ -1,7 +1,8 @@
 """fp4_paged_mqa_logits: DeepGEMM's paged-logits argument order over fp4 (MXFP4) key pages.
 
     fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                         max_context_len, clean_logits=False, mma="auto")
+                         max_context_len, clean_logits=False, mma="auto",
+                         pages_per_split=None, num_warps=None, num_stages=None)
         -> [B*next_n, max_context_len] f32
 
 q: bf16 [B, next_n, H, D], or MXFP4 as DeepGEMM's fp8_fp4_paged_mqa_logits takes it: a pair

@@ -324,3 +324,21 @@ def test_the_scratch_searched_over_the_bracket_alone_selects_alike():
             assert torch.equal(got, want), (k, piece)
         got = wrapper.segment_topk(x, k, None, segment=256, stride=8, cap=512, narrow=True).cpu()
         assert torch.equal(got, want), (k, "segmented")
+
+
+def test_the_sample_select_launches_by_rows_where_it_is_compiled(monkeypatch):
+    """On a GPU (here: the launcher spied on, the interpreter's own launch set aside) fewer than
+    SAMPLE_MANY_ROWS rows take 8 warps, tiles of 2,048 and the scratch in registers; from 512 rows
+    on (the prefill's score calls) one warp, tiles of 256 and the scratch read in pieces of 256."""
+    from niah.kernels.topk import wrapper
+
+    seen = []
+    monkeypatch.setattr(wrapper, "launcher_of", lambda *name: lambda grid, *a, **kw: seen.append((grid, kw)))
+    monkeypatch.setattr(wrapper, "interpreting", lambda: False)
+    for rows in (64, 511, 512, 742):
+        wrapper.sample_topk(torch.zeros(rows, 4096, device=DEV), 512, None)
+    got = [(grid[0], kw["num_warps"], kw["TILE"], kw["SCRATCH_TILE"]) for grid, kw in seen]
+    assert got == [(64, 8, 2048, 0), (511, 8, 2048, 0), (512, 1, 256, 256), (742, 1, 256, 256)]
+    seen.clear()
+    wrapper.sample_topk(torch.zeros(742, 4096, device=DEV), 512, None, num_warps=8, tile=2048)   # named: kept
+    assert (seen[0][1]["num_warps"], seen[0][1]["TILE"], seen[0][1]["SCRATCH_TILE"]) == (8, 2048, 0)

@@ -63,7 +63,7 @@ def arm_kernels(arm: str):
     """While an arm runs: attend.PREFILL_SHARE = UNION_BLOCK_Q for a "-union-" arm (N for
     "-unionN-", 0: the gather kernel), attend.UNION_BUILD = "bitmap" / "sort" for a "-bitmap-" /
     "-sort-" one, and the sample select's warps and tile for a "-sampleN-" one (N warps, 256 N
-    keys a step), the few-rows top-k's method for a "-segmented-" one and the scratch's
+    keys a step, at every row count), the few-rows top-k's method for a "-segmented-" one and the scratch's
     narrow search for a "-narrow-" one (its 32-bit search for "-wide-"), the score calls'
     page-walking form for a "-pages-" one (the tile form for "-tile-"), else the defaults;
     restored after. "-narrow-" with "-wide-", or "-pages-" with "-tile-", in one arm is refused.

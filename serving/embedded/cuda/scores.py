@@ -101,9 +101,10 @@ class IndexScores:
         if inputs is None:                     # fp32 keys (or the gather read): rows r0..r1-1 on their own
             return self.prefill_scores(layer, q[:, :, r0:r1], p0 + r0)
         qk, w = inputs
+        form = logits_form(self.n_kv)
         out = indexer_logits(qk[r0:r1], w[r0:r1], self.pool.layer(layer), self.pool.block_table, p0 + r0,
-                             self.index_dtype)
-        attest.record("prefill_logits", self.index_dtype, f"niah.indexer_logits.{logits_form(self.n_kv)}")
+                             self.index_dtype, form=form)
+        attest.record("prefill_logits", self.index_dtype, f"niah.indexer_logits.{form}")
         return out
 
     def decode_scores(self, layer: int, q: torch.Tensor, S: int) -> torch.Tensor:
