@@ -72,6 +72,7 @@ from niah.report.baseline import read_side
 from niah.report.cache_report import by_state
 from niah.report.data import trials_frame
 from niah.report.compare import ALL, Row, check_pairable, compare
+from niah.report.coverage import uncovered
 from niah.report.ranks import (FIDELITY, KEPT, index_is_regression, index_rows, rank_compare, rank_is_regression,
                                rank_pairs)
 from niah.regime import as_regime
@@ -211,39 +212,6 @@ def _below_k_note(label: str, manifest: dict, name: str, df, lengths: list[int])
             "there, so they do not exercise the indexer")
 
 
-def _depth(d: float) -> str:
-    return f"{d:g}%"
-
-
-def _uncovered(b, c, method: str | None) -> dict[int, str]:
-    """length -> what of the baseline the candidate did not measure there (module doc)."""
-    by_prompt = method == "prompt"
-    hashes = set(c["prompt_sha256"].dropna())
-    keys = set(zip(c["length"], c["depth"], c["trial"]))
-    answered = set(zip(c.loc[c["answered"], "length"], c.loc[c["answered"], "depth"]))
-    out: dict[int, str] = {}
-    for L, bl in b.groupby("length", sort=True):
-        missing = []
-        for r in bl.itertuples(index=False):
-            sha = r.prompt_sha256
-            seen = sha in hashes if by_prompt and isinstance(sha, str) else (r.length, r.depth, r.trial) in keys
-            if not seen:
-                missing.append(f"depth {_depth(r.depth)} trial {int(r.trial)}")
-        silent = sorted(d for (n, d) in set(zip(bl.loc[bl["answered"], "length"], bl.loc[bl["answered"], "depth"]))
-                        if (n, d) not in answered)
-        parts = []
-        if missing:
-            what = "prompt(s)" if by_prompt else "trial(s)"
-            parts.append(f"candidate lacks {len(missing)} of the baseline's {len(bl)} {what} here ("
-                         + ", ".join(missing[:4])
-                         + (f", and {len(missing) - 4} more" if len(missing) > 4 else "") + ")")
-        if silent:
-            parts.append("candidate answered nothing at depth " + ", ".join(map(_depth, silent)))
-        if parts:
-            out[int(L)] = "; ".join(parts)
-    return out
-
-
 def _status(row, sub, tolerance: float, alpha: float, max_error_rate: float, where: str) -> tuple[str, str]:
     """The gate's rule for one compared group (`row`) whose candidate trials are `sub`."""
     if (float(sub["is_error"].mean()) if len(sub) else 1.0) > max_error_rate:
@@ -264,7 +232,7 @@ def answer_cases(label: str, b, c, tolerance: float, alpha: float,
     configuration each, their common lengths), per length and overall, and the pairing
     method: the gate's rule (the module's docstring). The report's headline uses it too."""
     rows, method = compare(b, c, ["length"], alpha)
-    gaps = _uncovered(b, c, method)
+    gaps = uncovered(b, c, method)
     cases = []
     for row in rows:
         sub = c if row.group == ALL else c[c["length"] == row.group]
