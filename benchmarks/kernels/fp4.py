@@ -20,16 +20,14 @@ Every case is checked against the float64 / fp32 reference (calc_diff) at B=1 fi
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
 if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import deep_gemm, has_cuda, timeit, write_results  # noqa: E402
+from measure import bench_cli, deep_gemm, has_cuda, timeit, write_results  # noqa: E402
 
 
 def pages_of(keys: torch.Tensor):
@@ -164,16 +162,8 @@ def launch_sweep(results, case, timed, call, mmas, tiny):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--tiny", action="store_true", help="CPU, interpreter, tiny shapes: the wiring only")
-    a = p.parse_args()
-    dev = "cuda" if has_cuda() else "cpu"
-    if dev == "cpu" and not a.tiny:
-        sys.exit("fp4.py: no CUDA device; pass --tiny to check the wiring on CPU")
+    a, dev, env = bench_cli(__doc__, "fp4.py")
     results: list = []
-    env = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
-           "torch": torch.__version__}
     dg = None if a.tiny else deep_gemm()
     cases = [(1, 200, False)] if a.tiny else [(1, 131072, False), (64, 65536, True)]
     for batch, ctx_len, ragged in cases:

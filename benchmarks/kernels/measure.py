@@ -104,6 +104,25 @@ def write_results(path, env: dict, results: list) -> None:
     path.write_text(json.dumps({"env": env, "results": results}, indent=1))
 
 
+def bench_cli(doc: str, script: str):
+    """The decode benchmarks' command line: --out (required) and --tiny (CPU under the
+    interpreter, tiny shapes: the wiring only); without CUDA and without --tiny, one line and
+    exit. -> (args, device, env)."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tiny", action="store_true", help="CPU, interpreter, tiny shapes: the wiring only")
+    a = p.parse_args()
+    dev = "cuda" if has_cuda() else "cpu"
+    if dev == "cpu" and not a.tiny:
+        sys.exit(f"{script}: no CUDA device; pass --tiny to check the wiring on CPU")
+    env = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)", "torch": torch.__version__}
+    return a, dev, env
+
+
 # ----------------------------------------------------------------------------- inputs
 def fp8_pages(k: torch.Tensor) -> torch.Tensor:
     """k [pages, 64, D] -> uint8 [pages, 64, 1, D+4] (SGLang/DeepGEMM page), chunked."""

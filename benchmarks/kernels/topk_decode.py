@@ -14,16 +14,14 @@ decode; one input copy). The JSON is rewritten after every row.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
 if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import has_cuda, timeit, timeit_graph, write_results  # noqa: E402
+from measure import bench_cli, timeit, timeit_graph, write_results  # noqa: E402
 
 METHODS = [("search", {"method": "search"}), ("sample, 8 warps", {"method": "sample", "num_warps": 8}),
            ("sample, 16 warps", {"method": "sample", "num_warps": 16, "tile": 4096}),
@@ -34,14 +32,7 @@ METHODS = [("search", {"method": "search"}), ("sample, 8 warps", {"method": "sam
 def main() -> None:
     from niah.kernels import topk_indices
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--tiny", action="store_true", help="CPU, interpreter, tiny shapes: the wiring only")
-    a = p.parse_args()
-    dev = "cuda" if has_cuda() else "cpu"
-    if dev == "cpu" and not a.tiny:
-        sys.exit("topk_decode.py: no CUDA device; pass --tiny to check the wiring on CPU")
-    env = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)", "torch": torch.__version__}
+    a, dev, env = bench_cli(__doc__, "topk_decode.py")
     cases = [(2, 600, True, (40, 80))] if a.tiny else [(64, 65536, True, (2048, 4096, 8192)),
                                                       (1, 131072, False, (2048, 4096))]
     methods = [(n, dict(c, tile=256) if "tile" in c else c) for n, c in METHODS[::2]] if a.tiny else METHODS

@@ -39,7 +39,6 @@ cases) SGLang's top-k keeps what niah's keeps on DeepGEMM's logits (the share of
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from contextlib import contextmanager
@@ -49,7 +48,7 @@ if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-from measure import deep_gemm, fp8_pages, has_cuda, timeit, timeit_graph, write_results  # noqa: E402
+from measure import bench_cli, deep_gemm, fp8_pages, timeit, timeit_graph, write_results  # noqa: E402
 
 HEADS, DIM = 64, 128
 PAGE = 64
@@ -317,16 +316,8 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny, sgl=None):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--tiny", action="store_true", help="CPU, interpreter, tiny shapes: the wiring only")
-    a = p.parse_args()
-    dev = "cuda" if has_cuda() else "cpu"
-    if dev == "cpu" and not a.tiny:
-        sys.exit("two_stage.py: no CUDA device; pass --tiny to check the wiring on CPU")
+    a, dev, env = bench_cli(__doc__, "two_stage.py")
     results: list = []
-    env = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
-           "torch": torch.__version__}
     dg = None if a.tiny else deep_gemm()
     if dg is not None:
         env["deep_gemm"] = getattr(dg, "__version__", "importable")
