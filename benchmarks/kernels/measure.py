@@ -1,9 +1,9 @@
 """What the kernel benchmarks share: timing (do_bench medians, CUDA-graph replays), peak
 extra memory, the machine's ceilings (copy bandwidth, bf16/fp8 matmul rate), the decode
-inputs' fp8 page layout, the chunked torch decode baseline, the host cost of a call, and the
-report rows (written to the JSON after every row, so a run killed at its limit keeps what
-it measured). Imported by bench.py, decode.py, topk.py and topk_sample.py; imports only
-niah.kernels.
+inputs' fp8 page layout, the chunked torch decode baseline, the host cost of a call, the
+decode benchmarks' command line (`bench_cli`), and the report rows (written to the JSON after
+every row, so a run killed at its limit keeps what it measured). Imported by the scripts
+beside it; imports only niah.kernels.
 """
 
 from __future__ import annotations
