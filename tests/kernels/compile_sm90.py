@@ -1,4 +1,4 @@
-"""Compile the GPU server's decode-step kernels and its prefill's score kernel for sm_90
+"""Compile the GPU server's decode-step kernels and its prefill's score and select kernels for sm_90
 (H100 / H200) on a machine without a GPU, no launch: the interpreter runs code the compiler
 refuses (a statement after a `return` in a constexpr branch is still built; a tensor past
 Triton's largest), so this is the check a GPU run would otherwise be the first to make.
@@ -85,6 +85,12 @@ def variants():
                {"q_ptr": "*fp32", "out_ptr": "*fp8e4nv" if fp8 else "*bf16", "w_out_ptr": "*fp32", "weight": "fp32",
                 "Hkv": "i32", "stride_n": "i32", "stride_h": "i32", "stride_g": "i32"},
                dict(G=3, GP=4, GB=4, D=64, IS_FP8=fp8, INTERP=False), 4)
+    sample_sig = {"x_ptr": "*fp32", "len_ptr": "*i32", "out_ptr": "*i32", "skey_ptr": "*i32", "sidx_ptr": "*i32",
+                  "W": "i32", "K": "i32", "stride_x": "i32", "R_HI": "i32", "R_LO": "i32"}
+    for tile, scratch_tile, warps in ((2048, 0, 8), (256, 256, 1)):   # the prefill's select, both launches by rows
+        yield ("niah.kernels.topk.sample_kernel", "sample_topk_kernel", sample_sig,
+               dict(TILE=tile, NS=1024, STRIDE=32, CAP=4096, HAS_LEN=True, K_PAD=1024, W_CONST=0, RADIX_BITS=1,
+                    SCRATCH_TILE=scratch_tile, NARROW=True), warps)
     for fp8 in (True, False):                      # the prefill's score calls, the default form
         t = "*fp8e4nv" if fp8 else "*bf16"
         yield ("niah.kernels.fused_indexer.kernel", "indexer_logits_pages_kernel",
