@@ -41,7 +41,7 @@ from niah.tokens import length_tolerance
 
 # A residue sweep's cold trial whose nonce leaves no haystack size at exactly its length (the
 # nearest fit a token off: another residue) draws another nonce, up to this many in all.
-COLD_NONCES = 8
+COLD_NONCES = 64
 
 DeadFn = Callable[[], "str | None"]
 
