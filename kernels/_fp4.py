@@ -61,6 +61,19 @@ def fp4_halves(codes, exps, OUT: tl.constexpr, FP8_CVT: tl.constexpr):
     return even, odd
 
 
+@triton.jit
+def fp4_halves_packed(codes, exps, OUT: tl.constexpr, ASM: tl.constexpr):
+    """fp4_halves' values x 2^-6, from fewer instructions (GPUs with fp8 conversions; the
+    interpreter): the codes placed as e4m3 numbers e2m1 x 2^-6 by `fp4_e4m3_packed` (four code
+    bytes a register by inline PTX where ASM), converted and multiplied by the group factor
+    2^(e - 127), with no x 64 a value: the caller folds 2^6 (a power of two: the same fp32
+    roundings, so the same scores) into what multiplies the product (the head weights). Exact
+    while e2m1 x 2^(e - 133) is a normal fp32 number (e >= 8; SGLang's floor, 1e-4, gives e >= 114)."""
+    even8, odd8 = fp4_e4m3_packed(codes, ASM)
+    scale = ue8m0_scale(exps)
+    return (even8.to(tl.float32) * scale).to(OUT), (odd8.to(tl.float32) * scale).to(OUT)
+
+
 SHIFT_MAX = tl.constexpr(12)   # e4m3 holds e2m1 x 2^(shift - 6) exactly for shifts 0..12 (6 x 2^6 = 384 < 448)
 
 

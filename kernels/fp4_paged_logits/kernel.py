@@ -31,17 +31,21 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, ue8m0_scale
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_packed, ue8m0_scale
 
 
 @triton.jit
 def _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D: tl.constexpr, Q_FP4: tl.constexpr, OUT: tl.constexpr,
-              FP8_CVT: tl.constexpr):
-    """The query's even and odd elements [BLOCK_H, D/2] in OUT (exact values)."""
+              FP8_CVT: tl.constexpr, PACKED: tl.constexpr = False, ASM: tl.constexpr = False):
+    """The query's even and odd elements [BLOCK_H, D/2] in OUT (exact values; PACKED with an fp4
+    query: x 2^-6, fp4_halves_packed's)."""
     if Q_FP4:
         qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
         qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None], other=127)
-        q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
+        if PACKED:
+            q_even, q_odd = fp4_halves_packed(qc, qx, OUT, ASM)
+        else:
+            q_even, q_odd = fp4_halves(qc, qx, OUT, FP8_CVT)
     else:
         q_even = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :], mask=h_ok[:, None], other=0.0).to(OUT)
         q_odd = tl.load(q_ptr + qrow[:, None] * D + 2 * offs_b[None, :] + 1, mask=h_ok[:, None], other=0.0).to(OUT)
@@ -61,17 +65,18 @@ def _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, g: tl.constexpr, BLOCK_H: tl.cons
 
 
 @triton.jit
-def _k8_group(base, q8g, live, offs_t, g: tl.constexpr, D: tl.constexpr, BLOCK_KV: tl.constexpr,
+def _k8_group(base, q8g, exps, live, offs_t, offs_g, g: tl.constexpr, D: tl.constexpr, BLOCK_KV: tl.constexpr,
               UPCAST: tl.constexpr):
     """Group g of a page's keys against the query's: [BLOCK_KV, BLOCK_H] fp32, the product of
-    the e4m3 codes (one K = 32 tensor-core product) times each key's group factor 2^(e - 127)."""
+    the e4m3 codes (one K = 32 tensor-core product) times each key's group factor 2^(e - 127)
+    (exps: the page's exponent bytes [BLOCK_KV, D/32] as int32, loaded once a page)."""
     o16 = tl.arange(0, 16)
     codes = tl.load(base + offs_t[:, None] * (D // 2) + g * 16 + o16[None, :], mask=live, other=0)  # [BLOCK_KV, 16]
     even, odd = fp4_e4m3_packed(codes, not UPCAST)
     k8 = tl.reshape(tl.join(even, odd), (BLOCK_KV, 32))
     if UPCAST:
         k8 = k8.to(tl.float32)
-    scale = ue8m0_scale(tl.load(base + BLOCK_KV * (D // 2) + offs_t * (D // 32) + g, mask=live, other=127))
+    scale = ue8m0_scale(tl.sum(tl.where(offs_g[None, :] == g, exps, 0), axis=1))   # column g
     return tl.dot(k8, tl.trans(q8g)) * scale[:, None]
 
 
@@ -79,7 +84,7 @@ def _k8_group(base, q8g, live, offs_t, g: tl.constexpr, D: tl.constexpr, BLOCK_K
 def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
                  max_context_len, page_stride, offs_t, offs_b, offs_g,
                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr):
+                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, PACKED: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
@@ -91,16 +96,21 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page
         s = tl.dot_scaled(codes, exps, "e2m1", tl.trans(qc), qe, "e2m1")  # [BLOCK_KV, BLOCK_H]
         logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     elif FAST8:   # the fp8 path (D = 128: four groups), the query's groups q8 = (q8_0, .., q8_3)
-        s = _k8_group(base, q8[0], live, offs_t, 0, D, BLOCK_KV, UPCAST)
-        s += _k8_group(base, q8[1], live, offs_t, 1, D, BLOCK_KV, UPCAST)
-        s += _k8_group(base, q8[2], live, offs_t, 2, D, BLOCK_KV, UPCAST)
-        s += _k8_group(base, q8[3], live, offs_t, 3, D, BLOCK_KV, UPCAST)
+        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + offs_g[None, :], mask=live,
+                       other=127).to(tl.int32)   # [BLOCK_KV, D/32]: one load a page, not one a group
+        s = _k8_group(base, q8[0], exps, live, offs_t, offs_g, 0, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[1], exps, live, offs_t, offs_g, 1, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[2], exps, live, offs_t, offs_g, 2, D, BLOCK_KV, UPCAST)
+        s += _k8_group(base, q8[3], exps, live, offs_t, offs_g, 3, D, BLOCK_KV, UPCAST)
         logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1)
     else:
         codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
                        mask=live, other=127)  # each byte's group exponent
-        k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
+        if PACKED:   # the keys x 2^-6; the weights carry the 2^6 (the kernel's doc)
+            k_even, k_odd = fp4_halves_packed(codes, exps, OUT, not UPCAST)
+        else:
+            k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
         s = tl.dot(k_even, tl.trans(q_even)) + tl.dot(k_odd, tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H] fp32
         logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     pos = p_start + offs_t
@@ -112,18 +122,19 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page
 def _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, start, seq_len,
                   max_context_len, page_stride, offs_t, offs_b, offs_g,
                   D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                  FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, NP: tl.constexpr):
+                  FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, NP: tl.constexpr,
+                  PACKED: tl.constexpr):
     """The split's first n pages (a runtime bound; NP > 0: all NP, the interpreter's constant bound)."""
     if NP > 0:
         for i in range(0, NP):
             _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, UPCAST)
+                         FP8_CVT, FAST8, UPCAST, PACKED)
     else:
         for i in range(0, n):
             _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, UPCAST)
+                         FP8_CVT, FAST8, UPCAST, PACKED)
 
 
 @triton.jit
@@ -154,9 +165,12 @@ def fp4_paged_mqa_logits_kernel(
     LIVE_LOOP: tl.constexpr,  # loop to the last live page (a runtime bound: not under the interpreter)
     FP8_CVT: tl.constexpr,  # decode through the fp8 conversion (_fp4.e2m1_value)
     FP8_MMA: tl.constexpr = False,  # the fp8 path (module doc; Q_FP4 only)
+    PACKED: tl.constexpr = False,  # unpack: the codes decoded by fp4_halves_packed (FP8_CVT; module doc)
 ):
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
     OUT8: tl.constexpr = tl.float32 if UPCAST else tl.float8e4nv
+    # PACKED: the keys (and an fp4 query) decoded x 2^-6, the head weights x 2^6 a factor
+    WF: tl.constexpr = (4096.0 if Q_FP4 else 64.0) if PACKED else 1.0
     j = tl.program_id(0)
     split = tl.program_id(1)
     b = tl.program_id(2)
@@ -190,7 +204,7 @@ def fp4_paged_mqa_logits_kernel(
             qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
             _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start,
                           seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, True,
-                          FP8_CVT, False, UPCAST, NP)
+                          FP8_CVT, False, UPCAST, NP, False)
         elif FP8_MMA:   # the query's groups as e4m3 (one power of two a head, folded into its weight)
             tl.static_assert(D == 128, "the fp8 path is written for four groups of 32")
             qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
@@ -204,17 +218,18 @@ def fp4_paged_mqa_logits_kernel(
                 w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
                 _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0,
                               start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, True, UPCAST, NP)
+                              False, FP8_CVT, True, UPCAST, NP, False)
             else:   # a query head past SHIFT_MAX: the program unpacks
-                q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT)
-                _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0,
+                q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT, PACKED,
+                                          not UPCAST)
+                _split_logits(n, q_even, q_odd, qc, qe, w * WF, (w,), w, kv_ptr, bt_row, out_row, page0,
                               start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, False, UPCAST, NP)
+                              False, FP8_CVT, False, UPCAST, NP, PACKED)
         else:
-            q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT)
-            _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start,
+            q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT, PACKED, not UPCAST)
+            _split_logits(n, q_even, q_odd, qc, qe, w * WF, (w,), w, kv_ptr, bt_row, out_row, page0, start,
                           seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, False,
-                          FP8_CVT, False, UPCAST, NP)
+                          FP8_CVT, False, UPCAST, NP, PACKED)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t

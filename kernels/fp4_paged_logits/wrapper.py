@@ -2,7 +2,7 @@
 
     fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                          max_context_len, clean_logits=False, mma="auto",
-                         pages_per_split=None, num_warps=None, num_stages=None)
+                         pages_per_split=None, num_warps=None, num_stages=None, packed=None)
         -> [B*next_n, max_context_len] f32
 
 q: bf16 [B, next_n, H, D], or MXFP4 as DeepGEMM's fp8_fp4_paged_mqa_logits takes it: a pair
@@ -23,6 +23,12 @@ case and refused (ValueError) if they disagree. "fp8" (an fp4 query only; GPUs w
 compute capability 8.9 and up, and the interpreter; head dim 128) multiplies exact e4m3 forms
 of the codes on the fp8 tensor cores, a group of 32 a product (the kernel's doc); "auto" does
 not pick it.
+
+packed (the unpack path, GPUs with fp8 conversions and the interpreter; PACKED_DECODE by
+default): the codes become e4m3 bytes four to a register by inline PTX and are converted and
+scaled with no x 64 a value, the 2^6 folded into the head weights (`_fp4.fp4_halves_packed`):
+the same logits bit for bit (tested), from fewer instructions (sm_90: 584 against 889 in the
+page loop, `benchmarks/kernels/sass.py`). packed=False: the first decoding.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from niah.kernels.fp4_store.wrapper import fp4_page_layout
 
 _KERNEL = ("niah.kernels.fp4_paged_logits.kernel", "fp4_paged_mqa_logits_kernel")
 MMA = ("auto", "unpack", "scaled", "fp8")
+PACKED_DECODE = True   # the unpack path decodes by fp4_halves_packed where the GPU converts fp8 (module doc)
 
 
 def has_fp4_mma(t: torch.Tensor) -> bool:
@@ -72,9 +79,11 @@ def _pages_per_split(rows: int, n_pages: int, sms: int, override: int | None = N
 
 
 def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-                         clean_logits=False, mma="auto", pages_per_split=None, num_warps=None, num_stages=None):
+                         clean_logits=False, mma="auto", pages_per_split=None, num_warps=None, num_stages=None,
+                         packed=None):
     """See the module doc. pages_per_split / num_warps / num_stages: the launch (benchmarks'
-    sweeps; by default 4 or 8 pages a program, 4 warps, 2 stages): the same logits."""
+    sweeps; by default 4 or 8 pages a program, 4 warps, 2 stages); packed: the unpack path's
+    decoding (PACKED_DECODE by default). The same logits either way."""
     name = "fp4_paged_mqa_logits"
     values, exps, dim = split_fp4_query(q, "[B, next_n, H, D]", name)
     if values.dim() != 4:
@@ -105,7 +114,8 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     if mma == "fp8" and not has_fp8_mma(values):
         raise ValueError(f"{name}: mma='fp8' needs a GPU with fp8 MMA (compute capability 8.9 and up)")
     return _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits,
-                   block_kv, scaled, fp8=mma == "fp8", tuning=(pages_per_split, num_warps, num_stages))
+                   block_kv, scaled, fp8=mma == "fp8", tuning=(pages_per_split, num_warps, num_stages),
+                   packed=PACKED_DECODE if packed is None else bool(packed))
 
 
 def has_fp8_mma(t: torch.Tensor) -> bool:
@@ -116,7 +126,7 @@ def has_fp8_mma(t: torch.Tensor) -> bool:
 
 
 def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, block_kv,
-            scaled, fp8=False, tuning=(None, None, None)):
+            scaled, fp8=False, tuning=(None, None, None), packed=False):
     batch, next_n, heads = values.shape[:3]
     dim = values.shape[-1] * (2 if exps is not None else 1)
     out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=values.device)
@@ -139,7 +149,8 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         PAGES_PER_SPLIT=pps, NEXT_N=next_n, CTX_2D=ctx_2d, D=dim, BLOCK_H=max(16, next_pow2(heads)),
         BLOCK_KV=block_kv, Q_FP4=exps is not None, SCALED=bool(scaled), CLEAN=bool(clean_logits),
         UPCAST=interp, LIVE_LOOP=not interp,
-        FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8), num_warps=tuning[1] or 4,
+        FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8),
+        PACKED=bool(packed) and has_fp8_conversion(values.device), num_warps=tuning[1] or 4,
         num_stages=tuning[2] or (1 if interp else 2),
     )
     return out

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves
+from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_packed
 from niah.kernels._common import compare_logits, has_fp8_conversion
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
 from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma, has_fp8_mma
@@ -88,6 +88,37 @@ def test_a_launch_of_other_pages_warps_and_stages_gives_the_same_logits():
     assert compare_logits(got.cpu(), want.cpu())[0] < 1e-12
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_packed_decoding_gives_the_first_decodings_logits_bit_for_bit(case):
+    """packed (the default where the GPU converts fp8): the keys, and an fp4 query, decoded
+    x 2^-6 with the 2^6 folded into the head weights: a power of two, so every fp32 rounding is
+    the one the first decoding makes, and the logits are equal bit for bit, -inf included."""
+    if not has_fp8_conversion(torch.device(DEV)):
+        pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): packed is not used there")
+    _, batch, next_n, heads, lens, max_len, q_kind, clean = case
+    q, cache, w, ctx, table = make_case(q_kind, batch, next_n, heads, lens, max_len, seed=5)
+    args = (_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len)
+    got = fp4_paged_mqa_logits(*args, clean_logits=clean, mma="unpack", packed=True)
+    want = fp4_paged_mqa_logits(*args, clean_logits=clean, mma="unpack", packed=False)
+    valid = torch.ones_like(want, dtype=torch.bool) if clean else ~torch.isneginf(
+        ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, max_len)).to(DEV)
+    assert torch.equal(got[valid], want[valid]) and (got[valid] != 0).any()
+
+
+def test_every_code_byte_decodes_to_its_value_over_64_packed():
+    """fp4_halves_packed: every byte's two values (both signs, the subnormal 0.5) x 2^-6, bit for
+    bit against dequantize_fp4, at exponents 8 (the least it is exact at) to 254; on a GPU four
+    code bytes a register by inline PTX."""
+    if not has_fp8_conversion(torch.device(DEV)):
+        pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): packed is not used there")
+    codes = torch.arange(256, dtype=torch.uint8).repeat(4)
+    exps = torch.tensor([8, 100, 127, 254], dtype=torch.uint8).repeat_interleave(256)
+    even, odd = (torch.empty(1024, device=DEV) for _ in range(2))
+    _decode[(1,)](codes.to(DEV), exps.to(DEV), even, odd, N=1024, FP8_CVT=True, PACKED=True, ASM=DEV == "cuda")
+    want = dequantize_fp4(codes.view(64, 16), (exps.view(64, 16)[:, :1] - 6)).view(1024, 2)
+    assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
+
+
 def test_head_dim_64_and_the_4d_page_view():
     q, cache, w, ctx, table = make_case("fp4", 1, 1, 16, [100], 128, seed=2, dim=64)
     view = cache.view(cache.shape[0], 64, 1, 34)
@@ -123,9 +154,13 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
 
 
 @triton.jit
-def _decode(c_ptr, e_ptr, even_ptr, odd_ptr, N: tl.constexpr, FP8_CVT: tl.constexpr):
+def _decode(c_ptr, e_ptr, even_ptr, odd_ptr, N: tl.constexpr, FP8_CVT: tl.constexpr, PACKED: tl.constexpr = False,
+            ASM: tl.constexpr = False):
     offs = tl.arange(0, N)
-    even, odd = fp4_halves(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32, FP8_CVT)
+    if PACKED:
+        even, odd = fp4_halves_packed(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32, ASM)
+    else:
+        even, odd = fp4_halves(tl.load(c_ptr + offs), tl.load(e_ptr + offs), tl.float32, FP8_CVT)
     tl.store(even_ptr + offs, even)
     tl.store(odd_ptr + offs, odd)
 
