@@ -12,7 +12,12 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
 - unpack (SCALED False; Hopper, any GPU, the interpreter): codes and exponents are decoded
   in registers into the even and odd elements of each key (exact bf16 values) and scored as
   two K = D/2 products, q_even . k_even + q_odd . k_odd, on the bf16 tensor cores (fp32 in
-  the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself.
+  the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself. PACKED (GPUs with fp8
+  conversions): the codes become e4m3 numbers four a register (_fp4.fp4_halves_packed) and the
+  values carry 2^-6 (an fp4 query's too), folded back into the head weights (w x 2^6 a factor, a
+  power of two: the same fp32 roundings, the same logits bit for bit). The page is read as
+  [D/2, BLOCK_KV] and transposed back for the products (the layout the compiler then gives the
+  decoded keys reaches shared memory by wide stores).
 - scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
   on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
 - fp8 (FP8_MMA True, fp4 query, D = 128; GPUs with fp8 MMA, SM89 / SM90): the key codes
@@ -104,14 +109,17 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page
         s += _k8_group(base, q8[3], exps, live, offs_t, offs_g, 3, D, BLOCK_KV, UPCAST)
         logits = tl.sum(tl.maximum(s, 0.0) * w8[None, :], axis=1)
     else:
-        codes = tl.load(base + offs_t[:, None] * (D // 2) + offs_b[None, :], mask=live, other=0)  # [BLOCK_KV, D/2]
-        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[:, None] * (D // 32) + (offs_b // 16)[None, :],
-                       mask=live, other=127)  # each byte's group exponent
+        # the page's codes as [D/2, BLOCK_KV] (and each byte's group exponent), decoded, then transposed
+        # back for the product: the layout the compiler gives this hands the decoded keys to the tensor
+        # cores by 16-byte stores (sm_90a: 25 shared-memory instructions a page, not 109; sass.py)
+        codes = tl.load(base + offs_t[None, :] * (D // 2) + offs_b[:, None], mask=live, other=0)
+        exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[None, :] * (D // 32) + (offs_b // 16)[:, None],
+                       mask=live, other=127)
         if PACKED:   # the keys x 2^-6; the weights carry the 2^6 (the kernel's doc)
             k_even, k_odd = fp4_halves_packed(codes, exps, OUT, not UPCAST)
         else:
             k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
-        s = tl.dot(k_even, tl.trans(q_even)) + tl.dot(k_odd, tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H] fp32
+        s = tl.dot(tl.trans(k_even), tl.trans(q_even)) + tl.dot(tl.trans(k_odd), tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H]
         logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     pos = p_start + offs_t
     logits = tl.where(pos < seq_len, logits, float("-inf"))

@@ -27,7 +27,7 @@ not pick it.
 packed (the unpack path, GPUs with fp8 conversions and the interpreter; PACKED_DECODE by
 default): the codes become e4m3 bytes four to a register by inline PTX and are converted and
 scaled with no x 64 a value, the 2^6 folded into the head weights (`_fp4.fp4_halves_packed`):
-the same logits bit for bit (tested), from fewer instructions (sm_90: 584 against 889 in the
+the same logits bit for bit (tested), from fewer instructions (sm_90a: 439 against 826 in the
 page loop, `benchmarks/kernels/sass.py`). packed=False: the first decoding.
 """
 

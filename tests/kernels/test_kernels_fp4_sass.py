@@ -1,8 +1,9 @@
 """The fp4 decode logits' packed decoding compiles for sm_90a here, without a GPU, to fewer
 instructions in its page loop than the first decoding (benchmarks/kernels/sass.py: Triton's
 PTX through the bundled ptxas and nvdisasm, in a process of its own, the interpreter unset):
-the inline PTX that packs four codes a register is in the compiled code, and the x 64 a value
-is gone. Instruction counts, not times."""
+the inline PTX that packs four codes a register is in the compiled code, the x 64 a value
+is gone, and the decoded keys reach the tensor cores' shared memory by wide stores, not one
+value a store. Instruction counts, not times."""
 
 import json
 import os
@@ -27,3 +28,5 @@ def test_the_packed_decoding_compiles_to_fewer_instructions_a_page(tmp_path):
         assert packed["by class"]["tensor core"] == first["by class"]["tensor core"]
         assert packed["top opcodes"].get("FMUL", 0) < first["top opcodes"]["FMUL"]
         assert packed["by class"]["integer"] < first["by class"]["integer"]
+        # the page read as [D/2, keys]: the decoded keys reach the tensor cores by 16-byte stores
+        assert packed["top opcodes"].get("STS.U16", 0) == 0 and packed["by class"]["shared memory"] <= 32
