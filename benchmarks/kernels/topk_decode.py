@@ -6,7 +6,8 @@
 `topk_indices` on a decode step's rows (B=64 with lengths uniform in 1..65,536, B=1 x 131,072;
 random logits, -inf past each length as clean logits) at k 2,048 (DeepSeek's top-k) and at
 4,096 and 8,192 (the two-stage selection's c*k candidates at c = 2, 4), by the search (the
-few-rows default), the sample select (8, 16 and 32 warps: SGLang's topk_v2 gives a row one
+few-rows default, in chunks of 4,096 keys: at k 2,048 each round keeps half its keys, so a
+65,536-key row takes four launches; chunks of 8,192 and 16,384 keep a quarter and an eighth), the sample select (8, 16 and 32 warps: SGLang's topk_v2 gives a row one
 block of 1,024 threads) and the segmented select (segments of 2,048, 4,096, 8,192 keys). Each
 launch's kept set is checked against the search's (the same set a row) and timed eagerly
 (do_bench median) and replayed in a CUDA graph (as SGLang replays decode; one input copy); a
@@ -24,7 +25,9 @@ if "--tiny" in sys.argv:
 import torch  # noqa: E402
 from measure import bench_cli, timeit, timeit_graph, write_results  # noqa: E402
 
-METHODS = [("search", {"method": "search"}), ("sample, 8 warps", {"method": "sample", "num_warps": 8}),
+METHODS = [("search", {"method": "search"}), ("search, chunks of 8192", {"method": "search", "block": 8192}),
+           ("search, chunks of 16384", {"method": "search", "block": 16384}),
+           ("sample, 8 warps", {"method": "sample", "num_warps": 8}),
            ("sample, 16 warps", {"method": "sample", "num_warps": 16, "tile": 4096}),
            ("sample, 32 warps", {"method": "sample", "num_warps": 32, "tile": 8192}),
            ("segmented 2048", {"method": "segmented", "tile": 2048}), ("segmented 4096", {"method": "segmented"}),
