@@ -74,6 +74,24 @@ def fp4_halves_packed(codes, exps, OUT: tl.constexpr, ASM: tl.constexpr):
     return (even8.to(tl.float32) * scale).to(OUT), (odd8.to(tl.float32) * scale).to(OUT)
 
 
+F16_SPREAD = tl.constexpr(13)   # fp4_halves_f16 is exact for shifts -13..0: 0.5 x 2^-13 is f16's least normal
+
+
+@triton.jit
+def fp4_halves_f16(codes, shift, OUT: tl.constexpr, ASM: tl.constexpr):
+    """codes [R, C] uint8 and each byte's binade shift [R, C] (int32, -F16_SPREAD..0) -> (even,
+    odd) values e2m1 x 2^shift as f16 (OUT tl.float16, for the f16 tensor cores) or their fp32
+    values (OUT tl.float32, the interpreter), exact: the codes as e4m3 numbers e2m1 x 2^-6
+    (`fp4_e4m3_packed`), converted to f16 (two a conversion on a GPU) and multiplied by the f16
+    2^(shift + 6) (exponent field shift + 21): a power of two, the product a normal f16 number."""
+    even8, odd8 = fp4_e4m3_packed(codes, ASM)
+    scale = ((shift + 21) << 10).to(tl.uint16).to(tl.float16, bitcast=True)
+    even, odd = even8.to(tl.float16) * scale, odd8.to(tl.float16) * scale
+    if OUT == tl.float32:
+        return even.to(tl.float32), odd.to(tl.float32)
+    return even, odd
+
+
 SHIFT_MAX = tl.constexpr(12)   # e4m3 holds e2m1 x 2^(shift - 6) exactly for shifts 0..12 (6 x 2^6 = 384 < 448)
 
 

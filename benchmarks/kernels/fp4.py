@@ -11,8 +11,9 @@ Decode logits (clean_logits=False, H=64, D=128, next_n=1) at B=64 with lengths u
 each one reads (whole pages up to the lengths, a key's bytes as the forms table
 niah.kernels.forms sizes it: fp4 68, fp8 132, bf16 256 bytes a token) and the ratios fp4 /
 DeepGEMM fp8 (goal <= 1.0, moonshot 0.6) and fp4 / niah fp8 (the yardstick where DeepGEMM is
-not built). The fp4 arms: unpack (bf16 and fp4 queries; its packed decoding, the default, and the first
-decoding, `packed=False`, checked equal bit for bit first), the fp8 MMA path where the GPU has fp8
+not built). The fp4 arms: unpack (bf16 and fp4 queries; the default, packed, with the f16 product for
+the fp4 query, beside packed's bf16 product, `f16=False`, and the first decoding, `packed=False`,
+each checked against the first decoding bit for bit first), the fp8 MMA path where the GPU has fp8
 MMA (fp4 query), scaled where it has fp4 MMA; the fp4 query's paths again at each launch of a
 sweep (pages a program 4/8/16, warps 4/8, stages 2/3; `launch_sweep`), the best as its own row.
 Also the fp4 key store (4,096 tokens) and the fp4 prefill logits (4,096 x 22,016).
@@ -74,6 +75,8 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
             q16, fp4, w, ctx, table, None, ctx_len, mma="unpack", packed=False), b4),
         "niah fp4 (unpack first decoding, fp4 query)": (lambda: fp4_paged_mqa_logits(
             q4, fp4, w, ctx, table, None, ctx_len, mma="unpack", packed=False), b4),
+        "niah fp4 (unpack packed bf16 product, fp4 query)": (lambda: fp4_paged_mqa_logits(
+            q4, fp4, w, ctx, table, None, ctx_len, mma="unpack", f16=False), b4),
         "niah fp8": (lambda: fp8_paged_mqa_logits(q8, fp8, w, ctx, table, None, ctx_len), b8),
         "niah bf16": (lambda: bf16_paged_mqa_logits(q16, bf16, w, ctx, table, None, ctx_len), b16),
     }
@@ -95,12 +98,18 @@ def decode_case(results, dev, batch, ctx_len, ragged, dg, tiny):
             diff = compare_logits(out, ref)[0]
             results.append({"case": case, "impl": f"check: niah fp4 ({mma}) vs reference", "calc_diff": diff})
             print(f"{case}: niah fp4 ({mma}) calc_diff vs reference {diff:.2e}")
-    for name, qq in (("bf16", q16), ("fp4", q4)):   # the packed decoding (the default) equals the first bit for bit
-        same = torch.equal(*(fp4_paged_mqa_logits(qq, fp4, w, ctx, table, None, ctx_len, clean_logits=True,
-                                                  mma="unpack", packed=p) for p in (True, False)))
-        results.append({"case": case, "impl": f"check: niah fp4 unpack packed = first decoding ({name} query)",
-                        "bitwise_equal": same})
-        print(f"{case}: packed decoding equals the first decoding bit for bit ({name} query): {same}")
+    # the default (packed; the f16 product for the fp4 query) against the first decoding, and the f16
+    # product against packed's bf16 one: equal bit for bit under the interpreter (tested); here, on this GPU
+    for name, qq, kw in (("bf16 query, packed", q16, {}), ("fp4 query, f16 product", q4, {}),
+                         ("fp4 query, packed bf16 product", q4, {"f16": False})):
+        default = fp4_paged_mqa_logits(qq, fp4, w, ctx, table, None, ctx_len, clean_logits=True, mma="unpack", **kw)
+        first = fp4_paged_mqa_logits(qq, fp4, w, ctx, table, None, ctx_len, clean_logits=True, mma="unpack",
+                                     packed=False)
+        same = torch.equal(default, first)
+        diff = compare_logits(default, first)[0]
+        results.append({"case": case, "impl": f"check: niah fp4 unpack {name} = first decoding",
+                        "bitwise_equal": same, "calc_diff": diff})
+        print(f"{case}: {name} equals the first decoding bit for bit: {same} (calc_diff {diff:.1e})")
     timed = {}
     for impl, (fn, row_bytes) in calls.items():
         ms = timeit(fn)

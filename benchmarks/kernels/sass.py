@@ -131,8 +131,10 @@ def fp4_kernel(q_fp4: bool, mma: str):
            "max_pages": "i32", "stride_ctx": "i32", "stride_bt": "i32", "page_stride": "i32"}
     consts = dict(PAGES_PER_SPLIT=8, NEXT_N=1, CTX_2D=False, D=128, BLOCK_H=64, BLOCK_KV=64, Q_FP4=q_fp4,
                   SCALED=False, CLEAN=False, UPCAST=False, LIVE_LOOP=True, FP8_CVT=True, FP8_MMA=mma == "fp8")
-    if mma == "packed":
+    if mma in ("packed", "f16"):
         consts["PACKED"] = True
+    if mma == "f16":
+        consts["F16"] = True
     aligned = ("q_ptr", "qe_ptr", "kv_ptr", "w_ptr", "bt_ptr", "out_ptr", "page_stride")
     return sass(fp4_paged_mqa_logits_kernel, sig, consts, 4, 2, aligned)
 
@@ -148,6 +150,7 @@ def main() -> None:
     rows["fp4 fp8 MMA, fp4 query"] = lambda: fp4_kernel(True, "fp8")
     rows["fp4 unpack packed, fp4 query"] = lambda: fp4_kernel(True, "packed")
     rows["fp4 unpack packed, bf16 query"] = lambda: fp4_kernel(False, "packed")
+    rows["fp4 unpack packed f16, fp4 query"] = lambda: fp4_kernel(True, "f16")
     out = {}
     for name, make in ((n, m) for n, m in rows.items() if a.only in n):
         c = out[name] = count(make())

@@ -7,8 +7,9 @@
 random logits, -inf past each length as clean logits) at k 2,048 (DeepSeek's top-k) and at
 4,096 and 8,192 (the two-stage selection's c*k candidates at c = 2, 4), by the search (the
 few-rows default, in chunks of 4,096 keys: at k 2,048 each round keeps half its keys, so a
-65,536-key row takes four launches; chunks of 8,192 and 16,384 keep a quarter and an eighth), the sample select (8, 16 and 32 warps: SGLang's topk_v2 gives a row one
-block of 1,024 threads) and the segmented select (segments of 2,048, 4,096, 8,192 keys). Each
+65,536-key row takes four launches; chunks of 8,192 and 16,384 keep a quarter and an eighth),
+the sample select (8, 16 and 32 warps: SGLang's topk_v2 gives a row one block of 1,024 threads)
+and the segmented select (segments of 2,048, 4,096, 8,192 keys). Each
 launch's kept set is checked against the search's (the same set a row) and timed eagerly
 (do_bench median) and replayed in a CUDA graph (as SGLang replays decode; one input copy); a
 launch that fails to compile is reported and the rest run. The JSON is rewritten after every row.

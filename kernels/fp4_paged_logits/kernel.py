@@ -17,7 +17,16 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   values carry 2^-6 (an fp4 query's too), folded back into the head weights (w x 2^6 a factor, a
   power of two: the same fp32 roundings, the same logits bit for bit). The page is read as
   [D/2, BLOCK_KV] and transposed back for the products (the layout the compiler then gives the
-  decoded keys reaches shared memory by wide stores).
+  decoded keys reaches shared memory by wide stores). F16 (PACKED with an fp4 query): the
+  products on the f16 tensor cores with no fp32 round trip of the conversion. Each value is
+  e2m1 x 2^shift, exact in f16 for shifts -F16_SPREAD..0 (_fp4.fp4_halves_f16), once a power of
+  two is taken out: the query's per head (its largest group exponent qmax, 2^(qmax - 127) into
+  the head's weight) and the keys' per program (eref, the largest group exponent of the keys
+  its pages score, 2^(eref - 127) onto its logits). Both are positive, so they pass the ReLU,
+  and powers of two, so the fp32 sums round as the packed path's do (the same logits bit for
+  bit under the interpreter, tested). A program whose query heads or keys spread past
+  F16_SPREAD binades below their largest (one read of its pages' exponent bytes first) runs
+  the packed path instead: no value is approximated.
 - scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
   on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
 - fp8 (FP8_MMA True, fp4 query, D = 128; GPUs with fp8 MMA, SM89 / SM90): the key codes
@@ -36,7 +45,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_packed, ue8m0_scale
+from niah.kernels._fp4 import (F16_SPREAD, SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_f16,
+                               fp4_halves_packed, ue8m0_scale)
 
 
 @triton.jit
@@ -87,9 +97,10 @@ def _k8_group(base, q8g, exps, live, offs_t, offs_g, g: tl.constexpr, D: tl.cons
 
 @triton.jit
 def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start, seq_len,
-                 max_context_len, page_stride, offs_t, offs_b, offs_g,
+                 max_context_len, page_stride, offs_t, offs_b, offs_g, eref,
                  D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
-                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, PACKED: tl.constexpr):
+                 FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, PACKED: tl.constexpr,
+                 F16: tl.constexpr):
     p_start = start + i * BLOCK_KV
     live = p_start < seq_len
     page = tl.load(bt_row + page0 + i, mask=live, other=0).to(tl.int64)
@@ -115,12 +126,17 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page
         codes = tl.load(base + offs_t[None, :] * (D // 2) + offs_b[:, None], mask=live, other=0)
         exps = tl.load(base + BLOCK_KV * (D // 2) + offs_t[None, :] * (D // 32) + (offs_b // 16)[:, None],
                        mask=live, other=127)
-        if PACKED:   # the keys x 2^-6; the weights carry the 2^6 (the kernel's doc)
-            k_even, k_odd = fp4_halves_packed(codes, exps, OUT, not UPCAST)
+        if F16:   # the f16 product (kernel doc): the query's f16 form and weights, eref the split's largest exponent
+            kf_even, kf_odd = fp4_halves_f16(codes, exps.to(tl.int32) - eref, q_even.dtype, not UPCAST)
+            s = tl.dot(tl.trans(kf_even), tl.trans(q_even)) + tl.dot(tl.trans(kf_odd), tl.trans(q_odd))
+            logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1) * ue8m0_scale(eref)
         else:
-            k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
-        s = tl.dot(tl.trans(k_even), tl.trans(q_even)) + tl.dot(tl.trans(k_odd), tl.trans(q_odd))  # [BLOCK_KV, BLOCK_H]
-        logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+            if PACKED:   # the keys x 2^-6; the weights carry the 2^6 (the kernel's doc)
+                k_even, k_odd = fp4_halves_packed(codes, exps, OUT, not UPCAST)
+            else:
+                k_even, k_odd = fp4_halves(codes, exps, OUT, FP8_CVT)
+            s = tl.dot(tl.trans(k_even), tl.trans(q_even)) + tl.dot(tl.trans(k_odd), tl.trans(q_odd))
+            logits = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     pos = p_start + offs_t
     logits = tl.where(pos < seq_len, logits, float("-inf"))
     tl.store(out_row + pos, logits, mask=(pos < max_context_len) & live)
@@ -128,21 +144,33 @@ def _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page
 
 @triton.jit
 def _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, start, seq_len,
-                  max_context_len, page_stride, offs_t, offs_b, offs_g,
+                  max_context_len, page_stride, offs_t, offs_b, offs_g, eref,
                   D: tl.constexpr, BLOCK_KV: tl.constexpr, OUT: tl.constexpr, SCALED: tl.constexpr,
                   FP8_CVT: tl.constexpr, FAST8: tl.constexpr, UPCAST: tl.constexpr, NP: tl.constexpr,
-                  PACKED: tl.constexpr):
+                  PACKED: tl.constexpr, F16: tl.constexpr = False):
     """The split's first n pages (a runtime bound; NP > 0: all NP, the interpreter's constant bound)."""
     if NP > 0:
         for i in range(0, NP):
             _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
-                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, UPCAST, PACKED)
+                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, eref, D, BLOCK_KV, OUT,
+                         SCALED, FP8_CVT, FAST8, UPCAST, PACKED, F16)
     else:
         for i in range(0, n):
             _page_logits(q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0, i, start,
-                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, SCALED,
-                         FP8_CVT, FAST8, UPCAST, PACKED)
+                         seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, eref, D, BLOCK_KV, OUT,
+                         SCALED, FP8_CVT, FAST8, UPCAST, PACKED, F16)
+
+
+@triton.jit
+def _packed_split(q_ptr, qe_ptr, qrow, h_ok, n, qc, qe, w, kv_ptr, bt_row, out_row, page0, start, seq_len,
+                  max_context_len, page_stride, offs_t, offs_b, offs_g, D: tl.constexpr, BLOCK_KV: tl.constexpr,
+                  OUT: tl.constexpr, Q_FP4: tl.constexpr, FP8_CVT: tl.constexpr, UPCAST: tl.constexpr,
+                  NP: tl.constexpr, PACKED: tl.constexpr):
+    """The unpack path's split in bf16 (w: the weights, x 2^6 a factor where PACKED)."""
+    q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT, PACKED, not UPCAST)
+    _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start, seq_len,
+                  max_context_len, page_stride, offs_t, offs_b, offs_g, 0, D, BLOCK_KV, OUT, False, FP8_CVT, False,
+                  UPCAST, NP, PACKED)
 
 
 @triton.jit
@@ -174,9 +202,11 @@ def fp4_paged_mqa_logits_kernel(
     FP8_CVT: tl.constexpr,  # decode through the fp8 conversion (_fp4.e2m1_value)
     FP8_MMA: tl.constexpr = False,  # the fp8 path (module doc; Q_FP4 only)
     PACKED: tl.constexpr = False,  # unpack: the codes decoded by fp4_halves_packed (FP8_CVT; module doc)
+    F16: tl.constexpr = False,  # unpack with an fp4 query and PACKED: the f16 product (module doc)
 ):
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
     OUT8: tl.constexpr = tl.float32 if UPCAST else tl.float8e4nv
+    OUT16: tl.constexpr = tl.float32 if UPCAST else tl.float16
     # PACKED: the keys (and an fp4 query) decoded x 2^-6, the head weights x 2^6 a factor
     WF: tl.constexpr = (4096.0 if Q_FP4 else 64.0) if PACKED else 1.0
     j = tl.program_id(0)
@@ -211,7 +241,7 @@ def fp4_paged_mqa_logits_kernel(
             qc = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
             qe = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None], other=127)
             _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start,
-                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, True,
+                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, 0, D, BLOCK_KV, OUT, True,
                           FP8_CVT, False, UPCAST, NP, False)
         elif FP8_MMA:   # the query's groups as e4m3 (one power of two a head, folded into its weight)
             tl.static_assert(D == 128, "the fp8 path is written for four groups of 32")
@@ -225,19 +255,46 @@ def fp4_paged_mqa_logits_kernel(
                       _q8_group(q_ptr, qe_ptr, qrow, h_ok, qmin, 3, BLOCK_H, D, OUT8))
                 w8 = w * ue8m0_scale(qmin) * 4096.0   # x 2^6 for the query's e4m3 rows and 2^6 for the key's
                 _split_logits(n, q_even, q_odd, qc, qe, w, q8, w8, kv_ptr, bt_row, out_row, page0,
-                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, True, UPCAST, NP, False)
+                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, 0, D, BLOCK_KV,
+                              OUT, False, FP8_CVT, True, UPCAST, NP, False)
             else:   # a query head past SHIFT_MAX: the program unpacks
                 q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, True, OUT, FP8_CVT, PACKED,
                                           not UPCAST)
                 _split_logits(n, q_even, q_odd, qc, qe, w * WF, (w,), w, kv_ptr, bt_row, out_row, page0,
-                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT,
-                              False, FP8_CVT, False, UPCAST, NP, PACKED)
+                              start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, 0, D, BLOCK_KV,
+                              OUT, False, FP8_CVT, False, UPCAST, NP, PACKED)
         else:
-            q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT, PACKED, not UPCAST)
-            _split_logits(n, q_even, q_odd, qc, qe, w * WF, (w,), w, kv_ptr, bt_row, out_row, page0, start,
-                          seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, False,
-                          FP8_CVT, False, UPCAST, NP, PACKED)
+            if F16:   # the query's heads and the split's pages each within F16_SPREAD binades of their largest
+                # exponent (the kernel's doc; one [pages, keys x groups] read of the split's exponent bytes first)
+                qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
+                             other=127).to(tl.int32)
+                qmax = tl.max(qg, axis=1)
+                offs_p = tl.arange(0, PAGES_PER_SPLIT)
+                offs_e = tl.arange(0, BLOCK_KV * (D // 32))
+                live_p = start + offs_p * BLOCK_KV < seq_len
+                pg = tl.load(bt_row + page0 + offs_p, mask=live_p, other=0).to(tl.int64)
+                # the keys the split scores (a page's slots past the row's length may hold anything)
+                key_ok = start + offs_p[:, None] * BLOCK_KV + (offs_e // (D // 32))[None, :] < seq_len
+                ee = tl.load(kv_ptr + pg[:, None] * page_stride + BLOCK_KV * (D // 2) + offs_e[None, :],
+                             mask=key_ok, other=0).to(tl.int32)                        # [pages, keys x groups]
+                eref = tl.max(tl.max(tl.where(key_ok, ee, 0), axis=1), axis=0)
+                emin = tl.min(tl.min(tl.where(key_ok, ee, 255), axis=1), axis=0)
+                if (tl.max(qmax - tl.min(qg, axis=1), axis=0) <= F16_SPREAD) & (eref - emin <= F16_SPREAD):
+                    qc8 = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
+                    qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
+                                 other=127).to(tl.int32)
+                    qf_even, qf_odd = fp4_halves_f16(qc8, qx - qmax[:, None], OUT16, not UPCAST)
+                    _split_logits(n, qf_even, qf_odd, qc, qe, w * ue8m0_scale(qmax), (w,), w, kv_ptr, bt_row,
+                                  out_row, page0, start, seq_len, max_context_len, page_stride, offs_t, offs_b,
+                                  offs_g, eref, D, BLOCK_KV, OUT, False, FP8_CVT, False, UPCAST, NP, PACKED, True)
+                else:
+                    _packed_split(q_ptr, qe_ptr, qrow, h_ok, n, qc, qe, w * WF, kv_ptr, bt_row, out_row, page0,
+                                  start, seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV,
+                                  OUT, Q_FP4, FP8_CVT, UPCAST, NP, PACKED)
+            else:
+                _packed_split(q_ptr, qe_ptr, qrow, h_ok, n, qc, qe, w * WF, kv_ptr, bt_row, out_row, page0, start,
+                              seq_len, max_context_len, page_stride, offs_t, offs_b, offs_g, D, BLOCK_KV, OUT, Q_FP4,
+                              FP8_CVT, UPCAST, NP, PACKED)
     if CLEAN:
         for i in range(0, PAGES_PER_SPLIT):
             pos = start + i * BLOCK_KV + offs_t

@@ -2,7 +2,7 @@
 
     fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                          max_context_len, clean_logits=False, mma="auto",
-                         pages_per_split=None, num_warps=None, num_stages=None, packed=None)
+                         pages_per_split=None, num_warps=None, num_stages=None, packed=None, f16=None)
         -> [B*next_n, max_context_len] f32
 
 q: bf16 [B, next_n, H, D], or MXFP4 as DeepGEMM's fp8_fp4_paged_mqa_logits takes it: a pair
@@ -29,6 +29,12 @@ default): the codes become e4m3 bytes four to a register by inline PTX and are c
 scaled with no x 64 a value, the 2^6 folded into the head weights (`_fp4.fp4_halves_packed`):
 the same logits bit for bit (tested), from fewer instructions (sm_90a: 439 against 826 in the
 page loop, `benchmarks/kernels/sass.py`). packed=False: the first decoding.
+
+f16 (with packed and an MXFP4 query; F16_PRODUCT by default): the products on the f16 tensor
+cores, every value exact in f16 once a power of two is taken out (the query's per head, into
+its weight; the keys' per program, onto its logits), where the exponents lie within
+F16_SPREAD binades of the largest; a program past it runs as packed does (the kernel's doc).
+No fp32 round trip of the conversion: sm_90a 310 instructions a page loop, packed's 439.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from niah.kernels.fp4_store.wrapper import fp4_page_layout
 _KERNEL = ("niah.kernels.fp4_paged_logits.kernel", "fp4_paged_mqa_logits_kernel")
 MMA = ("auto", "unpack", "scaled", "fp8")
 PACKED_DECODE = True   # the unpack path decodes by fp4_halves_packed where the GPU converts fp8 (module doc)
+F16_PRODUCT = True     # packed, with an fp4 query: the f16 product (module doc)
 
 
 def has_fp4_mma(t: torch.Tensor) -> bool:
@@ -80,10 +87,11 @@ def _pages_per_split(rows: int, n_pages: int, sms: int, override: int | None = N
 
 def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                          clean_logits=False, mma="auto", pages_per_split=None, num_warps=None, num_stages=None,
-                         packed=None):
+                         packed=None, f16=None):
     """See the module doc. pages_per_split / num_warps / num_stages: the launch (benchmarks'
     sweeps; by default 4 or 8 pages a program, 4 warps, 2 stages); packed: the unpack path's
-    decoding (PACKED_DECODE by default). The same logits either way."""
+    decoding (PACKED_DECODE by default); f16: its f16 product for an fp4 query (F16_PRODUCT by
+    default, with packed only). The same logits every way."""
     name = "fp4_paged_mqa_logits"
     values, exps, dim = split_fp4_query(q, "[B, next_n, H, D]", name)
     if values.dim() != 4:
@@ -115,7 +123,8 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         raise ValueError(f"{name}: mma='fp8' needs a GPU with fp8 MMA (compute capability 8.9 and up)")
     return _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits,
                    block_kv, scaled, fp8=mma == "fp8", tuning=(pages_per_split, num_warps, num_stages),
-                   packed=PACKED_DECODE if packed is None else bool(packed))
+                   packed=PACKED_DECODE if packed is None else bool(packed),
+                   f16=F16_PRODUCT if f16 is None else bool(f16))
 
 
 def has_fp8_mma(t: torch.Tensor) -> bool:
@@ -126,7 +135,7 @@ def has_fp8_mma(t: torch.Tensor) -> bool:
 
 
 def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_context_len, clean_logits, block_kv,
-            scaled, fp8=False, tuning=(None, None, None), packed=False):
+            scaled, fp8=False, tuning=(None, None, None), packed=False, f16=False):
     batch, next_n, heads = values.shape[:3]
     dim = values.shape[-1] * (2 if exps is not None else 1)
     out = torch.empty((batch * next_n, max_context_len), dtype=torch.float32, device=values.device)
@@ -150,7 +159,9 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         BLOCK_KV=block_kv, Q_FP4=exps is not None, SCALED=bool(scaled), CLEAN=bool(clean_logits),
         UPCAST=interp, LIVE_LOOP=not interp,
         FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8),
-        PACKED=bool(packed) and has_fp8_conversion(values.device), num_warps=tuning[1] or 4,
+        PACKED=bool(packed) and has_fp8_conversion(values.device),
+        F16=bool(f16 and packed) and exps is not None and has_fp8_conversion(values.device) and not pps & (pps - 1),
+        num_warps=tuning[1] or 4,
         num_stages=tuning[2] or (1 if interp else 2),
     )
     return out

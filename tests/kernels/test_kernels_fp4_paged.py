@@ -98,7 +98,7 @@ def test_the_packed_decoding_gives_the_first_decodings_logits_bit_for_bit(case):
     _, batch, next_n, heads, lens, max_len, q_kind, clean = case
     q, cache, w, ctx, table = make_case(q_kind, batch, next_n, heads, lens, max_len, seed=5)
     args = (_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len)
-    got = fp4_paged_mqa_logits(*args, clean_logits=clean, mma="unpack", packed=True)
+    got = fp4_paged_mqa_logits(*args, clean_logits=clean, mma="unpack", packed=True, f16=False)
     want = fp4_paged_mqa_logits(*args, clean_logits=clean, mma="unpack", packed=False)
     valid = torch.ones_like(want, dtype=torch.bool) if clean else ~torch.isneginf(
         ref_fp4_paged_mqa_logits(q, cache.cpu(), w, ctx, table, max_len)).to(DEV)
@@ -151,6 +151,46 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
     a = fp4_paged_mqa_logits(*args, mma="scaled")
     b = fp4_paged_mqa_logits(*args, mma="unpack")
     assert compare_logits(a, b)[0] < 1e-6
+
+
+@pytest.mark.parametrize("spread", ["none", "page", "query"])
+def test_the_f16_product_gives_the_same_logits_on_every_route(spread):
+    """f16 (the default with an fp4 query): values exact in f16 once each query head's and each
+    program's pages' largest power of two is taken out. Pages whose keys' group exponents spread
+    past F16_SPREAD binades ("page": one key with a group x 2^16) or a query head past it
+    ("query") send the program to the packed path; every route's logits equal the packed path's
+    bit for bit (-inf included) and the float64 reference's."""
+    if not has_fp8_conversion(torch.device(DEV)):
+        pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): f16 is not used there")
+    g = torch.Generator().manual_seed(11)
+    batch, heads, max_len = 2, 16, 192
+    n_pages = 7
+    table = torch.randperm(n_pages, generator=g)[:6].reshape(batch, 3).int()
+    keys = torch.randn(n_pages * 64, 128, generator=g)
+    if spread == "page":
+        keys[int(table[0, 1]) * 64 + 5, 32:64] *= 2.0 ** 16
+    q = torch.randn(batch, 1, heads, 128, generator=g)
+    if spread == "query":
+        q[1, 0, 3, 96:] *= 2.0 ** 20
+    codes, exps = quantize_fp4(q)
+    q4 = (codes, exps)
+    cache = _stored(keys, n_pages, 128)
+    w, ctx = torch.rand(batch, heads, generator=g), torch.tensor([190, 150], dtype=torch.int32)
+    args = (_dev(q4), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len)
+    got = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=True)
+    want = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=False)
+    if DEV == "cpu":
+        assert torch.equal(got, want)
+    else:   # the f16 and bf16 tensor cores sum the same exact products; whether in one order is the GPU's
+        assert torch.equal(torch.isneginf(got), torch.isneginf(want)) and compare_logits(got, want)[0] < 1e-12
+    ref = ref_fp4_paged_mqa_logits(q4, cache.cpu(), w, ctx, table, max_len)
+    assert compare_logits(got.cpu(), ref)[0] < 1e-9
+    e = exps.view(batch, heads, 4).int()
+    if spread == "query":
+        assert int((e.amax(-1) - e.amin(-1)).max()) > 13
+    if spread == "page":
+        page = cache.cpu()[int(table[0, 1]), 64 * 64:].view(64, 4).int()
+        assert int(page.max() - page.min()) > 13
 
 
 @triton.jit

@@ -2,8 +2,8 @@
 instructions in its page loop than the first decoding (benchmarks/kernels/sass.py: Triton's
 PTX through the bundled ptxas and nvdisasm, in a process of its own, the interpreter unset):
 the inline PTX that packs four codes a register is in the compiled code, the x 64 a value
-is gone, and the decoded keys reach the tensor cores' shared memory by wide stores, not one
-value a store. Instruction counts, not times."""
+is gone, the decoded keys reach the tensor cores' shared memory by wide stores, not one value a
+store, and the f16 product needs no fp32 round trip. Instruction counts, not times."""
 
 import json
 import os
@@ -30,3 +30,7 @@ def test_the_packed_decoding_compiles_to_fewer_instructions_a_page(tmp_path):
         assert packed["by class"]["integer"] < first["by class"]["integer"]
         # the page read as [D/2, keys]: the decoded keys reach the tensor cores by 16-byte stores
         assert packed["top opcodes"].get("STS.U16", 0) == 0 and packed["by class"]["shared memory"] <= 32
+    # the f16 product (an fp4 query): no fp32 round trip of the conversion, two values a multiply
+    f16, packed = k["fp4 unpack packed f16, fp4 query"], k["fp4 unpack packed, fp4 query"]
+    assert f16["instructions"] < 0.8 * packed["instructions"]
+    assert "HADD2.F32" not in f16["top opcodes"] and f16["top opcodes"]["HMUL2"] > 0
