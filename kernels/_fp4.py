@@ -75,6 +75,7 @@ def fp4_halves_packed(codes, exps, OUT: tl.constexpr, ASM: tl.constexpr):
 
 
 F16_SPREAD = tl.constexpr(13)   # fp4_halves_f16 is exact for shifts -13..0: 0.5 x 2^-13 is f16's least normal
+F16_EXP_MAX = tl.constexpr(190)  # the f16 product takes out factors up to 2^(190 - 127) = 2^63
 
 
 @triton.jit

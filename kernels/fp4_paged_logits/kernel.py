@@ -14,8 +14,9 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   two K = D/2 products, q_even . k_even + q_odd . k_odd, on the bf16 tensor cores (fp32 in
   the interpreter). Bytes read: D/2 + D/32 a token, the fp4 page itself. PACKED (GPUs with fp8
   conversions): the codes become e4m3 numbers four a register (_fp4.fp4_halves_packed) and the
-  values carry 2^-6 (an fp4 query's too), folded back into the head weights (w x 2^6 a factor, a
-  power of two: the same fp32 roundings, the same logits bit for bit). The page is read as
+  values carry 2^-6 (an fp4 query's too), folded back into the head weights (w x 2^6 a factor:
+  x 64 for a bf16 query, x 4096 for an fp4 one; a power of two: the same fp32 roundings, the
+  same logits bit for bit). The page is read as
   [D/2, BLOCK_KV] and transposed back for the products (the layout the compiler then gives the
   decoded keys reaches shared memory by wide stores). F16 (PACKED with an fp4 query): the
   products on the f16 tensor cores with no fp32 round trip of the conversion. Each value is
@@ -25,8 +26,10 @@ One program = one (next_n row j, split of pages, request b), as the fp8/bf16 ker
   its pages score, 2^(eref - 127) onto its logits). Both are positive, so they pass the ReLU,
   and powers of two, so the fp32 sums round as the packed path's do (the same logits bit for
   bit under the interpreter, tested). A program whose query heads or keys spread past
-  F16_SPREAD binades below their largest (one read of its pages' exponent bytes first) runs
-  the packed path instead: no value is approximated.
+  F16_SPREAD binades below their largest (one read of its pages' exponent bytes first), or
+  whose largest exponents pass F16_EXP_MAX (2^63: the factors taken out must not overflow
+  where the products they multiply would not), runs the packed path instead: no value is
+  approximated.
 - scaled (SCALED True, fp4 query only; GPUs with fp4 MMA, SM100 / SM120): `tl.dot_scaled`
   on the packed codes with their ue8m0 exponents (e2m1 x e2m1, fp32 accumulate).
 - fp8 (FP8_MMA True, fp4 query, D = 128; GPUs with fp8 MMA, SM89 / SM90): the key codes
@@ -45,8 +48,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from niah.kernels._fp4 import (F16_SPREAD, SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_f16,
-                               fp4_halves_packed, ue8m0_scale)
+from niah.kernels._fp4 import (F16_EXP_MAX, F16_SPREAD, SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves,
+                               fp4_halves_f16, fp4_halves_packed, ue8m0_scale)
 
 
 @triton.jit
@@ -166,7 +169,8 @@ def _packed_split(q_ptr, qe_ptr, qrow, h_ok, n, qc, qe, w, kv_ptr, bt_row, out_r
                   max_context_len, page_stride, offs_t, offs_b, offs_g, D: tl.constexpr, BLOCK_KV: tl.constexpr,
                   OUT: tl.constexpr, Q_FP4: tl.constexpr, FP8_CVT: tl.constexpr, UPCAST: tl.constexpr,
                   NP: tl.constexpr, PACKED: tl.constexpr):
-    """The unpack path's split in bf16 (w: the weights, x 2^6 a factor where PACKED)."""
+    """The unpack path's split on the bf16 tensor cores, packed or the first decoding (w: the head
+    weights, x 2^6 a factor where PACKED)."""
     q_even, q_odd = _q_halves(q_ptr, qe_ptr, qrow, h_ok, offs_b, D, Q_FP4, OUT, FP8_CVT, PACKED, not UPCAST)
     _split_logits(n, q_even, q_odd, qc, qe, w, (w,), w, kv_ptr, bt_row, out_row, page0, start, seq_len,
                   max_context_len, page_stride, offs_t, offs_b, offs_g, 0, D, BLOCK_KV, OUT, False, FP8_CVT, False,
@@ -207,7 +211,7 @@ def fp4_paged_mqa_logits_kernel(
     OUT: tl.constexpr = tl.float32 if UPCAST else tl.bfloat16
     OUT8: tl.constexpr = tl.float32 if UPCAST else tl.float8e4nv
     OUT16: tl.constexpr = tl.float32 if UPCAST else tl.float16
-    # PACKED: the keys (and an fp4 query) decoded x 2^-6, the head weights x 2^6 a factor
+    # PACKED: the keys (and an fp4 query) decoded x 2^-6, the head weights x 2^6 a factor (64 or 4096)
     WF: tl.constexpr = (4096.0 if Q_FP4 else 64.0) if PACKED else 1.0
     j = tl.program_id(0)
     split = tl.program_id(1)
@@ -245,6 +249,7 @@ def fp4_paged_mqa_logits_kernel(
                           FP8_CVT, False, UPCAST, NP, False)
         elif FP8_MMA:   # the query's groups as e4m3 (one power of two a head, folded into its weight)
             tl.static_assert(D == 128, "the fp8 path is written for four groups of 32")
+            tl.static_assert(Q_FP4, "the fp8 path takes an MXFP4 query")
             qg = tl.load(qe_ptr + qrow[:, None] * (D // 32) + offs_g[None, :], mask=h_ok[:, None],
                          other=127).to(tl.int32)
             qmin = tl.min(qg, axis=1)
@@ -279,7 +284,8 @@ def fp4_paged_mqa_logits_kernel(
                              mask=key_ok, other=0).to(tl.int32)                        # [pages, keys x groups]
                 eref = tl.max(tl.max(tl.where(key_ok, ee, 0), axis=1), axis=0)
                 emin = tl.min(tl.min(tl.where(key_ok, ee, 255), axis=1), axis=0)
-                if (tl.max(qmax - tl.min(qg, axis=1), axis=0) <= F16_SPREAD) & (eref - emin <= F16_SPREAD):
+                if ((tl.max(qmax - tl.min(qg, axis=1), axis=0) <= F16_SPREAD) & (eref - emin <= F16_SPREAD)
+                        & (tl.max(qmax, axis=0) <= F16_EXP_MAX) & (eref <= F16_EXP_MAX)):
                     qc8 = tl.load(q_ptr + qrow[:, None] * (D // 2) + offs_b[None, :], mask=h_ok[:, None], other=0)
                     qx = tl.load(qe_ptr + qrow[:, None] * (D // 32) + (offs_b // 16)[None, :], mask=h_ok[:, None],
                                  other=127).to(tl.int32)

@@ -34,6 +34,7 @@ f16 (with packed and an MXFP4 query; F16_PRODUCT by default): the products on th
 cores, every value exact in f16 once a power of two is taken out (the query's per head, into
 its weight; the keys' per program, onto its logits), where the exponents lie within
 F16_SPREAD binades of the largest; a program past it runs as packed does (the kernel's doc).
+It applies to the packed decoding only (packed=False scores in bf16 whatever f16 says).
 No fp32 round trip of the conversion: sm_90a 310 instructions a page loop, packed's 439.
 """
 
@@ -160,7 +161,8 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
         UPCAST=interp, LIVE_LOOP=not interp,
         FP8_CVT=has_fp8_conversion(values.device), FP8_MMA=bool(fp8),
         PACKED=bool(packed) and has_fp8_conversion(values.device),
-        F16=bool(f16 and packed) and exps is not None and has_fp8_conversion(values.device) and not pps & (pps - 1),
+        F16=(bool(f16 and packed) and exps is not None and not scaled and not fp8
+             and has_fp8_conversion(values.device) and not pps & (pps - 1)),
         num_warps=tuning[1] or 4,
         num_stages=tuning[2] or (1 if interp else 2),
     )

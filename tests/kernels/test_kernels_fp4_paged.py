@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
-from niah.kernels._fp4 import SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_packed
+from niah.kernels._fp4 import (SHIFT_MAX, fp4_e4m3_halves, fp4_e4m3_packed, fp4_halves, fp4_halves_f16,
+                               fp4_halves_packed)
 from niah.kernels._common import compare_logits, has_fp8_conversion
 from niah.kernels.fp4_paged_logits.reference import ref_fp4_paged_mqa_logits
 from niah.kernels.fp4_paged_logits.wrapper import has_fp4_mma, has_fp8_mma
@@ -153,13 +154,17 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
     assert compare_logits(a, b)[0] < 1e-6
 
 
-@pytest.mark.parametrize("spread", ["none", "page", "query"])
-def test_the_f16_product_gives_the_same_logits_on_every_route(spread):
+@pytest.mark.parametrize("case", ["none", "page", "query", "tail", "large"])
+def test_the_f16_product_gives_the_same_logits_on_every_route(case):
     """f16 (the default with an fp4 query): values exact in f16 once each query head's and each
-    program's pages' largest power of two is taken out. Pages whose keys' group exponents spread
-    past F16_SPREAD binades ("page": one key with a group x 2^16) or a query head past it
-    ("query") send the program to the packed path; every route's logits equal the packed path's
-    bit for bit (-inf included) and the float64 reference's."""
+    program's pages' largest power of two is taken out. Keys whose group exponents spread past
+    F16_SPREAD binades ("page": one key with a group x 2^28, past even f16's subnormals) or a query
+    head past it ("query": x 2^28) send the program to the packed path; a key past the row's
+    length is not looked at ("tail": such a key x 2^28 in the last page, a page a program so the
+    rows take several programs); factors past 2^63 do too ("large": a query head x 2^126 of weight 16
+against keys x 2^-10, whose logits are finite only if the two factors meet). Every
+    route's logits equal the packed path's (bit for bit under the interpreter; on a GPU the f16
+    and bf16 tensor cores may sum in another order) and the float64 reference's."""
     if not has_fp8_conversion(torch.device(DEV)):
         pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): f16 is not used there")
     g = torch.Generator().manual_seed(11)
@@ -167,30 +172,56 @@ def test_the_f16_product_gives_the_same_logits_on_every_route(spread):
     n_pages = 7
     table = torch.randperm(n_pages, generator=g)[:6].reshape(batch, 3).int()
     keys = torch.randn(n_pages * 64, 128, generator=g)
-    if spread == "page":
-        keys[int(table[0, 1]) * 64 + 5, 32:64] *= 2.0 ** 16
+    ctx = torch.tensor([190, 150], dtype=torch.int32)
+    if case == "page":
+        keys[int(table[0, 1]) * 64 + 5, 32:64] *= 2.0 ** 28
+    if case == "tail":
+        keys[int(table[1, 2]) * 64 + 30, 32:64] *= 2.0 ** 28     # position 158 of row 1, whose length is 150
     q = torch.randn(batch, 1, heads, 128, generator=g)
-    if spread == "query":
-        q[1, 0, 3, 96:] *= 2.0 ** 20
-    codes, exps = quantize_fp4(q)
-    q4 = (codes, exps)
+    if case == "query":
+        q[1, 0, 3, 96:] *= 2.0 ** 28
+    if case == "large":   # a head's factor 2^127 on products whose keys carry 2^-10: finite only together
+        q[1, 0, 3] *= 2.0 ** 126
+        keys *= 2.0 ** -10
+    q4 = quantize_fp4(q)
     cache = _stored(keys, n_pages, 128)
-    w, ctx = torch.rand(batch, heads, generator=g), torch.tensor([190, 150], dtype=torch.int32)
+    w = torch.rand(batch, heads, generator=g)
+    if case == "large":
+        w[1, 3] = 16.0
     args = (_dev(q4), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, max_len)
-    got = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=True)
-    want = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=False)
+    launch = {"pages_per_split": 1} if case == "tail" else {}
+    got = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=True, **launch)
+    want = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", f16=False, **launch)
     if DEV == "cpu":
         assert torch.equal(got, want)
     else:   # the f16 and bf16 tensor cores sum the same exact products; whether in one order is the GPU's
         assert torch.equal(torch.isneginf(got), torch.isneginf(want)) and compare_logits(got, want)[0] < 1e-12
-    ref = ref_fp4_paged_mqa_logits(q4, cache.cpu(), w, ctx, table, max_len)
-    assert compare_logits(got.cpu(), ref)[0] < 1e-9
-    e = exps.view(batch, heads, 4).int()
-    if spread == "query":
-        assert int((e.amax(-1) - e.amin(-1)).max()) > 13
-    if spread == "page":
-        page = cache.cpu()[int(table[0, 1]), 64 * 64:].view(64, 4).int()
-        assert int(page.max() - page.min()) > 13
+    assert torch.isfinite(got[~torch.isneginf(got)]).all()
+    if case != "large":   # "large": logits near 2^118, past what the reference's comparison squares
+        assert compare_logits(got.cpu(), ref_fp4_paged_mqa_logits(q4, cache.cpu(), w, ctx, table, max_len))[0] < 1e-9
+
+
+def test_every_code_byte_and_shift_becomes_its_f16_value():
+    """fp4_halves_f16: every byte's two values (both signs, the subnormal 0.5) at every shift
+    -13..0 are e2m1 x 2^shift, bit for bit against dequantize_fp4; on a GPU as f16 through the
+    inline PTX, the fp8 conversion and f16 multiplies."""
+    if not has_fp8_conversion(torch.device(DEV)):
+        pytest.skip("this GPU has no fp8 conversion (compute capability < 8.9): f16 is not used there")
+    codes = torch.arange(256, dtype=torch.uint8).repeat(16)
+    shifts = torch.arange(-15, 1, dtype=torch.int32).clamp(min=-13).repeat_interleave(256)   # -13 thrice: 16 rows
+    even, odd = (torch.empty(256 * 16, device=DEV) for _ in range(2))
+    _decode_f16[(1,)](codes.to(DEV), shifts.to(DEV), even, odd, N=256 * 16, ASM=DEV == "cuda")
+    want = dequantize_fp4(codes.view(-1, 16), (127 + shifts.view(-1, 16)[:, :1]).to(torch.uint8)).view(-1, 2)
+    assert torch.equal(even.cpu(), want[:, 0]) and torch.equal(odd.cpu(), want[:, 1])
+    assert (want[:, 0] == 2.0 ** -14).any()    # the least value, 0.5 x 2^-13, is f16's least normal
+
+
+@triton.jit
+def _decode_f16(c_ptr, s_ptr, even_ptr, odd_ptr, N: tl.constexpr, ASM: tl.constexpr):
+    offs = tl.arange(0, N)
+    even, odd = fp4_halves_f16(tl.load(c_ptr + offs), tl.load(s_ptr + offs), tl.float16, ASM)
+    tl.store(even_ptr + offs, even.to(tl.float32))
+    tl.store(odd_ptr + offs, odd.to(tl.float32))
 
 
 @triton.jit
