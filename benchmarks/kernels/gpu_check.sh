@@ -50,10 +50,10 @@ if [ -n "$SG_PID" ]; then wait "$SG_PID"; tail -2 "$OUT_DIR/sglang_topk_build.lo
   | tee "$OUT_DIR/bench.log" | grep -v "^  \(naive\|chunked\)" | tail -60
 [ -z "${HOST_BENCH:-}" ] || timeout "${HOST_BENCH_TIMEOUT:-240}" python3 $B/host.py \
   --out "$OUT_DIR/bench_host.json" 2>&1 | tee "$OUT_DIR/bench_host.log" | tail -45
-[ -z "${TWO_STAGE_BENCH:-}" ] || timeout "${TWO_STAGE_BENCH_TIMEOUT:-300}" python3 $B/two_stage.py \
-  --out "$OUT_DIR/bench_two_stage.json" 2>&1 | tee "$OUT_DIR/bench_two_stage.log" | tail -40
 [ -z "${FP4_BENCH:-}" ] || timeout "${FP4_BENCH_TIMEOUT:-300}" python3 $B/fp4.py \
   --out "$OUT_DIR/bench_fp4.json" 2>&1 | tee "$OUT_DIR/bench_fp4.log" | tail -30
+[ -z "${TWO_STAGE_BENCH:-}" ] || timeout "${TWO_STAGE_BENCH_TIMEOUT:-300}" python3 $B/two_stage.py \
+  --out "$OUT_DIR/bench_two_stage.json" 2>&1 | tee "$OUT_DIR/bench_two_stage.log" | tail -40
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats"
 profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) of the kernel, under ncu
