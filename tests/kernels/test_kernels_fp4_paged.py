@@ -154,6 +154,9 @@ def test_scaled_path_equals_unpack_path_on_fp4_mma_gpus():
     assert compare_logits(a, b)[0] < 1e-6
 
 
+# "large" under the interpreter: its constant loop bound also visits pages past a row's length, whose
+# masked exponent bytes (127) lie 10 binades above these keys' (inf x 0 there); those logits are never stored
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")
 @pytest.mark.parametrize("case", ["none", "page", "query", "tail", "large"])
 def test_the_f16_product_gives_the_same_logits_on_every_route(case):
     """f16 (the default with an fp4 query): values exact in f16 once each query head's and each
