@@ -21,17 +21,23 @@ import triton.backends.nvidia as nvidia
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-ARCH = int(sys.argv[1]) if len(sys.argv) > 1 else 90
-TARGET = GPUTarget("cuda", ARCH, 32)
+ARCH = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 90
 PTXAS = os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
 
 
-def usage(fn, sig: dict, consts: dict, warps: int, aligned: tuple) -> str:
+def compile_for(fn, sig: dict, consts: dict, warps: int, aligned: tuple, arch: int = ARCH, stages: int | None = None):
+    """The kernel compiled by Triton for sm_`arch` (no launch, no GPU), the names in `aligned`
+    specialised as 16-divisible as a launch specialises them."""
     sig = {**sig, **{k: "constexpr" for k in consts}}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs), target=TARGET,
-                       options={"num_warps": warps})
+    options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def usage(fn, sig: dict, consts: dict, warps: int, aligned: tuple) -> str:
+    k = compile_for(fn, sig, consts, warps, aligned)
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(k.asm["ptx"])
         f.flush()

@@ -26,8 +26,7 @@ import tempfile
 
 import triton
 import triton.backends.nvidia as nvidia
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from registers import compile_for
 
 ARCH = 90
 BIN = os.path.join(os.path.dirname(nvidia.__file__), "bin")
@@ -59,11 +58,7 @@ def classify(op: str) -> str:
 
 def sass(fn, sig: dict, consts: dict, warps: int, stages: int, aligned: tuple) -> str:
     """The kernel's SASS for sm_90a (nvdisasm's text)."""
-    sig = {**sig, **{k: "constexpr" for k in consts}}
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                       target=GPUTarget("cuda", ARCH, 32), options={"num_warps": warps, "num_stages": stages})
+    k = compile_for(fn, sig, consts, warps, aligned, arch=ARCH, stages=stages)
     with tempfile.TemporaryDirectory() as d:
         ptx, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(ptx, "w") as f:
