@@ -10,7 +10,7 @@
 #        while the tests run, build_deep_gemm.sh, and importable for the benchmarks after them),
 #      SGLANG_TOPK=1 (with DEEPGEMM_CARRY: SGLang's topk_v2 built from its carried source in the background too,
 #        benchmarks/sglang_jit_build.py; two_stage.py then times it after DeepGEMM's logits),
-#      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16 (ncu, one warm launch each; NCU_TIMEOUT)
+#      PROFILE_TOPK="rows width k [method]", PROFILE_PAGED=fp8|bf16|fp4 or a comma list (ncu, one warm launch each; NCU_TIMEOUT)
 # Works without installing the package: niah.kernels is mapped by a symlink if needed.
 set -u
 OUT_DIR=${1:-${OUT:-bench-output/kernels}}
@@ -64,6 +64,7 @@ profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) o
     $NCU_SECTIONS python3 $B/ncu_call.py "$@" > "$OUT_DIR/ncu_$name.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Executed Ipc A|Compute \(SM\)|Memory Throughput|DRAM Throughput|Waves|Tail|Warp Cycles Per Issued" "$OUT_DIR/ncu_$name.txt" | head -40
 }
-# PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16 (the ragged B=64 batch)
+# PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16|fp4, or several
+# comma-separated (the ragged B=64 batch; ncu_paged-KIND.txt each)
 [ -z "${PROFILE_TOPK:-}" ] || profile topk "topk" topk $PROFILE_TOPK
-[ -z "${PROFILE_PAGED:-}" ] || profile paged "paged_mqa_logits" paged-ragged "$PROFILE_PAGED"
+for kind in ${PROFILE_PAGED//,/ }; do profile "paged-$kind" "paged_mqa_logits" paged-ragged "$kind"; done

@@ -1,7 +1,10 @@
 """One call of a kernel, for a profiler (ncu) to capture:
 
     python benchmarks/kernels/ncu_call.py topk ROWS WIDTH K [METHOD]
-    python benchmarks/kernels/ncu_call.py paged-ragged fp8|bf16      # B=64, lengths uniform in 1..65,536
+    python benchmarks/kernels/ncu_call.py paged-ragged fp8|bf16|fp4  # B=64, lengths uniform in 1..65,536
+
+fp4: the fp4 pool of the same keys (`store_fp4_index_keys`) and the MXFP4 query (SGLang's fp4
+path), `fp4_paged_mqa_logits` at its defaults (the f16 product on Hopper).
 
 The inputs are the benchmark's (bench.py, decode.py); a warm-up call compiles first, so a
 profiler filtering on the kernel name with --launch-skip 1 sees a warm launch.
@@ -17,7 +20,7 @@ import torch
 def main(argv=None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("topk", "paged-ragged"):
-        raise SystemExit("usage: ncu_call.py topk ROWS WIDTH K [METHOD] | paged-ragged fp8|bf16")
+        raise SystemExit("usage: ncu_call.py topk ROWS WIDTH K [METHOD] | paged-ragged fp8|bf16|fp4")
     if args[0] == "topk":
         from niah.kernels import topk_indices
 
@@ -31,8 +34,17 @@ def main(argv=None) -> None:
         from decode import make_decode_inputs
 
         kind = args[1]
-        q, kv, w, ctx, bt = make_decode_inputs("cuda", kind, 64, 65536, 64, 128, 1, True)
+        q, kv, w, ctx, bt = make_decode_inputs("cuda", "bf16" if kind == "fp4" else kind, 64, 65536, 64, 128, 1, True)
         fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
+        if kind == "fp4":
+            from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
+            from niah.kernels.quant import quantize_fp4
+
+            keys = kv.reshape(-1, 128)
+            kv = torch.empty(keys.shape[0] // 64, 64 * 68, dtype=torch.uint8, device="cuda")
+            store_fp4_index_keys(keys.float(), kv, torch.arange(keys.shape[0], device="cuda"))
+            del keys
+            q, fn = quantize_fp4(q.float()), fp4_paged_mqa_logits
         meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
         call = lambda: fn(q, kv, w, ctx, bt, meta, 65536, clean_logits=True)  # noqa: E731
     call()
