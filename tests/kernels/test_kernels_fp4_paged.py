@@ -78,13 +78,17 @@ def test_fp4_paged_logits_match_float64_reference(case):
     assert torch.equal(out.cpu()[valid], again.cpu()[valid])
 
 
-def test_a_launch_of_other_pages_warps_and_stages_gives_the_same_logits():
-    """The launch the benchmarks sweep (pages a program, warps, stages) splits the pages
-    otherwise, not the sums: the default launch's logits, -inf masks included."""
+@pytest.mark.parametrize("launch", [dict(pages_per_split=1, num_warps=8, num_stages=3),
+                                    dict(pages_per_split=16, num_stages=1, max_registers=80)],
+                         ids=["pages-warps", "regs"])
+def test_a_launch_of_other_pages_warps_and_stages_gives_the_same_logits(launch):
+    """The launch the benchmarks sweep (pages a program, warps, stages, registers capped at
+    80 with spills on a GPU) splits the pages otherwise, not the sums: the default launch's
+    logits, -inf masks included."""
     q, cache, w, ctx, table = make_case("fp4", 2, 1, 16, [190, 30], 192, seed=3)
     args = (_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 192)
     want = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack")
-    got = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", pages_per_split=1, num_warps=8, num_stages=3)
+    got = fp4_paged_mqa_logits(*args, clean_logits=True, mma="unpack", **launch)
     assert torch.equal(torch.isneginf(got), torch.isneginf(want))
     assert compare_logits(got.cpu(), want.cpu())[0] < 1e-12
 
