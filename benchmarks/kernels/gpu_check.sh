@@ -67,4 +67,4 @@ profile() {  # profile NAME KERNEL_REGEX ARGS...: one warm launch (the second) o
 # PROFILE_TOPK="rows width k method" (e.g. "4096 22016 1024 sample"); PROFILE_PAGED=fp8|bf16|fp4, or several
 # comma-separated (the ragged B=64 batch; ncu_paged-KIND.txt each)
 [ -z "${PROFILE_TOPK:-}" ] || profile topk "topk" topk $PROFILE_TOPK
-for kind in ${PROFILE_PAGED//,/ }; do profile "paged-$kind" "paged_mqa_logits" paged-ragged "$kind"; done
+for kind in ${PROFILE_PAGED:+${PROFILE_PAGED//,/ }}; do profile "paged-$kind" "paged_mqa_logits" paged-ragged "$kind"; done

@@ -50,6 +50,21 @@ def test_topk_with_neg_inf_masks(k, method):
     assert torch.equal(idx[2].cpu(), ref_topk_indices(x[2:].cpu(), k)[0])
 
 
+def test_few_rows_at_k_2048_take_wide_chunks_and_select_as_narrow_ones():
+    """Few rows (decode) at k >= 2,048 default to 16,384-wide chunks (kernels/topk/wrapper.py, timed
+    on a GPU), where k 512 keeps 4,096: the same keys in the same order as 4,096-wide chunks, and
+    as the reference's set."""
+    from niah.kernels.topk import wrapper
+
+    assert wrapper.FEW_ROWS_WIDE_K == 2048 and (wrapper.FEW_ROWS_BLOCK, wrapper.FEW_ROWS_WIDE_BLOCK) == (4096, 16384)
+    x = logits(2, 20000, seed=4).to(DEV)
+    lens = torch.tensor([20000, 9000], dtype=torch.int32, device=DEV)
+    wide = topk_indices(x, 2048, lens)
+    assert torch.equal(wide, topk_indices(x, 2048, lens, block=16384))
+    assert torch.equal(wide, topk_indices(x, 2048, lens, block=4096))
+    assert check_topk(x.cpu(), wide.cpu(), 2048, lens.cpu()) is None
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["fused", "search-then-select"])
 @pytest.mark.parametrize("rows_per_program", [1, 2], ids=["1seg", "2seg"])
 @pytest.mark.parametrize("k,block", [(512, 1024), (2048, 4096)], ids=["k512-3rounds", "k2048-2rounds"])
