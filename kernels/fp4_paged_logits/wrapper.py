@@ -81,10 +81,11 @@ def split_fp4_query(q, shape_name: str, name: str):
 
 
 def _pages_per_split(rows: int, n_pages: int, sms: int, override: int | None = None) -> int:
-    """4 pages a program for few pages in all (B=1 x 131,072: the fastest of 4 / 8 / 16 on one H100),
-    16 above (B=64 ragged <= 65,536: 0.139 ms against 0.149 at 8 and 0.174 at 4, the same H100;
-    a program's fixed work, the query's decoding and the f16 path's exponent scan, spread over
-    more pages)."""
+    """4 pages a program for few pages in all (B=1 x 131,072: the fastest of 4 / 8 / 16 in one eager
+    run on one H100, launch-bound and noisy there: a second run put 16 first; unconfirmed), 16
+    above (B=64 ragged <= 65,536: 0.139 ms against 0.149 at 8 and 0.174 at 4, the same H100; a
+    program's fixed work, the query's decoding and the f16 path's exponent scan, spread over more
+    pages)."""
     if override is not None:
         return max(1, int(override))
     return 4 if rows * n_pages < 8 * 2 * sms else 16

@@ -35,10 +35,11 @@ MANY_SEGMENTS = 1024  # at least this many 8192-wide segments: split search/sele
 # chunk width for few rows: one H100, one decode row in a CUDA graph (benchmarks/kernels/decode_step.py),
 # 4096 against 16384: 1.24-1.42x faster at width 12,288, 1.43-1.71x at 24,576, level at 2,048 (k 512, 1024)
 FEW_ROWS_BLOCK = 4096
-# from k = FEW_ROWS_WIDE_K on, few rows take FEW_ROWS_WIDE_BLOCK-wide chunks: a 4,096-wide chunk keeps
-# half its keys at k 2,048 (one H100, benchmarks/kernels/topk_decode.py in a CUDA graph: B=64 ragged
+# where next_pow2(k) >= FEW_ROWS_WIDE_K, few rows take FEW_ROWS_WIDE_BLOCK-wide chunks: a 4,096-wide chunk
+# keeps half its keys at k 2,048 (one H100, benchmarks/kernels/topk_decode.py in a CUDA graph: B=64 ragged
 # <= 65,536 83.5 against 126.3 us at k 2,048, 98.7 against 146.7 at k 4,096 (8,192-wide then);
-# B=1 x 131,072 58.2 against 61.1 and 78.5 against 84.2; the same keys in the same order)
+# B=1 x 131,072 58.2 against 61.1 and 78.5 against 84.2; the same keys in the same order; k 1,025-2,047
+# untimed)
 FEW_ROWS_WIDE_K = 2048
 FEW_ROWS_WIDE_BLOCK = 16384
 SAMPLE_MAX_DEFAULT_K = 2048  # many rows and k <= this -> "sample" by default (H200-measured range); else "search"

@@ -97,7 +97,7 @@ def test_the_page_loops_changes_timed_are_the_committed_runs():
         "niah fp4 (unpack, fp4 query)": 1.37, "niah fp4 (unpack, fp4 query) best launch": 1.28}
     assert ratios["h100-bench-fp4-launch.json"]["niah fp4 (unpack, fp4 query)"] == 1.28
     assert ratios["h100-bench-fp4-launch.json"]["niah fp4 (unpack, fp4 query) best launch"] == 1.25
-    assert "0.149 ms (**1.37x**)" in text and "0.139 ms (**1.28x**)" in text and "0.229 ms (2.10x)" in text
+    assert "0.149 ms (**1.37x**)" in text and "0.139-0.140 ms (**1.28x**)" in text and "0.229 ms (2.10x)" in text
     from niah.kernels.fp4_paged_logits.wrapper import _pages_per_split
 
     assert _pages_per_split(64, 1024, 132) == 16 and _pages_per_split(1, 2048, 132) == 4   # the launches timed
@@ -132,6 +132,6 @@ def test_the_decode_top_k_methods_and_the_wide_chunks_are_the_committed_run():
     b64 = "topk B=64 ragged<=65536 k="
     assert (round(g[(b64 + "2048", "search")], 1), round(g[(b64 + "2048", "search, chunks of 16384")], 1)) == (
         126.3, 83.5)
-    assert (round(g[(b64 + "4096", "search")], 1), round(g[(b64 + "4096", "search, chunks of 16384")], 1)) == (
-        147.1, 98.7)
+    assert (round(g[(b64 + "4096", "search, chunks of 8192")], 1),   # the default then at k 4,096
+            round(g[(b64 + "4096", "search, chunks of 16384")], 1)) == (146.7, 98.7)
     assert "83.5 us with 16,384-wide chunks against 126.3" in (ROOT / "docs" / "kernels.md").read_text()
