@@ -189,16 +189,15 @@ def launch_sweep(results, case, timed, graphed, call, mmas, tiny):
                   + f" (calc_diff vs the default launch {diff:.1e}, masks equal: {masks})")
             if diff < 1e-9 and masks:
                 timings.append((ms, gms, cfg))
+        if not timings:
+            continue
         # by GPU time where every launch has one (a failed capture leaves None), else by eager time
-        by_graph = bool(timings) and all(t[1] for t in timings)
-        best = min(timings, key=lambda t: t[1] if by_graph else t[0], default=None)
-        best = None if best is None else (None, *best)
-        if best is not None:
-            impl = f"niah fp4 ({'fp8 MMA' if mma == 'fp8' else 'unpack'}, fp4 query) best launch"
-            timed[impl], graphed[impl] = best[1], best[2]
-            results.append({"case": case, "impl": impl, "ms": best[1], "graph_ms": best[2], "launch": best[3]})
-            print(f"{case}: {impl}: {best[1]:.4f} ms" + (f" (CUDA graph {best[2]:.4f} ms)" if best[2] else "")
-                  + f" {best[3]}")
+        by_graph = all(gms for _, gms, _ in timings)
+        ms, gms, cfg = min(timings, key=lambda t: t[1] if by_graph else t[0])
+        impl = f"niah fp4 ({'fp8 MMA' if mma == 'fp8' else 'unpack'}, fp4 query) best launch"
+        timed[impl], graphed[impl] = ms, gms
+        results.append({"case": case, "impl": impl, "ms": ms, "graph_ms": gms, "launch": cfg})
+        print(f"{case}: {impl}: {ms:.4f} ms" + (f" (CUDA graph {gms:.4f} ms)" if gms else "") + f" {cfg}")
 
 
 def main() -> None:

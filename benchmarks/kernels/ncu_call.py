@@ -36,14 +36,13 @@ def main(argv=None) -> None:
         kind = args[1]
         q, kv, w, ctx, bt = make_decode_inputs("cuda", "bf16" if kind == "fp4" else kind, 64, 65536, 64, 128, 1, True)
         fn = fp8_paged_mqa_logits if kind == "fp8" else bf16_paged_mqa_logits
-        if kind == "fp4":
-            from niah.kernels import fp4_paged_mqa_logits, store_fp4_index_keys
+        if kind == "fp4":   # fp4.py's pools of the same keys: its fp4 pool
+            from fp4 import pages_of
+
+            from niah.kernels import fp4_paged_mqa_logits
             from niah.kernels.quant import quantize_fp4
 
-            keys = kv.reshape(-1, 128)
-            kv = torch.empty(keys.shape[0] // 64, 64 * 68, dtype=torch.uint8, device="cuda")
-            store_fp4_index_keys(keys.float(), kv, torch.arange(keys.shape[0], device="cuda"))
-            del keys
+            kv = pages_of(kv.reshape(-1, 128).float())[0]
             q, fn = quantize_fp4(q.float()), fp4_paged_mqa_logits
         meta = get_paged_mqa_logits_metadata(ctx, 64, 132)
         call = lambda: fn(q, kv, w, ctx, bt, meta, 65536, clean_logits=True)  # noqa: E731

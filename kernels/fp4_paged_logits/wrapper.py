@@ -80,6 +80,11 @@ def split_fp4_query(q, shape_name: str, name: str):
     return codes, sf.contiguous(), dim
 
 
+# the fewest registers a thread may be capped at (max_registers): below 64 ptxas refuses the f16 path's
+# tensor-core product ("Insufficient registers", sm_90a, Triton 3.6, at 56); every path compiles at 64, spilling
+MIN_REGISTERS = 64
+
+
 def _pages_per_split(rows: int, n_pages: int, sms: int, override: int | None = None) -> int:
     """4 pages a program for few pages in all (B=1 x 131,072: the fastest of 4 / 8 / 16 in one eager
     run on one H100, launch-bound and noisy there: a second run put 16 first; unconfirmed), 16
@@ -96,11 +101,15 @@ def fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
                          packed=None, f16=None, max_registers=None):
     """See the module doc. pages_per_split / num_warps / num_stages / max_registers: the launch
     (benchmarks' sweeps; by default 4 or 16 pages a program, 4 warps, 2 stages, the registers
-    ptxas picks; max_registers caps them, ptxas's maxnreg, spilling what does not fit); packed:
-    the unpack path's
-    decoding (PACKED_DECODE by default); f16: its f16 product for an fp4 query (F16_PRODUCT by
-    default, with packed only). The same logits every way."""
+    ptxas picks; max_registers, an int in [MIN_REGISTERS, 255], caps them (ptxas's maxnreg,
+    spilling what does not fit; the interpreter has no registers and ignores it); packed: the
+    unpack path's decoding (PACKED_DECODE by default); f16: its f16 product for an fp4 query
+    (F16_PRODUCT by default, with packed only). The same logits every way."""
     name = "fp4_paged_mqa_logits"
+    if max_registers is not None and (isinstance(max_registers, bool) or not isinstance(max_registers, int)
+                                      or not MIN_REGISTERS <= max_registers <= 255):
+        raise ValueError(f"{name}: max_registers must be an int in [{MIN_REGISTERS}, 255] or None, "
+                         f"got {max_registers!r}")
     values, exps, dim = split_fp4_query(q, "[B, next_n, H, D]", name)
     if values.dim() != 4:
         raise ValueError(f"{name}: q must be [B, next_n, H, D], got {tuple(values.shape)}")
@@ -172,7 +181,7 @@ def _launch(values, exps, kv_cache, weights, context_lens, block_table, max_cont
              and has_fp8_conversion(values.device) and not pps & (pps - 1)),
         num_warps=tuning[1] or 4,
         num_stages=tuning[2] or (1 if interp else 2),
-        **({} if interp or not tuning[3] else {"maxnreg": int(tuning[3])}),
+        **({} if interp or tuning[3] is None else {"maxnreg": tuning[3]}),
     )
     return out
 

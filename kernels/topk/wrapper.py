@@ -110,6 +110,14 @@ def _check_args(logits: torch.Tensor, k, lengths: torch.Tensor | None) -> int:
     return k
 
 
+def default_block(many: bool, k_pad: int) -> int:
+    """The search's chunk width by default: DEFAULT_BLOCK for many rows; for few, FEW_ROWS_BLOCK, or
+    FEW_ROWS_WIDE_BLOCK where k_pad (next_pow2(k)) >= FEW_ROWS_WIDE_K; at least 2 * k_pad, the
+    least a chunk must hold to shrink the row."""
+    few = FEW_ROWS_WIDE_BLOCK if k_pad >= FEW_ROWS_WIDE_K else FEW_ROWS_BLOCK
+    return max(DEFAULT_BLOCK if many else few, 2 * k_pad)
+
+
 def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = None,
                  block: int | None = None, final_block: int | None = None,
                  num_warps: int | None = None, rows_per_program: int | None = None,
@@ -155,9 +163,7 @@ def topk_indices(logits: torch.Tensor, k: int, lengths: torch.Tensor | None = No
         split = many
     if select_warps is None and many and split:
         select_warps = MANY_SELECT_WARPS
-    # the default chunk grows with k: a chunk must hold at least 2 * next_pow2(k) keys to shrink the row
-    few = FEW_ROWS_WIDE_BLOCK if k_pad >= FEW_ROWS_WIDE_K else FEW_ROWS_BLOCK
-    block = block or max(DEFAULT_BLOCK if many else few, 2 * k_pad)
+    block = block or default_block(many, k_pad)
     final_block = max(final_block or DEFAULT_FINAL_BLOCK, block)
     for name, b in (("block", block), ("final_block", final_block)):
         if b & (b - 1) or b < 2 * k_pad or b > MAX_BLOCK:

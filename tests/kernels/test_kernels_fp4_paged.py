@@ -142,6 +142,9 @@ def test_bad_inputs_raise_clear_errors():
         fp4_paged_mqa_logits(q, cache, w.double(), ctx, table, None, 128)
     with pytest.raises(ValueError, match="mma must be one of"):
         fp4_paged_mqa_logits(q, cache, w, ctx, table, None, 128, mma="fast")
+    for regs in (32, 256, 96.0, True):   # below what ptxas compiles the tensor-core product in, past 255, not an int
+        with pytest.raises(ValueError, match=r"max_registers must be an int in \[64, 255\]"):
+            fp4_paged_mqa_logits(q, cache, w, ctx, table, None, 128, max_registers=regs)
     if not has_fp4_mma(cache):
         with pytest.raises(ValueError, match="needs a GPU with fp4 MMA"):
             fp4_paged_mqa_logits(_dev(q), cache, w.to(DEV), ctx.to(DEV), table.to(DEV), None, 128, mma="scaled")

@@ -51,12 +51,14 @@ def test_topk_with_neg_inf_masks(k, method):
 
 
 def test_few_rows_at_k_2048_take_wide_chunks_and_select_as_narrow_ones():
-    """Few rows (decode) at k >= 2,048 default to 16,384-wide chunks (kernels/topk/wrapper.py, timed
-    on a GPU), where k 512 keeps 4,096: the same keys in the same order as 4,096-wide chunks, and
-    as the reference's set."""
-    from niah.kernels.topk import wrapper
+    """Few rows (decode) where next_pow2(k) >= 2,048 default to 16,384-wide chunks (timed on a GPU:
+    kernels/topk/wrapper.py), k 512 and 1,024 keep 4,096, many rows 8,192, and a chunk always holds
+    2 * next_pow2(k); the wide chunks select the same keys in the same order as narrow ones."""
+    from niah.kernels.topk.wrapper import default_block
 
-    assert wrapper.FEW_ROWS_WIDE_K == 2048 and (wrapper.FEW_ROWS_BLOCK, wrapper.FEW_ROWS_WIDE_BLOCK) == (4096, 16384)
+    assert [default_block(False, k) for k in (512, 1024, 2048, 4096, 8192, 16384)] == [
+        4096, 4096, 16384, 16384, 16384, 32768]
+    assert [default_block(True, k) for k in (512, 2048, 8192)] == [8192, 8192, 16384]
     x = logits(2, 20000, seed=4).to(DEV)
     lens = torch.tensor([20000, 9000], dtype=torch.int32, device=DEV)
     wide = topk_indices(x, 2048, lens)
